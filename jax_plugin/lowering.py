@@ -1,0 +1,77 @@
+"""How jax lowers programs for platform "myplugin".
+
+The engine is XLA's CPU compiler, so a program for myplugin is lowered
+exactly as for "cpu": the same platform-specific rules (LAPACK custom calls,
+CPU-tuned convolutions, threefry) and the same LAPACK FFI handlers, which
+we register into the engine. Python host callbacks are the exception: they
+need jax's in-process CPU client, so their rules fail with a clear error.
+"""
+
+from __future__ import annotations
+
+import logging
+
+logger = logging.getLogger("jax_plugin")
+
+PLATFORM = "myplugin"
+
+CALLBACK_LIMITATION = (
+    "myplugin does not run Python host callbacks yet ({what}): they need jax's "
+    "own CPU client to call back into Python during execution. Run this part "
+    "with JAX_PLATFORMS=cpu, or move the callback outside jit.")
+
+
+def enable_donation() -> None:
+  """jax donates buffers only on the platforms of a hard-coded list."""
+  from jax._src.interpreters import mlir
+
+  platforms = getattr(mlir, "_platforms_with_donation", None)
+  if platforms is None:
+    logger.warning("myplugin: this jax has no _platforms_with_donation; donation stays as jax decides")
+  elif PLATFORM not in platforms:
+    platforms.append(PLATFORM)
+
+
+def install_lowering_rules() -> None:
+  from jax._src.interpreters import mlir
+
+  rules = getattr(mlir, "_platform_specific_lowerings", None)
+  if rules is None:
+    raise RuntimeError("this jax keeps no per-platform lowering rules; myplugin cannot lower for its engine")
+  for prim, rule in rules.get("cpu", {}).items():
+    rules[PLATFORM].setdefault(prim, rule)
+  _install_callback_errors(mlir)
+
+
+def _install_callback_errors(mlir) -> None:
+  from jax._src import callback, debugging
+
+  primitives = {
+      "jax.pure_callback": getattr(callback, "pure_callback_p", None),
+      "jax.experimental.io_callback": getattr(callback, "io_callback_p", None),
+      "jax.debug.callback": getattr(debugging, "debug_callback_p", None),
+      "jax.debug.print": getattr(debugging, "debug_print_p", None),
+  }
+  for what, prim in primitives.items():
+    if prim is None:
+      continue
+
+    def rule(ctx, *args, _what=what, **params):
+      raise NotImplementedError(CALLBACK_LIMITATION.format(what=_what))
+
+    mlir.register_lowering(prim, rule, platform=PLATFORM)
+
+
+def register_lapack_targets(c_api) -> None:
+  """Registers jaxlib's LAPACK FFI handlers (the ones jnp.linalg calls on CPU) in the engine."""
+  from jax_plugin import _myplugin
+  try:
+    from jaxlib import lapack
+  except ImportError as e:
+    logger.warning("myplugin: jaxlib has no LAPACK module (%s); jnp.linalg decompositions will fail", e)
+    return
+  lapack._lapack.initialize()
+  for name, capsule, api_version in lapack.registrations().get("cpu", []):
+    if api_version != 1:
+      continue  # legacy custom calls: jax no longer emits them
+    _myplugin.register_custom_call_target(c_api, name, capsule, PLATFORM, 1, 0)

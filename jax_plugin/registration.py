@@ -1,0 +1,91 @@
+"""Registration of the plugin with jax: the PJRT library, the custom-call
+handler, donation, and the lowering rules that jax keeps per platform.
+
+Everything here runs once, inside jax's plugin discovery. A failure is
+logged at warning level with its cause (jax itself would only log it at
+debug level and then call the platform unknown) and then re-raised.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import logging
+import os
+
+logger = logging.getLogger("jax_plugin")
+
+PLATFORM = "myplugin"
+_LIBRARY_NAME = "libmyplugin_pjrt.so"
+_ENGINE_PACKAGE = "lammps_jax_pjrt_cpu"
+_ENGINE_FILE = "pjrt_c_api_cpu_plugin.so"
+
+_c_api = None
+
+
+def library_path() -> str:
+  """Path of the PJRT plugin library that this package installs."""
+  return os.path.join(os.path.dirname(os.path.abspath(__file__)), _LIBRARY_NAME)
+
+
+def engine_path() -> str | None:
+  """The XLA engine library: $MYPLUGIN_ENGINE_PATH, else the installed engine package."""
+  override = os.environ.get("MYPLUGIN_ENGINE_PATH")
+  if override:
+    return override
+  spec = importlib.util.find_spec(_ENGINE_PACKAGE)
+  if spec is None or not spec.submodule_search_locations:
+    return None
+  return os.path.join(list(spec.submodule_search_locations)[0], _ENGINE_FILE)
+
+
+def c_api():
+  """The PJRT_Api capsule of the registered plugin (None before initialize)."""
+  return _c_api
+
+
+def initialize() -> None:
+  """Called by jax's plugin discovery."""
+  try:
+    _initialize()
+  except Exception as e:
+    logger.warning("myplugin: initialization failed, the 'myplugin' backend will not be available: %s", e)
+    raise
+
+
+def _initialize() -> None:
+  global _c_api
+  if _c_api is not None:
+    return
+  from jax._src import xla_bridge
+
+  lib = library_path()
+  if not os.path.exists(lib):
+    raise RuntimeError(f"the myplugin PJRT library is missing: {lib} (reinstall the package)")
+  engine = engine_path()
+  if engine is None:
+    logger.warning(
+        "myplugin: no XLA engine found: install %s or set MYPLUGIN_ENGINE_PATH", _ENGINE_PACKAGE.replace("_", "-"))
+  else:
+    # The C++ side reads the engine path from here when it first needs it.
+    os.environ.setdefault("MYPLUGIN_ENGINE_PATH", engine)
+
+  # A callable (not None) so that jax also passes jax_pjrt_client_create_options
+  # when jax.distributed is initialized.
+  _c_api = xla_bridge.register_plugin(PLATFORM, library_path=lib, options=lambda: {})
+  if _c_api is None:
+    raise RuntimeError("jax refused to register the myplugin PJRT library (see jax's log)")
+
+  from jax_plugin import lowering
+  _install_custom_call_handler(_c_api)
+  lowering.enable_donation()
+  lowering.install_lowering_rules()
+  lowering.register_lapack_targets(_c_api)
+
+
+def _install_custom_call_handler(capsule) -> None:
+  from jax._src.lib import xla_client
+  from jax_plugin import _myplugin
+
+  xla_client.register_custom_call_handler(
+      PLATFORM, functools.partial(_myplugin.register_custom_call_target, capsule))

@@ -1,0 +1,214 @@
+#include "pjrt/client.h"
+
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <shared_mutex>
+#include <unordered_map>
+
+#include "pjrt/engine_instance.h"
+#include "pjrt/error.h"
+
+namespace myplugin {
+namespace {
+
+// Engine object -> ours, for every live client.
+struct EngineObjectMap {
+  std::shared_mutex mu;
+  std::unordered_map<PJRT_Device*, Device*> devices;
+  std::unordered_map<PJRT_Memory*, Memory*> memories;
+};
+
+EngineObjectMap& ObjectMap() {
+  static EngineObjectMap* map = new EngineObjectMap;
+  return *map;
+}
+
+}  // namespace
+
+Device* DeviceOfEngine(PJRT_Device* engine_device) {
+  EngineObjectMap& m = ObjectMap();
+  std::shared_lock<std::shared_mutex> lock(m.mu);
+  auto it = m.devices.find(engine_device);
+  return it == m.devices.end() ? nullptr : it->second;
+}
+
+Memory* MemoryOfEngine(PJRT_Memory* engine_memory) {
+  EngineObjectMap& m = ObjectMap();
+  std::shared_lock<std::shared_mutex> lock(m.mu);
+  auto it = m.memories.find(engine_memory);
+  return it == m.memories.end() ? nullptr : it->second;
+}
+
+StatusOr<std::unique_ptr<Client>> Client::Create(const ClientOptions& options) {
+  MYPLUGIN_RETURN_IF_ERROR(EnsureEngineLoaded());
+  EngineClientOptions engine_options;
+  engine_options.num_devices = options.num_devices;
+  StatusOr<std::unique_ptr<EngineClient>> engine_client = EngineClient::Create(Engine(), engine_options);
+  if (!engine_client.ok()) return engine_client.status();
+  std::unique_ptr<Client> client(new Client(engine_client.take()));
+  MYPLUGIN_RETURN_IF_ERROR(client->BuildDevices());
+  return client;
+}
+
+Status Client::BuildDevices() {
+  EngineClient& engine = *engine_client_;
+  std::map<PJRT_Memory*, Memory*> memory_of;
+  for (PJRT_Device* engine_device : engine.addressable_devices()) {
+    StatusOr<int> id = engine.DeviceId(engine_device);
+    if (!id.ok()) return id.status();
+    StatusOr<std::string> kind = engine.DeviceKind(engine_device);
+    if (!kind.ok()) return kind.status();
+    StatusOr<int> hw = engine.LocalHardwareId(engine_device);
+    if (!hw.ok()) return hw.status();
+    devices_.push_back(
+        std::make_unique<Device>(id.value(), process_index_, kind.value(), engine_device, hw.value()));
+    Device* device = devices_.back().get();
+
+    StatusOr<std::vector<PJRT_Memory*>> mems = engine.DeviceMemories(engine_device);
+    if (!mems.ok()) return mems.status();
+    StatusOr<PJRT_Memory*> default_memory = engine.DefaultMemory(engine_device);
+    if (!default_memory.ok()) return default_memory.status();
+    for (PJRT_Memory* engine_memory : mems.value()) {
+      Memory*& memory = memory_of[engine_memory];
+      if (memory == nullptr) {
+        StatusOr<int> mid = engine.MemoryId(engine_memory);
+        if (!mid.ok()) return mid.status();
+        StatusOr<std::string> mkind = engine.MemoryKind(engine_memory);
+        if (!mkind.ok()) return mkind.status();
+        StatusOr<int> mkind_id = engine.MemoryKindId(engine_memory);
+        if (!mkind_id.ok()) return mkind_id.status();
+        memories_.push_back(std::make_unique<Memory>(mid.value(), mkind.value(), mkind_id.value(), engine_memory));
+        memory = memories_.back().get();
+        c_memories_.push_back(ToC(memory));
+      }
+      memory->AddDevice(device);
+      device->AddMemory(memory, engine_memory == default_memory.value());
+    }
+    c_devices_.push_back(ToC(device));
+    c_addressable_devices_.push_back(ToC(device));
+  }
+
+  std::vector<PJRT_DeviceDescription*> descriptions;
+  for (const auto& d : devices_) descriptions.push_back(ToC(&d->description()));
+  platform_version_ = std::string(kPlatformName) + " " + kPluginVersion + " over XLA engine '" +
+                      engine.platform_name() + "' " + engine.platform_version() + " (PJRT C API " +
+                      Engine().ApiVersionString() + ")";
+  topology_ = std::make_unique<Topology>(kPlatformName, platform_version_, std::move(descriptions));
+
+  EngineObjectMap& m = ObjectMap();
+  std::unique_lock<std::shared_mutex> lock(m.mu);
+  for (const auto& d : devices_) m.devices[d->engine()] = d.get();
+  for (const auto& mem : memories_) m.memories[mem->engine()] = mem.get();
+  return OkStatus();
+}
+
+Client::~Client() {
+  EngineObjectMap& m = ObjectMap();
+  std::unique_lock<std::shared_mutex> lock(m.mu);
+  for (const auto& d : devices_) m.devices.erase(d->engine());
+  for (const auto& mem : memories_) m.memories.erase(mem->engine());
+}
+
+Device* Client::LookupDevice(int id) const {
+  for (const auto& d : devices_) {
+    if (d->id() == id) return d.get();
+  }
+  return nullptr;
+}
+
+Device* Client::LookupAddressableDevice(int local_hardware_id) const {
+  for (const auto& d : devices_) {
+    if (d->addressable() && d->local_hardware_id() == local_hardware_id) return d.get();
+  }
+  return nullptr;
+}
+
+// ---- C API adapters ----
+
+PJRT_Error* PjrtClientCreate(PJRT_Client_Create_Args* args) {
+  StatusOr<ClientOptions> options = ParseClientOptions(args->create_options, args->num_options, std::getenv);
+  if (!options.ok()) return ToPjrtError(options.status());
+  StatusOr<std::unique_ptr<Client>> client = Client::Create(options.value());
+  if (!client.ok()) return ToPjrtError(client.status());
+  args->client = ToC(client.take().release());
+  return nullptr;
+}
+
+PJRT_Error* PjrtClientDestroy(PJRT_Client_Destroy_Args* args) {
+  delete FromC(args->client);
+  return nullptr;
+}
+
+PJRT_Error* PjrtClientPlatformName(PJRT_Client_PlatformName_Args* args) {
+  args->platform_name = kPlatformName;
+  args->platform_name_size = sizeof(kPlatformName) - 1;
+  return nullptr;
+}
+
+PJRT_Error* PjrtClientProcessIndex(PJRT_Client_ProcessIndex_Args* args) {
+  args->process_index = FromC(args->client)->process_index();
+  return nullptr;
+}
+
+PJRT_Error* PjrtClientPlatformVersion(PJRT_Client_PlatformVersion_Args* args) {
+  const std::string& v = FromC(args->client)->platform_version();
+  args->platform_version = v.data();
+  args->platform_version_size = v.size();
+  return nullptr;
+}
+
+PJRT_Error* PjrtClientTopologyDescription(PJRT_Client_TopologyDescription_Args* args) {
+  args->topology = ToC(FromC(args->client)->topology());
+  return nullptr;
+}
+
+PJRT_Error* PjrtClientDevices(PJRT_Client_Devices_Args* args) {
+  const auto& d = FromC(args->client)->c_devices();
+  args->devices = d.data();
+  args->num_devices = d.size();
+  return nullptr;
+}
+
+PJRT_Error* PjrtClientAddressableDevices(PJRT_Client_AddressableDevices_Args* args) {
+  const auto& d = FromC(args->client)->c_addressable_devices();
+  args->addressable_devices = d.data();
+  args->num_addressable_devices = d.size();
+  return nullptr;
+}
+
+PJRT_Error* PjrtClientLookupDevice(PJRT_Client_LookupDevice_Args* args) {
+  Client* client = FromC(args->client);
+  Device* d = client->LookupDevice(args->id);
+  if (d == nullptr) {
+    return ToPjrtError(InvalidArgument("myplugin has no device with id " + std::to_string(args->id) + " (it has " +
+                                       std::to_string(client->c_devices().size()) + " devices)"));
+  }
+  args->device = ToC(d);
+  return nullptr;
+}
+
+PJRT_Error* PjrtClientLookupAddressableDevice(PJRT_Client_LookupAddressableDevice_Args* args) {
+  Client* client = FromC(args->client);
+  Device* d = client->LookupAddressableDevice(args->local_hardware_id);
+  if (d == nullptr) {
+    return ToPjrtError(InvalidArgument("myplugin has no addressable device with local hardware id " +
+                                       std::to_string(args->local_hardware_id) + " (it has " +
+                                       std::to_string(client->c_addressable_devices().size()) + " local devices)"));
+  }
+  args->addressable_device = ToC(d);
+  return nullptr;
+}
+
+PJRT_Error* PjrtClientAddressableMemories(PJRT_Client_AddressableMemories_Args* args) {
+  const auto& m = FromC(args->client)->c_memories();
+  args->addressable_memories = m.data();
+  args->num_addressable_memories = m.size();
+  return nullptr;
+}
+
+PJRT_Error* PjrtClientUpdateGlobalProcessInfo(PJRT_Client_UpdateGlobalProcessInfo_Args* args) {
+  return ToPjrtError(Unimplemented("myplugin keeps its own process table (coordination service)"));
+}
+
+}  // namespace myplugin

@@ -1,0 +1,78 @@
+// Our PJRT client: the devices, memories and topology that jax sees, over
+// one engine client that does the work.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "engine/engine_client.h"
+#include "pjrt/client_options.h"
+#include "pjrt/device.h"
+#include "pjrt/topology.h"
+#include "pjrt_c_api.h"
+
+namespace myplugin {
+
+inline constexpr char kPlatformName[] = "myplugin";
+inline constexpr char kPluginVersion[] = "0.1.0";
+
+class Client {
+ public:
+  static StatusOr<std::unique_ptr<Client>> Create(const ClientOptions& options);
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  EngineClient& engine_client() { return *engine_client_; }
+  int process_index() const { return process_index_; }
+  const std::string& platform_version() const { return platform_version_; }
+  Topology* topology() { return topology_.get(); }
+
+  const std::vector<PJRT_Device*>& c_devices() const { return c_devices_; }
+  const std::vector<PJRT_Device*>& c_addressable_devices() const { return c_addressable_devices_; }
+  const std::vector<PJRT_Memory*>& c_memories() const { return c_memories_; }
+
+  // Null when no device has that id / local hardware id.
+  Device* LookupDevice(int id) const;
+  Device* LookupAddressableDevice(int local_hardware_id) const;
+
+ private:
+  explicit Client(std::unique_ptr<EngineClient> engine_client) : engine_client_(std::move(engine_client)) {}
+  Status BuildDevices();
+
+  std::unique_ptr<EngineClient> engine_client_;
+  int process_index_ = 0;
+  std::string platform_version_;
+  std::vector<std::unique_ptr<Device>> devices_;
+  std::vector<std::unique_ptr<Memory>> memories_;
+  std::vector<PJRT_Device*> c_devices_;
+  std::vector<PJRT_Device*> c_addressable_devices_;
+  std::vector<PJRT_Memory*> c_memories_;
+  std::unique_ptr<Topology> topology_;
+};
+
+inline PJRT_Client* ToC(Client* c) { return reinterpret_cast<PJRT_Client*>(c); }
+inline Client* FromC(PJRT_Client* c) { return reinterpret_cast<Client*>(c); }
+
+// Engine objects that forwarded calls hand back, mapped to ours. Null when
+// the engine object belongs to no live client of ours.
+Device* DeviceOfEngine(PJRT_Device* engine_device);
+Memory* MemoryOfEngine(PJRT_Memory* engine_memory);
+
+// C API adapters.
+PJRT_Error* PjrtClientCreate(PJRT_Client_Create_Args* args);
+PJRT_Error* PjrtClientDestroy(PJRT_Client_Destroy_Args* args);
+PJRT_Error* PjrtClientPlatformName(PJRT_Client_PlatformName_Args* args);
+PJRT_Error* PjrtClientProcessIndex(PJRT_Client_ProcessIndex_Args* args);
+PJRT_Error* PjrtClientPlatformVersion(PJRT_Client_PlatformVersion_Args* args);
+PJRT_Error* PjrtClientTopologyDescription(PJRT_Client_TopologyDescription_Args* args);
+PJRT_Error* PjrtClientDevices(PJRT_Client_Devices_Args* args);
+PJRT_Error* PjrtClientAddressableDevices(PJRT_Client_AddressableDevices_Args* args);
+PJRT_Error* PjrtClientLookupDevice(PJRT_Client_LookupDevice_Args* args);
+PJRT_Error* PjrtClientLookupAddressableDevice(PJRT_Client_LookupAddressableDevice_Args* args);
+PJRT_Error* PjrtClientAddressableMemories(PJRT_Client_AddressableMemories_Args* args);
+PJRT_Error* PjrtClientUpdateGlobalProcessInfo(PJRT_Client_UpdateGlobalProcessInfo_Args* args);
+
+}  // namespace myplugin

@@ -1,0 +1,88 @@
+#include "pjrt/client_options.h"
+
+#include <cerrno>
+#include <cstdlib>
+#include <string>
+
+namespace myplugin {
+namespace {
+
+const char kAccepted[] = "num_devices, node_id, num_nodes, partition_index";
+
+// Parses a whole decimal integer; rejects trailing junk and overflow.
+bool ParseInt64(const std::string& text, int64_t* out) {
+  if (text.empty()) return false;
+  errno = 0;
+  char* end = nullptr;
+  long long v = std::strtoll(text.c_str(), &end, 10);
+  if (errno != 0 || end == text.c_str() || *end != '\0') return false;
+  *out = v;
+  return true;
+}
+
+StatusOr<int64_t> IntValue(const PJRT_NamedValue& v, const std::string& name) {
+  if (v.type == PJRT_NamedValue_kInt64) return v.int64_value;
+  if (v.type == PJRT_NamedValue_kString) {
+    // jax_pjrt_client_create_options="key:value" delivers strings.
+    std::string text(v.string_value, v.value_size);
+    int64_t parsed;
+    if (ParseInt64(text, &parsed)) return parsed;
+    return InvalidArgument("myplugin client option '" + name + "' must be an integer, got '" + text + "'");
+  }
+  return InvalidArgument("myplugin client option '" + name + "' must be an integer");
+}
+
+Status CheckDeviceCount(int64_t n, const std::string& source) {
+  if (n < 1 || n > kMaxLocalDevices) {
+    return InvalidArgument(source + " must be a whole number of devices from 1 to " +
+                           std::to_string(kMaxLocalDevices) + ", got " + std::to_string(n));
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
+StatusOr<ClientOptions> ParseClientOptions(const PJRT_NamedValue* values, size_t count,
+                                           const EnvLookup& getenv) {
+  ClientOptions options;
+  bool num_devices_given = false;
+  for (size_t i = 0; i < count; ++i) {
+    const PJRT_NamedValue& v = values[i];
+    std::string name(v.name, v.name_size);
+    if (name == "num_devices") {
+      StatusOr<int64_t> n = IntValue(v, name);
+      if (!n.ok()) return n.status();
+      MYPLUGIN_RETURN_IF_ERROR(CheckDeviceCount(n.value(), "myplugin client option 'num_devices'"));
+      options.num_devices = static_cast<int>(n.value());
+      num_devices_given = true;
+    } else if (name == "node_id" || name == "num_nodes") {
+      StatusOr<int64_t> n = IntValue(v, name);
+      if (!n.ok()) return n.status();
+      (name == "node_id" ? options.node_id : options.num_nodes) = static_cast<int>(n.value());
+    } else if (name == "partition_index") {
+      // Accepted for jax.distributed's sake; one partition per process is all we run.
+    } else {
+      return InvalidArgument("unknown myplugin client option '" + name + "' (accepted: " + kAccepted + ")");
+    }
+  }
+  if (!num_devices_given) {
+    const char* env = getenv("MYPLUGIN_NUM_DEVICES");
+    if (env != nullptr && *env != '\0') {
+      int64_t n;
+      if (!ParseInt64(env, &n)) {
+        return InvalidArgument(std::string("MYPLUGIN_NUM_DEVICES must be a whole number of devices from 1 to ") +
+                               std::to_string(kMaxLocalDevices) + ", got '" + env + "'");
+      }
+      MYPLUGIN_RETURN_IF_ERROR(CheckDeviceCount(n, "MYPLUGIN_NUM_DEVICES"));
+      options.num_devices = static_cast<int>(n);
+    }
+  }
+  if (options.num_nodes > 1) {
+    return Unimplemented(
+        "myplugin does not run multi-process programs yet (jax.distributed gave num_nodes=" +
+        std::to_string(options.num_nodes) + ")");
+  }
+  return options;
+}
+
+}  // namespace myplugin

@@ -1,0 +1,32 @@
+// What a client is asked to be: the create options that jax hands to
+// PJRT_Client_Create (register options, jax_pjrt_client_create_options,
+// and jax.distributed's node_id/num_nodes) merged with our environment.
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "common/status.h"
+#include "pjrt_c_api.h"
+
+namespace myplugin {
+
+struct ClientOptions {
+  int num_devices = 1;
+  // From jax.distributed, when it ran. -1 when absent.
+  int node_id = -1;
+  int num_nodes = -1;
+};
+
+using EnvLookup = std::function<const char*(const char*)>;
+
+// An explicit create option wins over MYPLUGIN_NUM_DEVICES. Unknown option
+// names, wrong types and out-of-range values are INVALID_ARGUMENT errors
+// that name the option and the accepted ones.
+StatusOr<ClientOptions> ParseClientOptions(const PJRT_NamedValue* values, size_t count,
+                                           const EnvLookup& getenv);
+
+// The largest local device count we accept; far beyond any real host.
+constexpr int kMaxLocalDevices = 4096;
+
+}  // namespace myplugin

@@ -1,0 +1,48 @@
+// Our loaded executables: the engine's compiled program, plus the list of
+// addressable devices in our objects. Wrapping the loaded executable (and
+// not only mapping its devices) is where multi-process execution will hook
+// in: it decides what runs locally.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "common/status.h"
+#include "pjrt_c_api.h"
+
+namespace myplugin {
+
+class LoadedExecutable {
+ public:
+  // Takes ownership of `engine_executable`, also on failure.
+  static StatusOr<std::unique_ptr<LoadedExecutable>> Wrap(PJRT_LoadedExecutable* engine_executable);
+  ~LoadedExecutable();
+  LoadedExecutable(const LoadedExecutable&) = delete;
+  LoadedExecutable& operator=(const LoadedExecutable&) = delete;
+
+  PJRT_LoadedExecutable* engine() const { return engine_; }
+  const std::vector<PJRT_Device*>& c_addressable_devices() const { return c_addressable_devices_; }
+
+ private:
+  explicit LoadedExecutable(PJRT_LoadedExecutable* engine) : engine_(engine) {}
+
+  PJRT_LoadedExecutable* engine_;
+  std::vector<PJRT_Device*> c_addressable_devices_;
+};
+
+inline PJRT_LoadedExecutable* ToC(LoadedExecutable* e) { return reinterpret_cast<PJRT_LoadedExecutable*>(e); }
+inline LoadedExecutable* FromC(PJRT_LoadedExecutable* e) { return reinterpret_cast<LoadedExecutable*>(e); }
+
+// C API adapters.
+PJRT_Error* PjrtClientCompile(PJRT_Client_Compile_Args* args);
+PJRT_Error* PjrtExecutableDeserializeAndLoad(PJRT_Executable_DeserializeAndLoad_Args* args);
+PJRT_Error* PjrtLoadedExecutableDestroy(PJRT_LoadedExecutable_Destroy_Args* args);
+PJRT_Error* PjrtLoadedExecutableGetExecutable(PJRT_LoadedExecutable_GetExecutable_Args* args);
+PJRT_Error* PjrtLoadedExecutableAddressableDevices(PJRT_LoadedExecutable_AddressableDevices_Args* args);
+PJRT_Error* PjrtLoadedExecutableDelete(PJRT_LoadedExecutable_Delete_Args* args);
+PJRT_Error* PjrtLoadedExecutableIsDeleted(PJRT_LoadedExecutable_IsDeleted_Args* args);
+PJRT_Error* PjrtLoadedExecutableExecute(PJRT_LoadedExecutable_Execute_Args* args);
+PJRT_Error* PjrtLoadedExecutableFingerprint(PJRT_LoadedExecutable_Fingerprint_Args* args);
+PJRT_Error* PjrtLoadedExecutableGetDeviceAssignment(PJRT_LoadedExecutable_GetDeviceAssignment_Args* args);
+
+}  // namespace myplugin

@@ -1,0 +1,49 @@
+// Calling the engine on jax's behalf. The engine owns buffers, events and
+// compiled code, so most entry points pass jax's args struct straight
+// through; the ones that carry our clients, devices or memories swap in the
+// engine's objects for the call and restore jax's afterwards. The struct is
+// reused, not copied, so fields from headers newer than ours survive.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "pjrt/engine_instance.h"
+#include "pjrt/error.h"
+
+namespace myplugin {
+
+// Calls an engine entry point, converting its error into ours.
+template <typename Args>
+PJRT_Error* CallEngine(PJRT_Error* (*fn)(Args*), Args* args, const char* name) {
+  if (fn == nullptr) {
+    return ToPjrtError(Unimplemented(std::string("the XLA engine does not implement ") + name));
+  }
+  return ToPjrtError(Engine().Consume(fn(args)));
+}
+
+#define MYPLUGIN_CALL_ENGINE(name, args) ::myplugin::CallEngine(::myplugin::Engine().api()->name, args, #name)
+
+// Replaces a field for the lifetime of the scope.
+template <typename T>
+class ScopedSwap {
+ public:
+  ScopedSwap(T& field, T replacement) : field_(field), saved_(field) { field_ = replacement; }
+  ~ScopedSwap() { field_ = saved_; }
+  ScopedSwap(const ScopedSwap&) = delete;
+  ScopedSwap& operator=(const ScopedSwap&) = delete;
+
+ private:
+  T& field_;
+  T saved_;
+};
+
+// True when the caller's struct is large enough to hold `field`: callers
+// built against older headers pass smaller structs.
+#define MYPLUGIN_HAS_FIELD(args, type, field) \
+  ((args)->struct_size >= offsetof(type, field) + sizeof(((type*)nullptr)->field))
+
+// Fills in every PJRT_Api entry that is a plain pass-through to the engine.
+void InstallPassThroughEntries(PJRT_Api& api);
+
+}  // namespace myplugin
