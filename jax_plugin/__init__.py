@@ -6,11 +6,8 @@ jax imports this package through the ``jax_plugins`` entry point and calls
 
 from __future__ import annotations
 
-import logging
-
 from jax_plugin._version import __version__
 from jax_plugin.registration import PLATFORM, engine_path, initialize, library_path
 
 __all__ = ["PLATFORM", "__version__", "engine_path", "initialize", "library_path"]
 
-logging.getLogger(__name__).addHandler(logging.NullHandler())

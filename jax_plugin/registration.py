@@ -70,6 +70,12 @@ def _initialize() -> None:
     # The C++ side reads the engine path from here when it first needs it.
     os.environ.setdefault("MYPLUGIN_ENGINE_PATH", engine)
 
+  # jax warns that every plugin outside this list is "experimental"; myplugin
+  # is tested against jax's CPU backend, so it asks to be left out of that.
+  nonexperimental = getattr(xla_bridge, "_nonexperimental_plugins", None)
+  if isinstance(nonexperimental, (set, list)) and PLATFORM not in nonexperimental:
+    nonexperimental.add(PLATFORM) if isinstance(nonexperimental, set) else nonexperimental.append(PLATFORM)
+
   # A callable (not None) so that jax also passes jax_pjrt_client_create_options
   # when jax.distributed is initialized.
   _c_api = xla_bridge.register_plugin(PLATFORM, library_path=lib, options=lambda: {})
@@ -80,7 +86,10 @@ def _initialize() -> None:
   _install_custom_call_handler(_c_api)
   lowering.enable_donation()
   lowering.install_lowering_rules()
-  lowering.register_lapack_targets(_c_api)
+  try:
+    lowering.register_lapack_targets(_c_api)
+  except Exception as e:  # the backend itself may still work; say what is lost
+    logger.warning("myplugin: jnp.linalg decompositions (LAPACK) will not run: %s", e)
 
 
 def _install_custom_call_handler(capsule) -> None:

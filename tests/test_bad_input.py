@@ -1,0 +1,104 @@
+"""Bad input gets a clear Python error: never a crash, never a hang. Each
+case runs in a fresh process, since a backend is created once per process."""
+import os
+import textwrap
+
+import pytest
+
+from proc import child_env, run_python
+
+PROBE = textwrap.dedent("""
+    import jax
+    try:
+      jax.devices()
+    except RuntimeError as e:
+      print("RAISED:", e)
+    else:
+      print("NO ERROR", jax.devices())
+""")
+
+
+def probe(**env):
+  r = run_python(["-c", PROBE], child_env(JAX_PLATFORMS="myplugin", **env), timeout=120)
+  assert r.returncode == 0, r.output  # a Python error, not a crash
+  assert "RAISED:" in r.stdout, r.output
+  return r
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "abc", "2.5", "100000"])
+def test_invalid_num_devices(value):
+  r = probe(MYPLUGIN_NUM_DEVICES=value)
+  assert "MYPLUGIN_NUM_DEVICES must be a whole number of devices" in r.stdout
+  assert "INVALID_ARGUMENT" in r.stdout
+
+
+def test_missing_engine_library_is_named(tmp_path):
+  path = str(tmp_path / "no_such_engine.so")
+  r = probe(MYPLUGIN_ENGINE_PATH=path)
+  assert "XLA engine library not found: " + path in r.stdout
+  # initialize() said so at warning level, too.
+  assert "myplugin:" in r.stderr and path in r.stderr
+
+
+def test_unloadable_engine_library_is_named(tmp_path):
+  bogus = tmp_path / "engine.so"
+  bogus.write_bytes(b"this is not an ELF file")
+  r = probe(MYPLUGIN_ENGINE_PATH=str(bogus))
+  assert f"cannot load XLA engine library {bogus}" in r.stdout
+
+
+def test_library_without_pjrt_api_is_named():
+  libm = next(p for p in ("/lib/x86_64-linux-gnu/libm.so.6", "/usr/lib/x86_64-linux-gnu/libm.so.6",
+                          "/lib64/libm.so.6", "/usr/lib/aarch64-linux-gnu/libm.so.6") if os.path.exists(p))
+  r = probe(MYPLUGIN_ENGINE_PATH=libm)
+  assert "is not a PJRT plugin: it does not export GetPjrtApi" in r.stdout
+  assert libm in r.stdout
+
+
+def test_unknown_register_option():
+  r = probe(JAX_PJRT_CLIENT_CREATE_OPTIONS="num_devics:2")
+  assert "unknown myplugin client option 'num_devics'" in r.stdout
+  assert "accepted: num_devices" in r.stdout
+
+
+def test_register_option_sets_device_count():
+  code = textwrap.dedent("""
+      import jax
+      from jax._src import xla_bridge
+      print("COUNT", len(jax.devices()))
+  """)
+  r = run_python(["-c", code], child_env(JAX_PLATFORMS="myplugin", JAX_PJRT_CLIENT_CREATE_OPTIONS="num_devices:3",
+                                         MYPLUGIN_NUM_DEVICES="5"), timeout=120)
+  assert r.returncode == 0, r.output
+  assert "COUNT 3" in r.stdout  # the explicit option wins over the environment
+
+
+def test_nonexistent_device():
+  code = textwrap.dedent("""
+      import jax
+      from jax._src import xla_bridge
+      from jax.experimental import mesh_utils
+      assert len(jax.devices()) == 2
+      try:
+        xla_bridge.get_backend().device_from_local_hardware_id(5)
+      except Exception as e:
+        print("LOOKUP:", type(e).__name__, e)
+      try:
+        jax.devices()[5]
+      except IndexError as e:
+        print("INDEX:", e)
+      try:
+        mesh_utils.create_device_mesh((2, 4))
+      except ValueError as e:
+        print("MESH:", e)
+  """)
+  r = run_python(["-c", code], child_env(JAX_PLATFORMS="myplugin", MYPLUGIN_NUM_DEVICES="2"), timeout=120)
+  assert r.returncode == 0, r.output
+  assert "LOOKUP: " in r.stdout and "no addressable device with local hardware id 5 (it has 2 local devices)" in r.stdout
+  assert "INDEX:" in r.stdout and "MESH:" in r.stdout
+
+
+def test_wrong_platform_name():
+  r = run_python(["-c", PROBE], child_env(JAX_PLATFORMS="mypluginn"), timeout=120)
+  assert r.returncode == 0, r.output
+  assert "RAISED:" in r.stdout and "mypluginn" in r.stdout

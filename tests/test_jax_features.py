@@ -1,0 +1,46 @@
+"""jax features that need the plugin's help: donation, host callbacks."""
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+
+def test_donation_deletes_buffer_without_warning():
+  device = jax.devices("myplugin")[0]
+  x = jax.device_put(np.arange(1024, dtype=np.float32), device)
+  f = jax.jit(lambda v: v * 2 + 1, donate_argnums=0)
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")  # "Some donated buffers were not usable" would fail here
+    y = f(x)
+  assert x.is_deleted()
+  np.testing.assert_array_equal(np.asarray(y), np.arange(1024, dtype=np.float32) * 2 + 1)
+  with pytest.raises(RuntimeError, match="deleted"):
+    np.asarray(x)
+
+
+def test_donation_reuses_memory():
+  device = jax.devices("myplugin")[0]
+  x = jax.device_put(np.ones(1 << 16, np.float32), device)
+  before = x.unsafe_buffer_pointer()
+  y = jax.jit(lambda v: v + 1, donate_argnums=0)(x)
+  assert y.unsafe_buffer_pointer() == before
+
+
+@pytest.mark.parametrize("name,fn", [
+    ("jax.debug.print", lambda v: jax.debug.print("v={}", v) or v),
+    ("jax.pure_callback", lambda v: jax.pure_callback(np.sin, jax.ShapeDtypeStruct(v.shape, v.dtype), v)),
+    ("jax.debug.callback", lambda v: jax.debug.callback(print, v) or v),
+])
+def test_host_callbacks_fail_clearly(name, fn):
+  x = jax.device_put(np.float32(1.0), jax.devices("myplugin")[0])
+  with pytest.raises(NotImplementedError, match=f"myplugin does not run Python host callbacks yet \\({name}\\)"):
+    jax.jit(fn)(x)
+
+
+def test_host_callbacks_still_work_on_cpu():
+  # The rules we install are for platform myplugin only.
+  x = jax.device_put(np.float32(0.5), jax.devices("cpu")[0])
+  out = jax.jit(lambda v: jax.pure_callback(np.sin, jax.ShapeDtypeStruct(v.shape, v.dtype), v))(x)
+  np.testing.assert_allclose(np.asarray(out), np.sin(0.5), rtol=1e-6)

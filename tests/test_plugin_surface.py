@@ -1,0 +1,96 @@
+"""What jax and users see of the plugin: names, devices, memories, the
+C API table, and the library's exports."""
+import ctypes
+import shutil
+import subprocess
+
+import jax
+import numpy as np
+import pytest
+
+import jax_plugin
+from jax_plugin import _myplugin
+
+
+def test_platform_name_and_version():
+  backend = jax.devices("myplugin")[0].client
+  assert backend.platform == "myplugin"
+  device = jax.devices()[0]
+  assert device.platform == "myplugin"
+  assert device.client.platform == "myplugin"
+  assert jax_plugin.__version__ == "0.1.0"
+
+
+def test_devices_are_ours():
+  devices = jax.devices("myplugin")
+  assert [d.id for d in devices] == list(range(8))
+  assert all(d.process_index == 0 for d in devices)
+  assert jax.process_index() == 0 and jax.process_count() == 1
+  assert jax.local_device_count() == 8 and jax.device_count() == 8
+  d = devices[3]
+  assert repr(d) == "MypluginDevice(id=3, process_index=0, kind=cpu)"
+  assert d.device_kind == "cpu"
+  assert d.engine_device_kind == "cpu"  # a device attribute
+  assert d.local_hardware_id == 3
+
+
+def test_memories():
+  d = jax.devices("myplugin")[2]
+  kinds = {m.kind for m in d.addressable_memories()}
+  assert "device" in kinds
+  assert d.default_memory().kind == "device"
+  assert all(repr(m).startswith("MypluginMemory(") and "myplugin" in str(m) for m in d.addressable_memories())
+  assert d in d.default_memory().addressable_by_devices()
+  x = jax.device_put(np.arange(4.0), d)
+  assert x.devices() == {d}
+  assert x.sharding.memory_kind == "device"
+
+
+def test_copy_between_devices():
+  a, b = jax.devices("myplugin")[:2]
+  x = jax.device_put(np.arange(10), a)
+  y = jax.device_put(x, b)
+  assert y.devices() == {b}
+  np.testing.assert_array_equal(np.asarray(y), np.arange(10))
+
+
+def _api_table():
+  lib = ctypes.CDLL(jax_plugin.library_path())
+  lib.GetPjrtApi.restype = ctypes.c_void_p
+  return lib.GetPjrtApi()
+
+
+def test_api_table_is_complete_and_versioned():
+  api = _api_table()
+  struct_size = ctypes.c_size_t.from_address(api).value
+  # struct_size, extension_start, then PJRT_Api_Version {size, ext, major, minor}.
+  major = ctypes.c_int.from_address(api + 32).value
+  minor = ctypes.c_int.from_address(api + 36).value
+  assert (major, minor) == _myplugin.PJRT_API_VERSION
+  entries = (struct_size - 40) // 8
+  assert entries > 100
+  missing = [i for i in range(entries) if not ctypes.c_void_p.from_address(api + 40 + 8 * i).value]
+  assert missing == [], f"null entries at indices {missing}"
+
+
+def test_api_table_has_ffi_extension():
+  api = _api_table()
+  ext = ctypes.c_void_p.from_address(api + 8).value
+  types = []
+  while ext:
+    types.append(ctypes.c_int.from_address(ext + 8).value)
+    ext = ctypes.c_void_p.from_address(ext + 16).value
+  assert 5 in types  # PJRT_Extension_Type_FFI
+
+
+@pytest.mark.skipif(shutil.which("nm") is None, reason="binutils' nm is not installed")
+def test_library_exports_only_get_pjrt_api():
+  out = subprocess.run(["nm", "-D", "--defined-only", jax_plugin.library_path()], capture_output=True, text=True,
+                       check=True, timeout=60).stdout
+  symbols = {line.split()[-1] for line in out.splitlines() if line.strip()}
+  assert symbols == {"GetPjrtApi"}
+
+
+def test_untyped_custom_calls_are_refused_clearly():
+  with pytest.raises(ValueError, match="untyped custom-call API"):
+    _myplugin.register_custom_call_target(jax_plugin.registration.c_api(), "legacy_target", object(), "myplugin", 0, 0)
