@@ -1,0 +1,41 @@
+"""The examples run as README says, and the training example trains the
+same on myplugin as on jax's CPU backend."""
+import os
+import re
+
+import numpy as np
+import pytest
+
+from proc import child_env, run_python
+
+EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
+
+
+def run_example(name, **env):
+  r = run_python([os.path.join(EXAMPLES, name)], child_env(**env), timeout=240)
+  assert r.returncode == 0, r.output
+  return r.stdout
+
+
+def test_demo_sharded_computation():
+  out = run_example("sharded_computation.py", JAX_PLATFORMS="myplugin", MYPLUGIN_NUM_DEVICES="8")
+  assert "backend: myplugin devices: 8" in out
+  assert "shardings match: True" in out
+  assert "psum over shards: 496" in out
+  assert "[48. 52. 56. 60. 64. 68. 72. 76.]" in out
+
+
+def test_pmap_psum_example():
+  out = run_example("pmap_psum.py", JAX_PLATFORMS="myplugin", MYPLUGIN_NUM_DEVICES="8")
+  assert "global devices: 8 local devices: 8 process 0 of 1" in out
+  assert "[8. 8. 8. 8. 8. 8. 8. 8.]" in out
+
+
+def test_train_mlp_matches_cpu():
+  losses = {}
+  for platform, env in {"myplugin": {"MYPLUGIN_NUM_DEVICES": "8"}, "cpu": {"JAX_NUM_CPU_DEVICES": "8"}}.items():
+    out = run_example("train_mlp.py", JAX_PLATFORMS=platform, **env)
+    losses[platform] = np.array([float(v) for v in re.findall(r"loss ([0-9.]+)", out)])
+  assert len(losses["myplugin"]) == 6
+  np.testing.assert_allclose(losses["myplugin"], losses["cpu"], rtol=1e-4)
+  assert losses["myplugin"][-1] < losses["myplugin"][0]
