@@ -76,9 +76,11 @@ def _initialize() -> None:
   if isinstance(nonexperimental, (set, list)) and PLATFORM not in nonexperimental:
     nonexperimental.add(PLATFORM) if isinstance(nonexperimental, set) else nonexperimental.append(PLATFORM)
 
-  # A callable (not None) so that jax also passes jax_pjrt_client_create_options
-  # when jax.distributed is initialized.
-  _c_api = xla_bridge.register_plugin(PLATFORM, library_path=lib, options=lambda: {})
+  # jax calls this right before it creates our client, which is where a
+  # multi-process job must join our coordination service. (Being callable,
+  # not None, also makes jax pass jax_pjrt_client_create_options when
+  # jax.distributed is initialized.)
+  _c_api = xla_bridge.register_plugin(PLATFORM, library_path=lib, options=_client_options)
   if _c_api is None:
     raise RuntimeError("jax refused to register the myplugin PJRT library (see jax's log)")
 
@@ -90,6 +92,20 @@ def _initialize() -> None:
     lowering.register_lapack_targets(_c_api)
   except Exception as e:  # the backend itself may still work; say what is lost
     logger.warning("myplugin: jnp.linalg decompositions (LAPACK) will not run: %s", e)
+
+
+def _client_options() -> dict:
+  """Joins the job before the client exists: from MYPLUGIN_* variables (the
+  launcher's), or through jax.distributed's key-value store."""
+  from jax._src import distributed as jax_distributed
+  from jax_plugin import distributed
+
+  if not distributed.is_initialized():
+    if not distributed.initialize_from_environment():
+      state = jax_distributed.global_state
+      if state.client is not None and (state.num_processes or 1) > 1:
+        distributed.initialize_through_jax(state)
+  return {}
 
 
 def _install_custom_call_handler(capsule) -> None:

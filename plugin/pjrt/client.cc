@@ -6,6 +6,7 @@
 #include <shared_mutex>
 #include <unordered_map>
 
+#include "coordination/runtime.h"
 #include "pjrt/engine_instance.h"
 #include "pjrt/error.h"
 
@@ -40,29 +41,113 @@ Memory* MemoryOfEngine(PJRT_Memory* engine_memory) {
   return it == m.memories.end() ? nullptr : it->second;
 }
 
+namespace {
+
+// The job as this process sees it: the global topology agreed through the
+// coordination service, or this process alone.
+struct JobView {
+  int process_index = 0;
+  std::vector<coordination::ProcessInfo> processes;
+};
+
+StatusOr<JobView> ViewOfJob(const ClientOptions& options) {
+  coordination::DistributedRuntime& runtime = coordination::DistributedRuntime::Get();
+  JobView view;
+  if (!runtime.initialized()) {
+    if (options.num_nodes > 1) {
+      return FailedPrecondition("jax.distributed reports " + std::to_string(options.num_nodes) +
+                                " processes, but this process has not joined myplugin's coordination service "
+                                "(jax_plugin joins it when the backend is created; was the plugin registered "
+                                "by hand?)");
+    }
+    coordination::ProcessInfo self;
+    self.num_devices = options.num_devices;
+    view.processes.push_back(self);
+    return view;
+  }
+  view.process_index = runtime.process_id();
+  view.processes = runtime.processes();
+  const int n = static_cast<int>(view.processes.size());
+  if (options.num_nodes > 0 && (options.num_nodes != n || options.node_id != view.process_index)) {
+    return FailedPrecondition("jax.distributed says this is process " + std::to_string(options.node_id) + " of " +
+                              std::to_string(options.num_nodes) + ", myplugin's coordination service says process " +
+                              std::to_string(view.process_index) + " of " + std::to_string(n));
+  }
+  const int local = view.processes[view.process_index].num_devices;
+  if (options.num_devices_given && options.num_devices != local) {
+    return InvalidArgument("this process registered " + std::to_string(local) +
+                           " local devices with the coordination service, but the client was asked for " +
+                           std::to_string(options.num_devices));
+  }
+  for (int p = 0; p < n; ++p) {
+    if (view.processes[p].num_devices != local) {
+      return InvalidArgument("every process must have the same number of local devices: process " +
+                             std::to_string(view.process_index) + " has " + std::to_string(local) + ", process " +
+                             std::to_string(p) + " (" + view.processes[p].hostname + ", pid " +
+                             std::to_string(view.processes[p].pid) + ") has " +
+                             std::to_string(view.processes[p].num_devices));
+    }
+  }
+  return view;
+}
+
+}  // namespace
+
 StatusOr<std::unique_ptr<Client>> Client::Create(const ClientOptions& options) {
   MYPLUGIN_RETURN_IF_ERROR(EnsureEngineLoaded());
+  StatusOr<JobView> job = ViewOfJob(options);
+  if (!job.ok()) return job.status();
   EngineClientOptions engine_options;
-  engine_options.num_devices = options.num_devices;
+  engine_options.num_devices = job.value().processes[job.value().process_index].num_devices;
   StatusOr<std::unique_ptr<EngineClient>> engine_client = EngineClient::Create(Engine(), engine_options);
   if (!engine_client.ok()) return engine_client.status();
-  std::unique_ptr<Client> client(new Client(engine_client.take()));
-  MYPLUGIN_RETURN_IF_ERROR(client->BuildDevices());
+  std::unique_ptr<Client> client(new Client(engine_client.take(), job.value().process_index));
+  MYPLUGIN_RETURN_IF_ERROR(client->BuildDevices(job.value().processes));
   return client;
 }
 
-Status Client::BuildDevices() {
+Status Client::BuildDevices(const std::vector<coordination::ProcessInfo>& processes) {
+  // Global ids run process by process: process p's local device j is
+  // sum(devices of processes before p) + j.
+  int first_id = 0;
+  for (int p = 0; p < static_cast<int>(processes.size()); ++p) {
+    if (p == process_index_) {
+      MYPLUGIN_RETURN_IF_ERROR(AddLocalDevices(first_id));
+    } else {
+      AddRemoteDevices(p, processes[p], first_id);
+    }
+    first_id += processes[p].num_devices;
+  }
+  EngineClient& engine = *engine_client_;
+  std::vector<PJRT_DeviceDescription*> descriptions;
+  for (const auto& d : devices_) descriptions.push_back(ToC(&d->description()));
+  platform_version_ = std::string(kPlatformName) + " " + kPluginVersion + " over XLA engine '" +
+                      engine.platform_name() + "' " + engine.platform_version() + " (PJRT C API " +
+                      Engine().ApiVersionString() + ")";
+  topology_ = std::make_unique<Topology>(kPlatformName, platform_version_, std::move(descriptions));
+
+  EngineObjectMap& m = ObjectMap();
+  std::unique_lock<std::shared_mutex> lock(m.mu);
+  for (const auto& d : devices_) {
+    if (d->engine() != nullptr) m.devices[d->engine()] = d.get();
+  }
+  for (const auto& mem : memories_) {
+    if (mem->engine() != nullptr) m.memories[mem->engine()] = mem.get();
+  }
+  return OkStatus();
+}
+
+Status Client::AddLocalDevices(int first_id) {
   EngineClient& engine = *engine_client_;
   std::map<PJRT_Memory*, Memory*> memory_of;
+  int ordinal = 0;
   for (PJRT_Device* engine_device : engine.addressable_devices()) {
-    StatusOr<int> id = engine.DeviceId(engine_device);
-    if (!id.ok()) return id.status();
     StatusOr<std::string> kind = engine.DeviceKind(engine_device);
     if (!kind.ok()) return kind.status();
     StatusOr<int> hw = engine.LocalHardwareId(engine_device);
     if (!hw.ok()) return hw.status();
-    devices_.push_back(
-        std::make_unique<Device>(id.value(), process_index_, kind.value(), engine_device, hw.value()));
+    devices_.push_back(std::make_unique<Device>(first_id + ordinal++, process_index_, kind.value(), engine_device,
+                                                hw.value()));
     Device* device = devices_.back().get();
 
     StatusOr<std::vector<PJRT_Memory*>> mems = engine.DeviceMemories(engine_device);
@@ -88,25 +173,30 @@ Status Client::BuildDevices() {
     c_devices_.push_back(ToC(device));
     c_addressable_devices_.push_back(ToC(device));
   }
-
-  std::vector<PJRT_DeviceDescription*> descriptions;
-  for (const auto& d : devices_) descriptions.push_back(ToC(&d->description()));
-  platform_version_ = std::string(kPlatformName) + " " + kPluginVersion + " over XLA engine '" +
-                      engine.platform_name() + "' " + engine.platform_version() + " (PJRT C API " +
-                      Engine().ApiVersionString() + ")";
-  topology_ = std::make_unique<Topology>(kPlatformName, platform_version_, std::move(descriptions));
-
-  EngineObjectMap& m = ObjectMap();
-  std::unique_lock<std::shared_mutex> lock(m.mu);
-  for (const auto& d : devices_) m.devices[d->engine()] = d.get();
-  for (const auto& mem : memories_) m.memories[mem->engine()] = mem.get();
   return OkStatus();
+}
+
+// Devices of other processes: described, never addressed. Each gets one
+// "device" memory of its own so that jax can ask any device for its default
+// memory kind.
+void Client::AddRemoteDevices(int process_index, const coordination::ProcessInfo& info, int first_id) {
+  for (int j = 0; j < info.num_devices; ++j) {
+    devices_.push_back(std::make_unique<Device>(first_id + j, process_index, info.device_kind, nullptr, j));
+    Device* device = devices_.back().get();
+    remote_memories_.push_back(std::make_unique<Memory>(-1 - device->id(), "device", 0, nullptr));
+    Memory* memory = remote_memories_.back().get();
+    memory->AddDevice(device);
+    device->AddMemory(memory, true);
+    c_devices_.push_back(ToC(device));
+  }
 }
 
 Client::~Client() {
   EngineObjectMap& m = ObjectMap();
   std::unique_lock<std::shared_mutex> lock(m.mu);
-  for (const auto& d : devices_) m.devices.erase(d->engine());
+  for (const auto& d : devices_) {
+    if (d->engine() != nullptr) m.devices.erase(d->engine());
+  }
   for (const auto& mem : memories_) m.memories.erase(mem->engine());
 }
 
@@ -207,8 +297,10 @@ PJRT_Error* PjrtClientAddressableMemories(PJRT_Client_AddressableMemories_Args* 
   return nullptr;
 }
 
-PJRT_Error* PjrtClientUpdateGlobalProcessInfo(PJRT_Client_UpdateGlobalProcessInfo_Args* args) {
-  return ToPjrtError(Unimplemented("myplugin keeps its own process table (coordination service)"));
-}
+// jax.distributed reports its view of the processes here, from a watcher
+// thread that aborts the process on any error. Our coordination service
+// keeps the table that counts (and detects failures itself), so jax's view
+// is accepted and not needed.
+PJRT_Error* PjrtClientUpdateGlobalProcessInfo(PJRT_Client_UpdateGlobalProcessInfo_Args* args) { return nullptr; }
 
 }  // namespace myplugin

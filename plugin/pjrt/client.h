@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "coordination/process_info.h"
 #include "engine/engine_client.h"
 #include "pjrt/client_options.h"
 #include "pjrt/device.h"
@@ -39,14 +40,19 @@ class Client {
   Device* LookupAddressableDevice(int local_hardware_id) const;
 
  private:
-  explicit Client(std::unique_ptr<EngineClient> engine_client) : engine_client_(std::move(engine_client)) {}
-  Status BuildDevices();
+  explicit Client(std::unique_ptr<EngineClient> engine_client, int process_index)
+      : engine_client_(std::move(engine_client)), process_index_(process_index) {}
+  // `processes` is the global topology (just this process when alone).
+  Status BuildDevices(const std::vector<coordination::ProcessInfo>& processes);
+  Status AddLocalDevices(int first_id);
+  void AddRemoteDevices(int process_index, const coordination::ProcessInfo& info, int first_id);
 
   std::unique_ptr<EngineClient> engine_client_;
-  int process_index_ = 0;
+  int process_index_;
   std::string platform_version_;
   std::vector<std::unique_ptr<Device>> devices_;
-  std::vector<std::unique_ptr<Memory>> memories_;
+  std::vector<std::unique_ptr<Memory>> memories_;         // local: the engine's
+  std::vector<std::unique_ptr<Memory>> remote_memories_;  // other processes' devices
   std::vector<PJRT_Device*> c_devices_;
   std::vector<PJRT_Device*> c_addressable_devices_;
   std::vector<PJRT_Memory*> c_memories_;

@@ -54,7 +54,7 @@ StatusOr<ClientOptions> ParseClientOptions(const PJRT_NamedValue* values, size_t
       if (!n.ok()) return n.status();
       MYPLUGIN_RETURN_IF_ERROR(CheckDeviceCount(n.value(), "myplugin client option 'num_devices'"));
       options.num_devices = static_cast<int>(n.value());
-      num_devices_given = true;
+      options.num_devices_given = num_devices_given = true;
     } else if (name == "node_id" || name == "num_nodes") {
       StatusOr<int64_t> n = IntValue(v, name);
       if (!n.ok()) return n.status();
@@ -75,12 +75,8 @@ StatusOr<ClientOptions> ParseClientOptions(const PJRT_NamedValue* values, size_t
       }
       MYPLUGIN_RETURN_IF_ERROR(CheckDeviceCount(n, "MYPLUGIN_NUM_DEVICES"));
       options.num_devices = static_cast<int>(n);
+      options.num_devices_given = true;
     }
-  }
-  if (options.num_nodes > 1) {
-    return Unimplemented(
-        "myplugin does not run multi-process programs yet (jax.distributed gave num_nodes=" +
-        std::to_string(options.num_nodes) + ")");
   }
   return options;
 }

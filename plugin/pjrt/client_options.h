@@ -13,6 +13,8 @@ namespace myplugin {
 
 struct ClientOptions {
   int num_devices = 1;
+  // True when num_devices came from an option or MYPLUGIN_NUM_DEVICES.
+  bool num_devices_given = false;
   // From jax.distributed, when it ran. -1 when absent.
   int node_id = -1;
   int num_nodes = -1;

@@ -4,9 +4,20 @@
 // register_plugin returns), never by linking to the plugin library.
 #include <Python.h>
 #include <nanobind/nanobind.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/unique_ptr.h>
+#include <nanobind/stl/vector.h>
 
+#include <memory>
 #include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "coordination/runtime.h"
+#include "coordination/service.h"
+#include "coordination/wire.h"
 
 #include "pjrt/ffi_extension.h"
 #include "pjrt_c_api.h"
@@ -86,6 +97,189 @@ void RegisterCustomCallTarget(nb::handle c_api, const std::string& name, nb::han
   }
 }
 
+const char* CodeName(myplugin::Code code) {
+  static const char* names[] = {"OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED",
+                                "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED",
+                                "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL",
+                                "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED"};
+  int i = static_cast<int>(code);
+  return i >= 0 && i < 17 ? names[i] : "UNKNOWN";
+}
+
+// Our Status becomes a RuntimeError whose message starts with the code.
+void ThrowIfError(const myplugin::Status& st) {
+  if (!st.ok()) throw std::runtime_error(std::string(CodeName(st.code())) + ": " + st.message());
+}
+
+template <typename T>
+T ValueOrThrow(myplugin::StatusOr<T> v) {
+  ThrowIfError(v.status());
+  return v.take();
+}
+
+namespace coord = myplugin::coordination;
+
+std::shared_ptr<coord::CoordinationClient> Client() {
+  auto client = coord::DistributedRuntime::Get().client();
+  if (!client) {
+    throw std::runtime_error(
+        "FAILED_PRECONDITION: myplugin's distributed runtime is not initialized "
+        "(call jax_plugin.distributed.initialize() first)");
+  }
+  return client;
+}
+
+nb::bytes Bytes(const std::string& s) { return nb::bytes(s.data(), s.size()); }
+
+void BindCoordination(nb::module_& m) {
+  nb::class_<coord::CoordinationService>(m, "CoordinationService",
+                                         "A coordination service, for launchers and the standalone CLI.")
+      .def_static(
+          "start",
+          [](const std::string& bind_host, int port, int num_processes, const std::string& token,
+             double heartbeat_timeout, double initialization_timeout) {
+            coord::ServiceOptions o;
+            o.num_processes = num_processes;
+            o.token = token;
+            o.heartbeat_timeout_s = heartbeat_timeout;
+            o.initialization_timeout_s = initialization_timeout;
+            return ValueOrThrow(coord::CoordinationService::Start(bind_host, port, o));
+          },
+          nb::arg("bind_host"), nb::arg("port"), nb::arg("num_processes"), nb::arg("token"),
+          nb::arg("heartbeat_timeout"), nb::arg("initialization_timeout"))
+      .def_prop_ro("port", &coord::CoordinationService::port)
+      .def("stop", &coord::CoordinationService::Stop, nb::call_guard<nb::gil_scoped_release>())
+      .def("failure",
+           [](coord::CoordinationService& s) -> std::optional<std::string> {
+             auto f = s.failure();
+             if (!f) return std::nullopt;
+             return f->message();
+           })
+      .def("all_departed", &coord::CoordinationService::all_departed);
+
+  m.def(
+      "distributed_initialize",
+      [](std::vector<std::string> addresses, int num_processes, int process_id, const std::string& token,
+         double initialization_timeout, bool fate_sharing, const std::string& hostname,
+         int num_devices,
+         const std::string& device_kind, int os_pid) {
+        coord::RuntimeOptions o;
+        o.coordinator_addresses = std::move(addresses);
+        o.num_processes = num_processes;
+        o.process_id = process_id;
+        o.token = token;
+        o.initialization_timeout_s = initialization_timeout;
+        o.fate_sharing = fate_sharing;
+        o.local.hostname = hostname;
+        o.local.num_devices = num_devices;
+        o.local.device_kind = device_kind;
+        o.local.pid = os_pid;
+        myplugin::Status st;
+        {
+          nb::gil_scoped_release release;
+          st = coord::DistributedRuntime::Get().Initialize(o);
+        }
+        ThrowIfError(st);
+      },
+      nb::arg("addresses"), nb::arg("num_processes"), nb::arg("process_id"), nb::arg("token"),
+      nb::arg("initialization_timeout"), nb::arg("fate_sharing"), nb::arg("hostname"), nb::arg("num_devices"),
+      nb::arg("device_kind"), nb::arg("os_pid"));
+  m.def("distributed_shutdown", [](double timeout) {
+    myplugin::Status st;
+    {
+      nb::gil_scoped_release release;
+      st = coord::DistributedRuntime::Get().Shutdown(timeout);
+    }
+    ThrowIfError(st);
+  });
+  m.def("distributed_is_initialized", [] { return coord::DistributedRuntime::Get().initialized(); });
+  m.def("process_id", [] { return coord::DistributedRuntime::Get().process_id(); });
+  m.def("num_processes", [] { return coord::DistributedRuntime::Get().num_processes(); });
+  m.def("global_processes", [] {
+    nb::list out;
+    for (const auto& p : coord::DistributedRuntime::Get().processes()) {
+      nb::dict d;
+      d["hostname"] = p.hostname;
+      d["num_devices"] = p.num_devices;
+      d["device_kind"] = p.device_kind;
+      d["pid"] = p.pid;
+      out.append(d);
+    }
+    return out;
+  });
+  m.def("failure", []() -> std::optional<std::string> {
+    auto client = coord::DistributedRuntime::Get().client();
+    if (!client) return std::nullopt;
+    auto f = client->failure();
+    if (!f) return std::nullopt;
+    return f->message();
+  });
+  m.def("kv_set", [](nb::bytes key, nb::bytes value) {
+    auto c = Client();
+    std::string k(key.c_str(), key.size()), v(value.c_str(), value.size());
+    myplugin::Status st;
+    {
+      nb::gil_scoped_release release;
+      st = c->KeyValueSet(k, v);
+    }
+    ThrowIfError(st);
+  });
+  m.def("kv_get", [](nb::bytes key, double timeout) {
+    auto c = Client();
+    std::string k(key.c_str(), key.size());
+    myplugin::StatusOr<std::string> v = myplugin::Status();
+    {
+      nb::gil_scoped_release release;
+      v = c->KeyValueGet(k, timeout);
+    }
+    return Bytes(ValueOrThrow(std::move(v)));
+  });
+  m.def("kv_try_get", [](nb::bytes key) -> std::optional<nb::bytes> {
+    auto c = Client();
+    std::string k(key.c_str(), key.size());
+    myplugin::StatusOr<std::string> v = myplugin::Status();
+    {
+      nb::gil_scoped_release release;
+      v = c->KeyValueTryGet(k);
+    }
+    if (!v.ok() && v.status().code() == myplugin::Code::kNotFound) return std::nullopt;
+    return Bytes(ValueOrThrow(std::move(v)));
+  });
+  m.def("kv_delete", [](nb::bytes key) {
+    auto c = Client();
+    std::string k(key.c_str(), key.size());
+    myplugin::Status st;
+    {
+      nb::gil_scoped_release release;
+      st = c->KeyValueDelete(k);
+    }
+    ThrowIfError(st);
+  });
+  m.def("kv_list", [](nb::bytes prefix) {
+    auto c = Client();
+    std::string p(prefix.c_str(), prefix.size());
+    myplugin::StatusOr<std::vector<std::pair<std::string, std::string>>> v = myplugin::Status();
+    {
+      nb::gil_scoped_release release;
+      v = c->KeyValueList(p);
+    }
+    nb::list out;
+    for (const auto& [k, val] : ValueOrThrow(std::move(v))) out.append(nb::make_tuple(Bytes(k), Bytes(val)));
+    return out;
+  });
+  m.def("barrier", [](const std::string& name, double timeout) {
+    auto c = Client();
+    myplugin::Status st;
+    {
+      nb::gil_scoped_release release;
+      st = c->Barrier(name, timeout);
+    }
+    ThrowIfError(st);
+  });
+  m.attr("FATE_SHARING_EXIT_CODE") = coord::kFateSharingExitCode;
+  m.attr("PROTOCOL_VERSION") = coord::kProtocolVersion;
+}
+
 }  // namespace
 
 NB_MODULE(_myplugin, m) {
@@ -94,4 +288,5 @@ NB_MODULE(_myplugin, m) {
   m.def("register_custom_call_target", &RegisterCustomCallTarget, nb::arg("c_api"), nb::arg("name"),
         nb::arg("fn"), nb::arg("platform"), nb::arg("api_version") = 1, nb::arg("traits") = 0,
         "Registers a typed XLA FFI handler with the engine behind a myplugin PJRT_Api capsule.");
+  BindCoordination(m);
 }

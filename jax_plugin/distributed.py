@@ -1,0 +1,269 @@
+"""Multi-process bootstrap: myplugin's own coordination service.
+
+``initialize`` takes the signature of ``jax.distributed.initialize``. It
+starts the service in process 0 (unless a launcher hosts it), connects,
+registers this process's devices, and returns once every process has
+registered and the global topology is agreed. From then on the service
+watches every process: if one dies, exits without shutting down, or stops
+responding, every other process is told which one and why, and exits
+(fate-sharing) unless ``fate_sharing=False``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import ipaddress
+import os
+import socket
+
+from jax_plugin import _myplugin, cluster
+
+_ENGINE_DEVICE_KIND = "cpu"
+_DEFAULT_SHUTDOWN_TIMEOUT = 300.0
+# The key under which process 0 publishes the service's address in jax's
+# own key-value store, when jax.distributed bootstraps the job.
+JAX_KV_KEY = "myplugin/coordination_service"
+
+_atexit_registered = False
+_service = None  # the CoordinationService this process hosts, if any
+_fate_sharing = True
+
+
+def _is_loopback(host: str) -> bool:
+  if host in ("localhost", "ip6-localhost"):
+    return True
+  try:
+    return ipaddress.ip_address(host).is_loopback
+  except ValueError:
+    return False
+
+
+def _split_address(address: str) -> tuple[str, int]:
+  host, sep, port = address.rpartition(":")
+  if not sep or not host or not port.isdigit():
+    raise ValueError(f"coordinator address must be host:port, got {address!r}")
+  return host.strip("[]"), int(port)
+
+
+def is_initialized() -> bool:
+  return _myplugin.distributed_is_initialized()
+
+
+def initialize(coordinator_address: str | None = None,
+               num_processes: int | None = None,
+               process_id: int | None = None,
+               local_device_ids: int | list[int] | None = None,
+               cluster_detection_method: str | None = None,
+               initialization_timeout: float = 300,
+               heartbeat_timeout_seconds: float = 100,
+               coordinator_bind_address: str | None = None,
+               *,
+               fate_sharing: bool = True) -> None:
+  """Joins this process to a myplugin job. See the module docstring."""
+  from jax._src import xla_bridge
+
+  if is_initialized():
+    raise RuntimeError("jax_plugin.distributed.initialize should only be called once")
+  if xla_bridge.backends_are_initialized():
+    raise RuntimeError("jax_plugin.distributed.initialize must be called before any JAX computation "
+                       "(the backend already exists)")
+  _initialize(coordinator_address, num_processes, process_id, local_device_ids, cluster_detection_method,
+              initialization_timeout, heartbeat_timeout_seconds, coordinator_bind_address, fate_sharing)
+
+
+def _initialize(coordinator_address, num_processes, process_id, local_device_ids, cluster_detection_method,
+                initialization_timeout, heartbeat_timeout_seconds, coordinator_bind_address, fate_sharing):
+  global _atexit_registered
+  explicit = coordinator_address is not None and num_processes is not None and process_id is not None
+  spec = None if explicit and cluster_detection_method is None else cluster.detect(cluster_detection_method)
+  if spec is not None:
+    coordinator_address = coordinator_address or spec.coordinator_address
+    num_processes = spec.num_processes if num_processes is None else num_processes
+    process_id = spec.process_id if process_id is None else process_id
+    local_device_ids = spec.local_device_ids if local_device_ids is None else local_device_ids
+  if coordinator_address is None or num_processes is None or process_id is None:
+    raise ValueError("coordinator_address, num_processes and process_id are required: pass them, run under "
+                     "myplugin-run, or set MYPLUGIN_COORDINATOR_ADDRESS, MYPLUGIN_NUM_PROCESSES and "
+                     "MYPLUGIN_PROCESS_ID (Slurm and Open MPI are detected too)")
+  num_processes, process_id = int(num_processes), int(process_id)
+  if num_processes < 1:
+    raise ValueError(f"num_processes must be at least 1, got {num_processes}")
+  if not 0 <= process_id < num_processes:
+    raise ValueError(f"process_id {process_id} is out of range for {num_processes} processes")
+
+  if isinstance(local_device_ids, int):
+    local_device_ids = [local_device_ids]
+  if local_device_ids is not None:
+    num_devices = len(local_device_ids)
+  else:
+    num_devices = int(os.environ.get("MYPLUGIN_NUM_DEVICES", "1") or "1")
+  if num_devices < 1:
+    raise ValueError(f"each process needs at least one device, got {num_devices}")
+  # The PJRT client reads the count back from the registered topology.
+  os.environ["MYPLUGIN_NUM_DEVICES"] = str(num_devices)
+
+  host, port = _split_address(coordinator_address)
+  token = os.environ.get("MYPLUGIN_COORDINATOR_TOKEN", "")
+  if not token and not _is_loopback(host):
+    raise ValueError(
+        f"the coordinator address {coordinator_address} is not on this host, and no token was given: set "
+        "MYPLUGIN_COORDINATOR_TOKEN to the same secret in every process (without a token the service listens "
+        "on loopback only)")
+  host_service = process_id == 0 and os.environ.get("MYPLUGIN_COORDINATOR_STANDALONE") != "1"
+  if host_service:
+    if coordinator_bind_address is not None:
+      bind_host, bind_port = _split_address(coordinator_bind_address)
+    else:
+      bind_host, bind_port = ("0.0.0.0" if token else "127.0.0.1"), port
+    _start_service(bind_host, bind_port, num_processes, token, heartbeat_timeout_seconds, initialization_timeout)
+  _join([coordinator_address], num_processes, process_id, token, initialization_timeout, fate_sharing, num_devices)
+
+
+def _start_service(bind_host, bind_port, num_processes, token, heartbeat_timeout, initialization_timeout):
+  global _service
+  _service = _myplugin.CoordinationService.start(bind_host, bind_port, num_processes, token,
+                                                 float(heartbeat_timeout), float(initialization_timeout))
+  return _service.port
+
+
+def _join(addresses, num_processes, process_id, token, initialization_timeout, fate_sharing, num_devices):
+  global _atexit_registered, _service, _fate_sharing
+  try:
+    _myplugin.distributed_initialize(
+        addresses=addresses, num_processes=num_processes, process_id=process_id, token=token,
+        initialization_timeout=float(initialization_timeout), fate_sharing=bool(fate_sharing),
+        hostname=socket.gethostname(), num_devices=num_devices, device_kind=_ENGINE_DEVICE_KIND,
+        os_pid=os.getpid())
+  except BaseException:
+    if _service is not None:
+      _service.stop()
+      _service = None
+    raise
+  _fate_sharing = bool(fate_sharing)
+  if not _atexit_registered:
+    atexit.register(_shutdown_at_exit)
+    _atexit_registered = True
+
+
+def _candidate_addresses(port: int) -> list[str]:
+  """Addresses of this host that other processes may reach, loopback last."""
+  hosts = []
+  try:
+    for info in socket.getaddrinfo(socket.gethostname(), None, socket.AF_INET, socket.SOCK_STREAM):
+      if info[4][0] not in hosts and not _is_loopback(info[4][0]):
+        hosts.append(info[4][0])
+  except OSError:
+    pass
+  hosts.append("127.0.0.1")
+  return [f"{h}:{port}" for h in hosts]
+
+
+def initialize_through_jax(jax_state, initialization_timeout: float = 300,
+                           heartbeat_timeout_seconds: float = 100) -> None:
+  """The job was started with jax.distributed.initialize: process 0 starts
+  our service on a free port and publishes where it is (with a fresh token)
+  in jax's own key-value store; the others read it there."""
+  import secrets
+  num_processes, process_id = int(jax_state.num_processes), int(jax_state.process_id)
+  num_devices = int(os.environ.get("MYPLUGIN_NUM_DEVICES", "1") or "1")
+  if process_id == 0:
+    token = secrets.token_hex(16)
+    try:
+      port = _start_service("0.0.0.0", 0, num_processes, token, heartbeat_timeout_seconds, initialization_timeout)
+    except Exception as e:
+      # Tell the others at once rather than let them wait for the timeout.
+      jax_state.client.key_value_set(JAX_KV_KEY, "error|" + str(e))
+      raise
+    addresses = _candidate_addresses(port)
+    jax_state.client.key_value_set(JAX_KV_KEY, ",".join(addresses) + "|" + token)
+  else:
+    published = jax_state.client.blocking_key_value_get(JAX_KV_KEY, int(initialization_timeout * 1000))
+    joined, _, token = published.partition("|")[0], None, published.partition("|")[2]
+    if joined == "error":
+      raise RuntimeError(f"process 0 could not start myplugin's coordination service: {token}")
+    addresses = joined.split(",")
+  _join(addresses, num_processes, process_id, token, initialization_timeout, True, num_devices)
+
+
+def initialize_from_environment() -> bool:
+  """Used by plugin registration: joins the job described by MYPLUGIN_* variables, if any."""
+  spec = cluster.from_myplugin_env(os.environ)
+  if spec is None or is_initialized():
+    return False
+  _initialize(None, None, None, None, "myplugin", float(os.environ.get("MYPLUGIN_INITIALIZATION_TIMEOUT", 300)),
+              float(os.environ.get("MYPLUGIN_HEARTBEAT_TIMEOUT", 100)), None, True)
+  return True
+
+
+def shutdown(timeout: float | None = None) -> None:
+  """The shutdown barrier: waits for every process to finish, then leaves."""
+  global _service
+  if timeout is None:
+    timeout = float(os.environ.get("MYPLUGIN_SHUTDOWN_TIMEOUT", _DEFAULT_SHUTDOWN_TIMEOUT))
+  try:
+    _myplugin.distributed_shutdown(float(timeout))
+  finally:
+    if _service is not None:
+      _service.stop()
+      _service = None
+
+
+def _shutdown_at_exit() -> None:
+  if not is_initialized():
+    return
+  if _myplugin.failure() is None:
+    shutdown()
+  elif _fate_sharing:
+    # The job failed while this process was finishing: it must not exit 0.
+    import sys
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(_myplugin.FATE_SHARING_EXIT_CODE)
+
+
+def process_id() -> int:
+  return _myplugin.process_id()
+
+
+def num_processes() -> int:
+  return _myplugin.num_processes()
+
+
+def global_topology() -> list[dict]:
+  """Every process's hostname, OS pid, device count and kind, in process order."""
+  return _myplugin.global_processes()
+
+
+def _bytes(v: str | bytes) -> bytes:
+  return v.encode() if isinstance(v, str) else bytes(v)
+
+
+def key_value_set(key: str | bytes, value: str | bytes) -> None:
+  _myplugin.kv_set(_bytes(key), _bytes(value))
+
+
+def key_value_get(key: str | bytes, timeout: float = 60) -> bytes:
+  """Waits up to `timeout` seconds for the key to be set."""
+  return _myplugin.kv_get(_bytes(key), float(timeout))
+
+
+def key_value_try_get(key: str | bytes) -> bytes | None:
+  return _myplugin.kv_try_get(_bytes(key))
+
+
+def key_value_delete(key: str | bytes) -> None:
+  _myplugin.kv_delete(_bytes(key))
+
+
+def key_value_list(prefix: str | bytes) -> list[tuple[bytes, bytes]]:
+  return _myplugin.kv_list(_bytes(prefix))
+
+
+def barrier(name: str, timeout: float = 60) -> None:
+  """Waits until every process reached `name`; the timeout error names the missing ones."""
+  _myplugin.barrier(name, float(timeout))
+
+
+def failure() -> str | None:
+  """Why the job failed, once it has."""
+  return _myplugin.failure()

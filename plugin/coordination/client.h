@@ -1,0 +1,123 @@
+// A process's connection to the coordination service.
+//
+// Two threads of its own: a reader that delivers replies and failure
+// notices, and a heartbeat thread that keeps the service informed and
+// watches the service in turn. When the job fails (a peer failed, or the
+// coordinator is gone), every pending and later call returns that error,
+// the failure callbacks run (the collectives layer aborts its operations
+// there), and, with fate-sharing on, the process exits shortly after with
+// an error line that names the failed process.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "common/status.h"
+#include "coordination/socket.h"
+
+namespace myplugin::coordination {
+
+// The exit code of a process that ends because a peer failed.
+inline constexpr int kFateSharingExitCode = 42;
+
+struct ClientOptions {
+  std::string address;  // host:port of the service
+  std::string token;
+  int process_id = 0;
+  int num_processes = 1;
+  // How long to keep trying to reach the service, and to wait for everyone to register.
+  double initialization_timeout_s = 300;
+  // Exit the process when the job fails (after the callbacks ran).
+  bool fate_sharing = true;
+  // Time between the failure notice and the exit: long enough for a Python
+  // exception raised from a pending call to be printed.
+  double fate_sharing_grace_s = 2.0;
+};
+
+struct RegisteredProcess {
+  uint64_t incarnation;
+  std::string topology;
+};
+
+class CoordinationClient {
+ public:
+  // Connects and says Hello; retries until the initialization timeout.
+  static StatusOr<std::unique_ptr<CoordinationClient>> Connect(const ClientOptions& options);
+  ~CoordinationClient();
+  CoordinationClient(const CoordinationClient&) = delete;
+  CoordinationClient& operator=(const CoordinationClient&) = delete;
+
+  int process_id() const { return options_.process_id; }
+  int num_processes() const { return options_.num_processes; }
+  uint64_t incarnation() const { return incarnation_; }
+
+  // Publishes this process's topology; returns every process's, in process
+  // order, once all have registered.
+  StatusOr<std::vector<RegisteredProcess>> Register(const std::string& local_topology);
+
+  Status KeyValueSet(const std::string& key, const std::string& value);
+  StatusOr<std::string> KeyValueGet(const std::string& key, double timeout_s);
+  // NOT_FOUND when the key is not set.
+  StatusOr<std::string> KeyValueTryGet(const std::string& key);
+  Status KeyValueDelete(const std::string& key);
+  StatusOr<std::vector<std::pair<std::string, std::string>>> KeyValueList(const std::string& prefix);
+  Status Barrier(const std::string& name, double timeout_s);
+  // The shutdown barrier; afterwards a lost connection is not a failure.
+  Status Shutdown(double timeout_s);
+
+  // Runs once, on the thread that learns of the failure, before any exit.
+  int AddFailureCallback(std::function<void(const Status&)> callback);
+  void RemoveFailureCallback(int id);
+  // The job's failure, once known.
+  std::optional<Status> failure();
+  double heartbeat_timeout_s() const { return heartbeat_timeout_s_; }
+
+ private:
+  struct Pending {
+    bool done = false;
+    Status status;
+    std::string payload;
+  };
+
+  CoordinationClient(const ClientOptions& options, Socket socket, uint64_t incarnation);
+  Status Hello();
+  StatusOr<std::string> Call(std::string frame_without_id, uint32_t request_id, double timeout_s);
+  uint32_t NextRequestId() { return next_request_id_++; }
+  void ReaderLoop();
+  void HeartbeatLoop();
+  void OnFailure(const Status& status);
+  void StopThreads();
+
+  const ClientOptions options_;
+  Socket socket_;
+  const uint64_t incarnation_;
+  std::mutex write_mu_;
+  std::atomic<uint32_t> next_request_id_{1};
+  double heartbeat_interval_s_ = 1;
+  double heartbeat_timeout_s_ = 10;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<uint32_t, Pending*> pending_;
+  std::optional<Status> failure_;
+  bool shut_down_ = false;
+  bool stopping_ = false;
+  std::chrono::steady_clock::time_point last_heard_;
+  std::map<int, std::function<void(const Status&)>> callbacks_;
+  int next_callback_id_ = 1;
+
+  std::thread reader_;
+  std::thread heartbeat_;
+};
+
+}  // namespace myplugin::coordination

@@ -1,0 +1,95 @@
+#include "coordination/runtime.h"
+
+#include <chrono>
+
+namespace myplugin::coordination {
+
+DistributedRuntime& DistributedRuntime::Get() {
+  // Leaked on purpose: the client's threads may still run during static
+  // destruction, and the process is going away then anyway.
+  static DistributedRuntime* runtime = new DistributedRuntime;
+  return *runtime;
+}
+
+Status DistributedRuntime::Initialize(const RuntimeOptions& options) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (client_) {
+    return FailedPrecondition("myplugin's distributed runtime is already initialized (process " +
+                              std::to_string(client_->process_id()) + " of " +
+                              std::to_string(client_->num_processes()) + ")");
+  }
+  if (options.coordinator_addresses.empty()) return InvalidArgument("no coordinator address");
+
+  // Try each candidate address with a short deadline, until the overall one.
+  using Clock = std::chrono::steady_clock;
+  auto deadline = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(options.initialization_timeout_s * 1000));
+  StatusOr<std::unique_ptr<CoordinationClient>> client = Status(Code::kUnknown, "not tried");
+  do {
+    for (const std::string& address : options.coordinator_addresses) {
+      ClientOptions co;
+      co.address = address;
+      co.token = options.token;
+      co.process_id = options.process_id;
+      co.num_processes = options.num_processes;
+      double left = std::chrono::duration<double>(deadline - Clock::now()).count();
+      co.initialization_timeout_s =
+          options.coordinator_addresses.size() == 1 ? std::max(left, 0.1) : std::min(std::max(left, 0.1), 2.0);
+      co.fate_sharing = options.fate_sharing;
+      client = CoordinationClient::Connect(co);
+      // Only an unreachable address is worth another try; a refusal is final.
+      if (client.ok() || client.status().code() != Code::kDeadlineExceeded) break;
+    }
+  } while (!client.ok() && client.status().code() == Code::kDeadlineExceeded && Clock::now() < deadline);
+  if (!client.ok()) return client.status();
+
+  StatusOr<std::vector<RegisteredProcess>> all = client.value()->Register(EncodeProcessInfo(options.local));
+  if (!all.ok()) return all.status();
+  std::vector<ProcessInfo> processes;
+  for (size_t i = 0; i < all.value().size(); ++i) {
+    StatusOr<ProcessInfo> info = DecodeProcessInfo(all.value()[i].topology);
+    if (!info.ok()) {
+      return Status(info.status().code(), "process " + std::to_string(i) + " published a bad topology: " +
+                                              info.status().message());
+    }
+    processes.push_back(info.take());
+  }
+  client_ = client.take();
+  processes_ = std::move(processes);
+  return OkStatus();
+}
+
+Status DistributedRuntime::Shutdown(double timeout_s) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!client_) return OkStatus();
+  Status st = client_->Shutdown(timeout_s);
+  client_.reset();
+  processes_.clear();
+  return st;
+}
+
+bool DistributedRuntime::initialized() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return client_ != nullptr;
+}
+
+std::shared_ptr<CoordinationClient> DistributedRuntime::client() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return client_;
+}
+
+int DistributedRuntime::process_id() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return client_ ? client_->process_id() : 0;
+}
+
+int DistributedRuntime::num_processes() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return client_ ? client_->num_processes() : 1;
+}
+
+std::vector<ProcessInfo> DistributedRuntime::processes() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return processes_;
+}
+
+}  // namespace myplugin::coordination

@@ -1,0 +1,60 @@
+// TCP sockets, owned (RAII), blocking, with deadlines. The service and the
+// client each use a thread per connection, so plain blocking calls with
+// poll() for deadlines are all they need.
+#pragma once
+
+#include <string>
+
+#include "common/status.h"
+
+namespace myplugin::coordination {
+
+struct HostPort {
+  std::string host;
+  int port = 0;
+};
+
+// "host:port", "[v6]:port". The error names the text.
+StatusOr<HostPort> ParseHostPort(const std::string& address);
+
+class Socket {
+ public:
+  Socket() = default;
+  explicit Socket(int fd) : fd_(fd) {}
+  ~Socket();
+  Socket(Socket&& other) noexcept : fd_(other.fd_) { other.fd_ = -1; }
+  Socket& operator=(Socket&& other) noexcept;
+  Socket(const Socket&) = delete;
+  Socket& operator=(const Socket&) = delete;
+
+  bool valid() const { return fd_ >= 0; }
+  int fd() const { return fd_; }
+
+  // Binds and listens; port 0 picks a free port. A port in use is an
+  // ALREADY_EXISTS error that names the address.
+  static StatusOr<Socket> Listen(const std::string& bind_host, int port);
+  int LocalPort() const;
+  // Waits up to timeout_ms for a connection; an invalid Socket on timeout.
+  StatusOr<Socket> Accept(int timeout_ms);
+
+  // Connects, retrying refused connections until `timeout_s` has passed: the
+  // peer may not be listening yet.
+  static StatusOr<Socket> Connect(const std::string& host, int port, double timeout_s);
+
+  // Sends a whole buffer. Writes never block for more than a few seconds on
+  // a peer that stopped reading.
+  Status SendAll(const std::string& data);
+  // Reads one frame's payload. timeout_ms < 0 waits forever. UNAVAILABLE on
+  // a closed connection, INVALID_ARGUMENT on a malformed length prefix.
+  Status RecvFrame(std::string* payload, int timeout_ms);
+
+  // Wakes any thread blocked in RecvFrame on this socket.
+  void ShutdownBoth();
+  std::string PeerName() const;
+
+ private:
+  Status RecvAll(char* out, size_t n, int timeout_ms);
+  int fd_ = -1;
+};
+
+}  // namespace myplugin::coordination

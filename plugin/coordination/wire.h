@@ -1,0 +1,87 @@
+// The coordination protocol on the wire: length-prefixed binary frames.
+//
+//   frame   := u32 length (little endian) | payload[length]
+//   payload := u8 type | u32 request_id | fields...
+//   fields  := u8 | u32 | u64 (little endian) | bytes (u32 length + data)
+//
+// The first frame of every connection is a Hello carrying the magic, the
+// protocol version and the shared token. Anything malformed is an error for
+// that connection only: the service closes it and keeps serving the others.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace myplugin::coordination {
+
+inline constexpr uint32_t kMagic = 0x4d59504c;  // "MYPL"
+inline constexpr uint16_t kProtocolVersion = 1;
+// Frames above this are refused before any allocation: a garbage or hostile
+// length prefix must not make the service allocate gigabytes.
+inline constexpr uint32_t kMaxFrameBytes = 64u << 20;
+
+enum class MessageType : uint8_t {
+  kHello = 1,         // client -> service: magic, version, token, process id, incarnation
+  kHelloOk = 2,       // service -> client: heartbeat interval, timeout
+  kError = 3,         // either way: code, message (the reply to a failed request)
+  kOk = 4,            // service -> client: an empty success reply
+  kRegister = 5,      // process id, num processes, incarnation, local topology
+  kTopology = 6,      // reply to kRegister, once all have registered: every process's topology
+  kKeyValueSet = 7,   // key, value
+  kKeyValueGet = 8,   // key, timeout ms (blocking)
+  kKeyValueTryGet = 9,
+  kKeyValueDelete = 10,
+  kKeyValueList = 11,  // prefix
+  kValue = 12,         // reply: value
+  kEntries = 13,       // reply: n, (key, value) * n
+  kBarrier = 14,       // name, timeout ms
+  kShutdown = 15,      // timeout ms: the shutdown barrier
+  kHeartbeat = 16,     // either way, no reply
+  kFailure = 17,       // service -> client: failed process id, reason
+};
+
+const char* MessageTypeName(MessageType type);
+
+class Writer {
+ public:
+  explicit Writer(MessageType type, uint32_t request_id = 0);
+  Writer& U8(uint8_t v);
+  Writer& U16(uint16_t v);
+  Writer& U32(uint32_t v);
+  Writer& U64(uint64_t v);
+  Writer& I64(int64_t v) { return U64(static_cast<uint64_t>(v)); }
+  Writer& Bytes(const std::string& v);
+  // The frame, length prefix included.
+  std::string Finish() const;
+
+ private:
+  std::string payload_;
+};
+
+class Reader {
+ public:
+  // `payload` must outlive the reader.
+  explicit Reader(const std::string& payload) : data_(payload) {}
+  Status Header(MessageType* type, uint32_t* request_id);
+  Status U8(uint8_t* v);
+  Status U16(uint16_t* v);
+  Status U32(uint32_t* v);
+  Status U64(uint64_t* v);
+  Status I64(int64_t* v);
+  Status Bytes(std::string* v);
+  // Trailing bytes are a protocol error too.
+  Status End() const;
+
+ private:
+  Status Take(size_t n, const char** out);
+  const std::string& data_;
+  size_t pos_ = 0;
+};
+
+// Decodes the u32 length prefix of a frame and checks it against kMaxFrameBytes.
+Status DecodeLength(const unsigned char prefix[4], uint32_t* length);
+
+}  // namespace myplugin::coordination
