@@ -142,7 +142,24 @@ def _join(addresses, num_processes, process_id, token, initialization_timeout, f
   _fate_sharing = bool(fate_sharing)
   if not _atexit_registered:
     atexit.register(_shutdown_at_exit)
+    _install_excepthook()
     _atexit_registered = True
+
+
+_uncaught = []
+
+
+def _install_excepthook() -> None:
+  """An uncaught exception ends this process with an error: the others should
+  learn that (and what it was) at once, not wait in the shutdown barrier."""
+  import sys
+  previous = sys.excepthook
+
+  def hook(exc_type, exc, tb):
+    _uncaught.append(f"{exc_type.__name__}: {exc}")
+    previous(exc_type, exc, tb)
+
+  sys.excepthook = hook
 
 
 def _candidate_addresses(port: int) -> list[str]:
@@ -210,6 +227,9 @@ def shutdown(timeout: float | None = None) -> None:
 
 def _shutdown_at_exit() -> None:
   if not is_initialized():
+    return
+  if _uncaught and _myplugin.failure() is None:
+    _myplugin.report_error(f"exited with an uncaught exception: {_uncaught[-1]}"[:2000])
     return
   if _myplugin.failure() is None:
     shutdown()

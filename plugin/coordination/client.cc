@@ -250,6 +250,18 @@ Status CoordinationClient::Shutdown(double timeout_s) {
   return st;
 }
 
+void CoordinationClient::ReportError(const std::string& reason) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (failure_ || shut_down_) return;
+    // This process is the failure: it must not also act on the notice.
+    failure_ = Status(Code::kAborted, "this process (" + std::to_string(options_.process_id) + ") failed: " + reason);
+  }
+  cv_.notify_all();
+  std::lock_guard<std::mutex> lock(write_mu_);
+  socket_.SendAll(Writer(MessageType::kReportError).Bytes(reason).Finish());
+}
+
 int CoordinationClient::AddFailureCallback(std::function<void(const Status&)> callback) {
   std::lock_guard<std::mutex> lock(mu_);
   int id = next_callback_id_++;

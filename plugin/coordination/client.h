@@ -74,6 +74,9 @@ class CoordinationClient {
   Status Barrier(const std::string& name, double timeout_s);
   // The shutdown barrier; afterwards a lost connection is not a failure.
   Status Shutdown(double timeout_s);
+  // Tells the service that this process is failing (an uncaught exception,
+  // say), so that the others learn why instead of only "connection lost".
+  void ReportError(const std::string& reason);
 
   // Runs once, on the thread that learns of the failure, before any exit.
   int AddFailureCallback(std::function<void(const Status&)> callback);

@@ -338,6 +338,13 @@ Status CoordinationService::Handle(const std::shared_ptr<Connection>& conn, cons
       ArriveAtBarrier(name, pid, w, timeout_ms / 1000.0);
       return OkStatus();
     }
+    case MessageType::kReportError: {
+      std::string reason;
+      MYPLUGIN_RETURN_IF_ERROR(r.Bytes(&reason));
+      MYPLUGIN_RETURN_IF_ERROR(r.End());
+      DeclareFailure(pid, reason);
+      return OkStatus();
+    }
     case MessageType::kShutdown: {
       uint64_t timeout_ms;
       MYPLUGIN_RETURN_IF_ERROR(r.U64(&timeout_ms));

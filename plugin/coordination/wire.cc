@@ -21,6 +21,7 @@ const char* MessageTypeName(MessageType type) {
     case MessageType::kShutdown: return "Shutdown";
     case MessageType::kHeartbeat: return "Heartbeat";
     case MessageType::kFailure: return "Failure";
+    case MessageType::kReportError: return "ReportError";
   }
   return "Unknown";
 }
@@ -77,7 +78,7 @@ Status Reader::Take(size_t n, const char** out) {
 Status Reader::Header(MessageType* type, uint32_t* request_id) {
   uint8_t t;
   MYPLUGIN_RETURN_IF_ERROR(U8(&t));
-  if (t < static_cast<uint8_t>(MessageType::kHello) || t > static_cast<uint8_t>(MessageType::kFailure)) {
+  if (t < static_cast<uint8_t>(MessageType::kHello) || t > static_cast<uint8_t>(MessageType::kReportError)) {
     return InvalidArgument("malformed coordination message: unknown type " + std::to_string(t));
   }
   *type = static_cast<MessageType>(t);

@@ -41,6 +41,7 @@ enum class MessageType : uint8_t {
   kShutdown = 15,      // timeout ms: the shutdown barrier
   kHeartbeat = 16,     // either way, no reply
   kFailure = 17,       // service -> client: failed process id, reason
+  kReportError = 18,   // client -> service: this process is failing, and why (no reply)
 };
 
 const char* MessageTypeName(MessageType type);

@@ -276,6 +276,12 @@ void BindCoordination(nb::module_& m) {
     }
     ThrowIfError(st);
   });
+  m.def("report_error", [](const std::string& reason) {
+    auto client = coord::DistributedRuntime::Get().client();
+    if (!client) return;
+    nb::gil_scoped_release release;
+    client->ReportError(reason);
+  });
   m.attr("FATE_SHARING_EXIT_CODE") = coord::kFateSharingExitCode;
   m.attr("PROTOCOL_VERSION") = coord::kProtocolVersion;
 }

@@ -1,0 +1,169 @@
+"""myplugin-run: start a multi-process job on this host.
+
+  myplugin-run -n 4 [--devices-per-process 2] [--timeout S] -- python train.py args
+
+It hosts the coordination service itself, starts the processes with the
+MYPLUGIN_* variables set (JAX_PLATFORMS=myplugin unless set), prefixes each
+output line with the rank, and on the first failure ends every process and
+exits with 100 + the rank that failed first (and says so).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+EXIT_TIMEOUT = 124
+EXIT_INTERRUPTED = 130
+# After a first failure, the others get this long to report their own
+# error (fate-sharing) before they are killed.
+FAILURE_GRACE_S = 5.0
+
+
+def _free_port() -> int:
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    return s.getsockname()[1]
+
+
+def _pump(stream, out, prefix: str, lock: threading.Lock) -> None:
+  for line in iter(stream.readline, b""):
+    with lock:
+      out.buffer.write(prefix.encode() + line if line.endswith(b"\n") else prefix.encode() + line + b"\n")
+      out.flush()
+  stream.close()
+
+
+def failure_exit_code(rank: int) -> int:
+  return min(100 + rank, 255)
+
+
+def _kill_all(procs) -> None:
+  for p in procs:
+    if p.poll() is None:
+      try:
+        os.killpg(p.pid, signal.SIGKILL)
+      except ProcessLookupError:
+        pass
+
+
+def main(argv: list[str] | None = None) -> int:
+  parser = argparse.ArgumentParser(
+      prog="myplugin-run", description="Run a multi-process JAX program on myplugin, on this host.",
+      usage="myplugin-run -n N [options] -- command [args...]")
+  parser.add_argument("-n", "--num-processes", type=int, required=True)
+  parser.add_argument("--devices-per-process", type=int, default=None,
+                      help="MYPLUGIN_NUM_DEVICES for every process (default: the environment's, else 1)")
+  parser.add_argument("--timeout", type=float, default=None, help="end the whole job after this many seconds")
+  parser.add_argument("--port", type=int, default=0, help="coordinator port (default: a free one)")
+  parser.add_argument("--heartbeat-timeout", type=float, default=float(os.environ.get("MYPLUGIN_HEARTBEAT_TIMEOUT", 100)))
+  parser.add_argument("--initialization-timeout", type=float,
+                      default=float(os.environ.get("MYPLUGIN_INITIALIZATION_TIMEOUT", 300)))
+  parser.add_argument("command", nargs=argparse.REMAINDER)
+  args = parser.parse_args(argv)
+  command = args.command[1:] if args.command[:1] == ["--"] else args.command
+  if not command:
+    parser.error("no command given (put it after --)")
+  if args.num_processes < 1:
+    parser.error("-n must be at least 1")
+  if args.devices_per_process is not None and args.devices_per_process < 1:
+    parser.error("--devices-per-process must be at least 1")
+
+  from jax_plugin import _myplugin
+
+  token = secrets.token_hex(16)
+  try:
+    service = _myplugin.CoordinationService.start("127.0.0.1", args.port, args.num_processes, token,
+                                                  args.heartbeat_timeout, args.initialization_timeout)
+  except RuntimeError as e:
+    print(f"myplugin-run: {e}", file=sys.stderr)
+    return 1
+  base_env = dict(os.environ)
+  base_env.setdefault("JAX_PLATFORMS", "myplugin")
+  base_env.update({
+      "MYPLUGIN_COORDINATOR_ADDRESS": f"127.0.0.1:{service.port}",
+      "MYPLUGIN_JAX_COORDINATOR_ADDRESS": f"127.0.0.1:{_free_port()}",
+      "MYPLUGIN_NUM_PROCESSES": str(args.num_processes),
+      "MYPLUGIN_COORDINATOR_TOKEN": token,
+      "MYPLUGIN_COORDINATOR_STANDALONE": "1",
+      "MYPLUGIN_HEARTBEAT_TIMEOUT": str(args.heartbeat_timeout),
+      "MYPLUGIN_INITIALIZATION_TIMEOUT": str(args.initialization_timeout),
+      "PYTHONUNBUFFERED": "1",
+  })
+  if args.devices_per_process is not None:
+    base_env["MYPLUGIN_NUM_DEVICES"] = str(args.devices_per_process)
+
+  lock = threading.Lock()
+  procs, pumps = [], []
+  for rank in range(args.num_processes):
+    env = dict(base_env, MYPLUGIN_PROCESS_ID=str(rank))
+    p = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         start_new_session=True)
+    procs.append(p)
+    for stream, out in ((p.stdout, sys.stdout), (p.stderr, sys.stderr)):
+      t = threading.Thread(target=_pump, args=(stream, out, f"[{rank}] ", lock), daemon=True)
+      t.start()
+      pumps.append(t)
+
+  interrupted = []
+
+  def on_signal(signum, frame):
+    interrupted.append(signum)
+
+  previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+  deadline = time.monotonic() + args.timeout if args.timeout else None
+  first_failure = None
+  failure_seen_at = None
+  status = 0
+  try:
+    while True:
+      codes = [p.poll() for p in procs]
+      if first_failure is None:
+        for rank, code in enumerate(codes):
+          if code not in (None, 0):
+            first_failure, failure_seen_at = (rank, code), time.monotonic()
+            break
+      if all(c is not None for c in codes):
+        break
+      if interrupted:
+        status = EXIT_INTERRUPTED
+        print("myplugin-run: interrupted; ending all processes", file=sys.stderr)
+        break
+      if deadline is not None and time.monotonic() > deadline:
+        status = EXIT_TIMEOUT
+        running = [r for r, c in enumerate(codes) if c is None]
+        print(f"myplugin-run: the job did not finish within {args.timeout:g} s; ending ranks {running}",
+              file=sys.stderr)
+        break
+      if failure_seen_at is not None and time.monotonic() - failure_seen_at > FAILURE_GRACE_S:
+        break
+      time.sleep(0.05)
+  finally:
+    _kill_all(procs)
+    for p in procs:
+      p.wait()
+    for t in pumps:
+      t.join(timeout=5)
+    why = service.failure()
+    service.stop()
+    for s, h in previous.items():
+      signal.signal(s, h)
+
+  if first_failure is not None:
+    rank, code = first_failure
+    detail = f" ({why})" if why else ""
+    print(f"myplugin-run: rank {rank} failed first with exit code {code}{detail}; all ranks were ended",
+          file=sys.stderr)
+    return failure_exit_code(rank)
+  return status
+
+
+if __name__ == "__main__":
+  sys.exit(main())
