@@ -1,6 +1,7 @@
 #include "coordination/runtime.h"
 
 #include <chrono>
+#include <cstdio>
 
 namespace myplugin::coordination {
 
@@ -40,6 +41,15 @@ Status DistributedRuntime::Initialize(const RuntimeOptions& options) {
       if (client.ok() || client.status().code() != Code::kDeadlineExceeded) break;
     }
   } while (!client.ok() && client.status().code() == Code::kDeadlineExceeded && Clock::now() < deadline);
+  if (!client.ok() && client.status().code() == Code::kDeadlineExceeded) {
+    const std::string& m = client.status().message();
+    std::string addresses;
+    for (const std::string& a : options.coordinator_addresses) addresses += (addresses.empty() ? "" : ", ") + a;
+    char seconds[32];
+    std::snprintf(seconds, sizeof(seconds), "%g", options.initialization_timeout_s);
+    return Status(Code::kDeadlineExceeded, "cannot reach the myplugin coordinator at " + addresses + " within " +
+                                               seconds + " s (last error: " + m.substr(m.rfind(": ") + 2) + ")");
+  }
   if (!client.ok()) return client.status();
 
   StatusOr<std::vector<RegisteredProcess>> all = client.value()->Register(EncodeProcessInfo(options.local));

@@ -1,0 +1,116 @@
+"""A multi-process job for tests: N worker processes with MYPLUGIN_*
+identities, started directly (process 0 hosts the service). Every process
+has its own process group, every wait has a deadline, and leaving the
+context kills every group that is still there."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+from proc import child_env
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def free_port() -> int:
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    return s.getsockname()[1]
+
+
+class Job:
+
+  def __init__(self, n: int, args: list[str], *, env: dict[str, str] | None = None, per_rank_env=None,
+               program: str = "coord_worker.py", identity: bool = True):
+    self.n = n
+    self.port = free_port()
+    jax_port = free_port()
+    self.procs: list[subprocess.Popen] = []
+    self.lines: list[list[tuple[float, str]]] = [[] for _ in range(n)]
+    self.exit_times: dict[int, float] = {}
+    self._threads = []
+    for rank in range(n):
+      e = child_env(PYTHONUNBUFFERED="1")
+      if identity:  # who the process is, in our variables
+        e.update(MYPLUGIN_COORDINATOR_ADDRESS=f"127.0.0.1:{self.port}", MYPLUGIN_NUM_PROCESSES=str(n),
+                 MYPLUGIN_PROCESS_ID=str(rank), MYPLUGIN_JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{jax_port}")
+      e.update(env or {})
+      if per_rank_env:
+        e.update(per_rank_env(rank))
+      argv = [a(rank) if callable(a) else a for a in args]
+      p = subprocess.Popen([sys.executable, os.path.join(HERE, "programs", program), *argv], env=e,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                           cwd=tempfile.gettempdir())
+      self.procs.append(p)
+      t = threading.Thread(target=self._read, args=(rank, p), daemon=True)
+      t.start()
+      self._threads.append(t)
+
+  def _read(self, rank, p):
+    for line in p.stdout:
+      self.lines[rank].append((time.monotonic(), line.rstrip("\n")))
+    p.wait()
+    self.exit_times[rank] = time.monotonic()
+
+  def __enter__(self):
+    return self
+
+  def __exit__(self, *exc):
+    self.kill_all()
+
+  def kill_all(self):
+    for p in self.procs:
+      try:
+        os.killpg(p.pid, signal.SIGKILL)
+      except ProcessLookupError:
+        pass
+    for p in self.procs:
+      p.wait()
+
+  def signal(self, rank: int, sig: int):
+    os.killpg(self.procs[rank].pid, sig)
+
+  def results(self, rank: int) -> list[dict]:
+    return [json.loads(l[len("RESULT "):]) for _, l in self.lines[rank] if l.startswith("RESULT ")]
+
+  def event(self, rank: int, name: str) -> dict | None:
+    return next((r for r in self.results(rank) if r.get("event") == name), None)
+
+  def output(self, rank: int) -> str:
+    return "\n".join(l for _, l in self.lines[rank])
+
+  def all_output(self) -> str:
+    return "\n".join(f"--- rank {r} (exit {self.procs[r].poll()}) ---\n{self.output(r)}" for r in range(self.n))
+
+  def wait_event(self, name: str, ranks=None, timeout: float = 120):
+    ranks = range(self.n) if ranks is None else ranks
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+      if all(self.event(r, name) for r in ranks):
+        return
+      if any(self.procs[r].poll() is not None and not self.event(r, name) for r in ranks):
+        break
+      time.sleep(0.05)
+    raise AssertionError(f"event {name!r} not seen on ranks {list(ranks)}\n{self.all_output()}")
+
+  def wait(self, ranks=None, timeout: float = 120) -> dict[int, int]:
+    """Exit codes; AssertionError (the job is then killed) past the deadline."""
+    ranks = list(range(self.n)) if ranks is None else list(ranks)
+    deadline = time.monotonic() + timeout
+    for r in ranks:
+      try:
+        self.procs[r].wait(timeout=max(0.0, deadline - time.monotonic()))
+      except subprocess.TimeoutExpired:
+        out = self.all_output()
+        self.kill_all()
+        raise AssertionError(f"rank {r} still running after {timeout} s\n{out}")
+    for t in self._threads:
+      t.join(timeout=5)
+    return {r: self.procs[r].returncode for r in ranks}

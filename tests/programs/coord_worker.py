@@ -1,0 +1,119 @@
+"""A process of a coordination test job. Its identity comes from the
+MYPLUGIN_* variables; the scenario from argv[1]. It prints RESULT lines
+that the tests read.
+
+usage: python coord_worker.py SCENARIO [ARG]
+"""
+import json
+import os
+import sys
+import time
+
+from jax_plugin import distributed
+
+scenario = sys.argv[1]
+arg = sys.argv[2] if len(sys.argv) > 2 else None
+pid = int(os.environ["MYPLUGIN_PROCESS_ID"])
+n = int(os.environ["MYPLUGIN_NUM_PROCESSES"])
+
+
+def result(**kv):
+  print("RESULT " + json.dumps(kv), flush=True)
+
+
+if scenario == "never_start" and pid == int(arg):
+  time.sleep(3600)
+
+t0 = time.monotonic()
+try:
+  distributed.initialize(
+      heartbeat_timeout_seconds=float(os.environ.get("TEST_HEARTBEAT_TIMEOUT", "3")),
+      initialization_timeout=float(os.environ.get("TEST_INIT_TIMEOUT", "60")))
+except Exception as e:
+  result(event="init_error", error=str(e))
+  sys.exit(3)
+result(event="registered", seconds=time.monotonic() - t0, topology=distributed.global_topology())
+
+if scenario == "kv_barrier":
+  distributed.key_value_set(f"proc/{pid}", f"value-{pid}")
+  distributed.key_value_set(b"bin/\x00\xff" + bytes([pid]), bytes(range(256)))
+  got = distributed.key_value_get(f"proc/{(pid + 1) % n}", timeout=30).decode()
+  distributed.barrier("all-set", timeout=30)
+  listed = sorted(k.decode() for k, _ in distributed.key_value_list("proc/"))
+  binary = distributed.key_value_get(b"bin/\x00\xff" + bytes([(pid + 1) % n]), timeout=30)
+  missing = distributed.key_value_try_get("no/such/key")
+  try:
+    distributed.key_value_get("never/set", timeout=0.5)
+    timeout_error = None
+  except RuntimeError as e:
+    timeout_error = str(e)
+  distributed.barrier("read", timeout=30)
+  if pid == 0:
+    distributed.key_value_delete("proc/0")
+  distributed.barrier("deleted", timeout=30)
+  after_delete = distributed.key_value_try_get("proc/0")
+  for i in range(20):
+    distributed.barrier(f"round-{i % 3}", timeout=30)
+  result(event="done", got=got, listed=listed, binary_ok=binary == bytes(range(256)), missing=missing,
+         timeout_error=timeout_error, after_delete=after_delete)
+  distributed.shutdown()
+  result(event="shutdown")
+
+elif scenario == "loop":
+  # Barriers until something goes wrong; the test kills or stops a process.
+  result(event="looping", os_pid=os.getpid())
+  try:
+    i = 0
+    while True:
+      distributed.barrier(f"loop-{i % 2}", timeout=600)
+      i += 1
+      time.sleep(0.01)
+  except RuntimeError as e:
+    result(event="error", error=str(e))
+    time.sleep(30)  # fate-sharing ends the process before this
+
+elif scenario == "exit_early":
+  victim = int(arg)
+  if pid == victim:
+    time.sleep(0.5)
+    os._exit(0)  # no shutdown
+  try:
+    while True:
+      distributed.barrier("spin", timeout=600)
+  except RuntimeError as e:
+    result(event="error", error=str(e))
+    time.sleep(30)
+
+elif scenario == "barrier_missing":
+  absent = int(arg)
+  if pid == absent:
+    time.sleep(8)  # never arrives in time, but stays alive
+    distributed.shutdown(timeout=30)
+  else:
+    try:
+      distributed.barrier("b", timeout=2)
+      result(event="barrier_passed")
+    except RuntimeError as e:
+      result(event="barrier_error", error=str(e))
+    distributed.shutdown(timeout=30)
+  result(event="shutdown")
+
+elif scenario == "finish_early":
+  # One process finishes (orderly shutdown) while the others still wait for it.
+  early = int(arg)
+  if pid == early:
+    distributed.shutdown(timeout=30)
+    result(event="shutdown")
+  else:
+    try:
+      distributed.barrier("work", timeout=60)
+      result(event="barrier_passed")
+    except RuntimeError as e:
+      result(event="barrier_error", error=str(e))
+      sys.exit(5)
+
+elif scenario == "never_start":
+  result(event="unexpected")
+
+else:
+  raise SystemExit(f"unknown scenario {scenario}")

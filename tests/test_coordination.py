@@ -1,0 +1,128 @@
+"""The coordination service end to end: real processes, real sockets.
+Every job has deadlines and is killed on the way out (job.py)."""
+import signal
+import time
+
+import pytest
+
+from job import Job
+
+FATE = 42  # the fate-sharing exit code
+HEARTBEAT = 3.0
+
+
+def test_eight_processes_register_share_kv_and_barriers_and_shut_down():
+  with Job(8, ["kv_barrier"]) as job:
+    codes = job.wait(timeout=120)
+    assert codes == {r: 0 for r in range(8)}, job.all_output()
+    topologies = [job.event(r, "registered")["topology"] for r in range(8)]
+    assert all(t == topologies[0] for t in topologies)  # everyone agrees
+    assert [p["num_devices"] for p in topologies[0]] == [1] * 8
+    assert len({p["pid"] for p in topologies[0]}) == 8
+    for r in range(8):
+      done = job.event(r, "done")
+      assert done["got"] == f"value-{(r + 1) % 8}"
+      assert done["listed"] == sorted(f"proc/{i}" for i in range(8))
+      assert done["binary_ok"] is True
+      assert done["missing"] is None
+      assert "DEADLINE_EXCEEDED" in done["timeout_error"] and "never/set" in done["timeout_error"]
+      assert done["after_delete"] is None
+      assert job.event(r, "shutdown")
+    assert "failed" not in job.all_output()
+
+
+def _surviving_exits(job, victim, injected_at, budget):
+  survivors = [r for r in range(job.n) if r != victim]
+  codes = job.wait(survivors, timeout=budget + 30)
+  for r in survivors:
+    assert codes[r] != 0, job.all_output()
+    assert job.exit_times[r] - injected_at < budget, (
+        f"rank {r} took {job.exit_times[r] - injected_at:.1f} s (budget {budget} s)\n{job.all_output()}")
+  return survivors
+
+
+@pytest.mark.parametrize("victim", [1, 0])  # a worker, and the process that hosts the service
+def test_sigkill_is_detected_and_shared(victim):
+  with Job(4, ["loop"], env={"TEST_HEARTBEAT_TIMEOUT": str(HEARTBEAT)}) as job:
+    job.wait_event("looping")
+    time.sleep(0.5)
+    job.signal(victim, signal.SIGKILL)
+    injected = time.monotonic()
+    survivors = _surviving_exits(job, victim, injected, HEARTBEAT + 5)
+    for r in survivors:
+      out = job.output(r)
+      if victim == 0:
+        assert "lost the connection to the myplugin coordinator" in out, out
+      else:
+        assert f"process {victim} failed: lost its connection without an orderly shutdown" in out, out
+      assert job.procs[r].returncode == FATE or "error" in out
+
+
+def test_sigstop_is_detected_by_heartbeat():
+  with Job(3, ["loop"], env={"TEST_HEARTBEAT_TIMEOUT": str(HEARTBEAT)}) as job:
+    job.wait_event("looping")
+    time.sleep(0.5)
+    job.signal(2, signal.SIGSTOP)
+    injected = time.monotonic()
+    survivors = _surviving_exits(job, 2, injected, HEARTBEAT + 5)
+    for r in survivors:
+      assert "process 2 failed: stopped responding: no heartbeat for 3 s" in job.output(r), job.all_output()
+      err = job.event(r, "error")
+      assert err and "process 2 failed" in err["error"]
+
+
+def test_sigstop_of_the_service_host_is_detected_by_clients():
+  with Job(3, ["loop"], env={"TEST_HEARTBEAT_TIMEOUT": str(HEARTBEAT)}) as job:
+    job.wait_event("looping")
+    time.sleep(0.5)
+    job.signal(0, signal.SIGSTOP)
+    injected = time.monotonic()
+    survivors = _surviving_exits(job, 0, injected, HEARTBEAT + 5)
+    for r in survivors:
+      assert "stopped responding" in job.output(r) and "coordinator" in job.output(r), job.all_output()
+
+
+def test_exit_without_shutdown_is_a_failure():
+  with Job(3, ["exit_early", "1"], env={"TEST_HEARTBEAT_TIMEOUT": str(HEARTBEAT)}) as job:
+    codes = job.wait(timeout=HEARTBEAT + 30)
+    assert codes[1] == 0
+    for r in (0, 2):
+      assert codes[r] != 0
+      assert "process 1 failed: lost its connection without an orderly shutdown" in job.output(r), job.all_output()
+
+
+def test_barrier_timeout_names_the_missing_process():
+  with Job(3, ["barrier_missing", "2"]) as job:
+    codes = job.wait(timeout=90)
+    assert codes == {0: 0, 1: 0, 2: 0}, job.all_output()
+    for r in (0, 1):
+      err = job.event(r, "barrier_error")["error"]
+      assert "barrier 'b' timed out after 2 s: processes [2] did not arrive (arrived: [0, 1])" in err, err
+
+
+def test_barrier_fails_at_once_when_a_process_finished():
+  with Job(3, ["finish_early", "0"]) as job:
+    codes = job.wait(timeout=90)
+    for r in (1, 2):
+      err = job.event(r, "barrier_error")
+      assert err, job.all_output()
+      assert "process 0 is shutting down (it finished its work)" in err["error"]
+      assert codes[r] == 5
+
+
+def test_initialization_timeout_names_the_process_that_never_started():
+  with Job(3, ["never_start", "1"], env={"TEST_INIT_TIMEOUT": "3"}) as job:
+    codes = job.wait([0, 2], timeout=60)
+    for r in (0, 2):
+      err = job.event(r, "init_error")
+      assert err, job.all_output()
+      assert "initialization timed out after 3 s: processes [1] never registered" in err["error"]
+      assert codes[r] == 3
+
+
+def test_initialization_ignores_unreachable_proxies():
+  proxy = "http://127.0.0.1:9"  # nothing listens there; the service speaks plain TCP and never uses it
+  env = {"HTTP_PROXY": proxy, "HTTPS_PROXY": proxy, "GRPC_PROXY": proxy, "http_proxy": proxy,
+         "https_proxy": proxy, "grpc_proxy": proxy}
+  with Job(2, ["kv_barrier"], env=env) as job:
+    assert job.wait(timeout=90) == {0: 0, 1: 0}, job.all_output()

@@ -1,0 +1,172 @@
+"""Bad input to the coordination service: each gets a clear error, and the
+service keeps serving the others."""
+import os
+import socket
+import struct
+import subprocess
+import sys
+
+import pytest
+
+from jax_plugin import _myplugin
+from job import Job, free_port
+from proc import child_env, run_python
+
+TOKEN = "s3cret"
+MAGIC = 0x4D59504C
+
+
+def frame(payload: bytes) -> bytes:
+  return struct.pack("<I", len(payload)) + payload
+
+
+def hello(token=TOKEN, version=1, pid=0, magic=MAGIC) -> bytes:
+  t = token.encode()
+  return frame(struct.pack("<BIIH", 1, 0, magic, version) + struct.pack("<I", len(t)) + t +
+               struct.pack("<IQ", pid, 1234))
+
+
+def recv_reply(sock) -> tuple[int, str]:
+  """(type, message) of the reply; message only for errors."""
+  sock.settimeout(10)
+  head = b""
+  while len(head) < 4:
+    chunk = sock.recv(4 - len(head))
+    if not chunk:
+      return (0, "closed")
+    head += chunk
+  (n,) = struct.unpack("<I", head)
+  body = b""
+  while len(body) < n:
+    body += sock.recv(n - len(body))
+  kind = body[0]
+  if kind == 3:  # Error: code, message
+    (code, mlen) = struct.unpack("<II", body[5:13])
+    return (kind, body[13:13 + mlen].decode())
+  return (kind, "")
+
+
+@pytest.fixture
+def service():
+  s = _myplugin.CoordinationService.start("127.0.0.1", 0, 2, TOKEN, 5.0, 60.0)
+  yield s
+  s.stop()
+
+
+def connect(service):
+  return socket.create_connection(("127.0.0.1", service.port), timeout=10)
+
+
+def test_wrong_token(service):
+  with connect(service) as s:
+    s.sendall(hello(token="guess"))
+    kind, msg = recv_reply(s)
+    assert kind == 3 and "wrong coordination token" in msg
+
+
+def test_garbage_bytes(service):
+  with connect(service) as s:
+    s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+    kind, msg = recv_reply(s)
+    assert kind == 3 and ("exceeds the limit" in msg or "not a myplugin coordination client" in msg)
+
+
+def test_oversized_length_prefix(service):
+  with connect(service) as s:
+    s.sendall(struct.pack("<I", 0xFFFFFFF0) + b"x" * 16)
+    kind, msg = recv_reply(s)
+    assert kind == 3 and "exceeds the limit of 67108864 bytes" in msg
+
+
+def test_other_protocol_version(service):
+  with connect(service) as s:
+    s.sendall(hello(version=99))
+    kind, msg = recv_reply(s)
+    assert kind == 3 and "protocol version mismatch: the client speaks version 99" in msg
+
+
+def test_process_id_out_of_range(service):
+  with connect(service) as s:
+    s.sendall(hello(pid=7))
+    kind, msg = recv_reply(s)
+    assert kind == 3 and "process id 7 is out of range for a job of 2 processes" in msg
+
+
+def test_duplicate_process_id(service):
+  with connect(service) as first, connect(service) as second:
+    first.sendall(hello(pid=1))
+    assert recv_reply(first)[0] == 2  # HelloOk
+    second.sendall(hello(pid=1))
+    kind, msg = recv_reply(second)
+    assert kind == 3 and "process id 1 is already taken" in msg
+
+
+def test_service_still_serves_after_bad_input(service):
+  # Everything above, then a real job on the same service.
+  for bad in (hello(token="nope"), b"\x00" * 3, struct.pack("<I", 1 << 31), hello(version=2)):
+    with connect(service) as s:
+      s.sendall(bad)
+      s.shutdown(socket.SHUT_WR)
+  job = Job(2, ["kv_barrier"], env={"MYPLUGIN_COORDINATOR_STANDALONE": "1", "MYPLUGIN_COORDINATOR_TOKEN": TOKEN,
+                                    "MYPLUGIN_COORDINATOR_ADDRESS": f"127.0.0.1:{service.port}"})
+  with job:
+    assert job.wait(timeout=90) == {0: 0, 1: 0}, job.all_output()
+  assert service.failure() is None
+  assert service.all_departed()
+
+
+def test_client_with_wrong_token_gets_a_clear_error(service):
+  job = Job(1, ["kv_barrier"], env={"MYPLUGIN_COORDINATOR_STANDALONE": "1", "MYPLUGIN_COORDINATOR_TOKEN": "wrong",
+                                    "MYPLUGIN_COORDINATOR_ADDRESS": f"127.0.0.1:{service.port}",
+                                    "MYPLUGIN_NUM_PROCESSES": "2"})
+  with job:
+    job.wait(timeout=60)
+    err = job.event(0, "init_error")
+    assert err and "refused process 0: wrong coordination token" in err["error"], job.all_output()
+
+
+def test_port_already_in_use():
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    s.listen()
+    port = s.getsockname()[1]
+    with pytest.raises(RuntimeError, match=f"ALREADY_EXISTS: .*127.0.0.1:{port} is already in use"):
+      _myplugin.CoordinationService.start("127.0.0.1", port, 2, TOKEN, 5.0, 60.0)
+
+
+def test_unreachable_coordinator_is_named_after_the_timeout():
+  port = free_port()  # nothing listens there
+  job = Job(1, ["kv_barrier"], env={"MYPLUGIN_COORDINATOR_STANDALONE": "1", "TEST_INIT_TIMEOUT": "2",
+                                    "MYPLUGIN_COORDINATOR_ADDRESS": f"127.0.0.1:{port}", "MYPLUGIN_NUM_PROCESSES": "2"})
+  with job:
+    job.wait(timeout=60)
+    err = job.event(0, "init_error")
+    assert err and f"cannot reach the myplugin coordinator at 127.0.0.1:{port} within 2 s" in err["error"], \
+        job.all_output()
+
+
+def test_non_loopback_address_without_token_is_refused():
+  code = "from jax_plugin import distributed as d\ntry:\n  d.initialize('192.0.2.1:1234', 2, 1)\nexcept ValueError as e:\n  print('ERR', e)"
+  r = run_python(["-c", code], child_env(), timeout=60)
+  assert "ERR" in r.stdout and "MYPLUGIN_COORDINATOR_TOKEN" in r.stdout, r.output
+
+
+def test_initialize_twice_and_after_backend():
+  code = """
+import os, jax
+from jax_plugin import distributed as d
+d.initialize('127.0.0.1:%d', 1, 0)
+try:
+  d.initialize('127.0.0.1:%d', 1, 0)
+except RuntimeError as e:
+  print('TWICE', e)
+d.shutdown()
+jax.devices()
+try:
+  d.initialize('127.0.0.1:%d', 1, 0)
+except RuntimeError as e:
+  print('AFTER', e)
+""" % ((free_port(),) * 3)
+  r = run_python(["-c", code], child_env(JAX_PLATFORMS="myplugin"), timeout=60)
+  assert "TWICE jax_plugin.distributed.initialize should only be called once" in r.stdout, r.output
+  assert "AFTER" in r.stdout and "before any JAX computation" in r.stdout, r.output

@@ -1,0 +1,70 @@
+"""myplugin-run: starts a job, prefixes output by rank, and ends the whole
+job on the first failure with an exit code that names the rank."""
+import os
+import re
+import shutil
+import sys
+import time
+
+import pytest
+
+from proc import child_env, run_python
+
+LAUNCHER = ["-m", "jax_plugin.launcher"]
+
+PROGRAM = """
+import jax
+print("process", jax.process_index(), "of", jax.process_count(), "devices", jax.device_count(),
+      "local", jax.local_device_count(), "platform", jax.devices()[0].platform)
+"""
+
+
+def test_runs_four_processes_with_rank_prefixes():
+  r = run_python(LAUNCHER + ["-n", "4", "--devices-per-process", "2", "--", sys.executable, "-c", PROGRAM],
+                 child_env(), timeout=180)
+  assert r.returncode == 0, r.output
+  for rank in range(4):
+    assert f"[{rank}] process {rank} of 4 devices 8 local 2 platform myplugin" in r.stdout, r.output
+
+
+@pytest.mark.skipif(shutil.which("myplugin-run") is None, reason="console script not on PATH")
+def test_console_script():
+  import subprocess
+  p = subprocess.run(["myplugin-run", "-n", "2", "--", sys.executable, "-c", PROGRAM], env=child_env(),
+                     capture_output=True, text=True, timeout=180, start_new_session=True)
+  assert p.returncode == 0, p.stdout + p.stderr
+  assert "[1] process 1 of 2" in p.stdout
+
+
+def test_failing_rank_ends_the_job_and_is_named():
+  program = """
+import time, jax
+jax.devices()
+if jax.process_index() == 2:
+  raise ValueError("bad shard")
+time.sleep(120)
+"""
+  t0 = time.monotonic()
+  r = run_python(LAUNCHER + ["-n", "4", "--", sys.executable, "-c", program], child_env(), timeout=180)
+  elapsed = time.monotonic() - t0
+  assert r.returncode == 102, r.output  # 100 + the rank that failed first
+  assert "myplugin-run: rank 2 failed first with exit code 1" in r.stderr, r.output
+  assert "ValueError: bad shard" in r.stderr
+  # The others learned who failed (fate-sharing), well before their 120 s sleep ends.
+  for rank in (0, 1, 3):
+    assert f"[{rank}] myplugin: process 2 failed: exited with an uncaught exception: ValueError: bad shard" in r.stderr
+  assert elapsed < 100, elapsed
+
+
+def test_job_timeout():
+  r = run_python(LAUNCHER + ["-n", "2", "--timeout", "5", "--", sys.executable, "-c", "import time; time.sleep(300)"],
+                 child_env(), timeout=120)
+  assert r.returncode == 124, r.output
+  assert "did not finish within 5 s" in r.stderr
+
+
+def test_usage_errors():
+  r = run_python(LAUNCHER + ["-n", "2"], child_env(), timeout=60)
+  assert r.returncode == 2 and "no command given" in r.stderr
+  r = run_python(LAUNCHER + ["-n", "0", "--", "true"], child_env(), timeout=60)
+  assert r.returncode == 2 and "-n must be at least 1" in r.stderr
