@@ -60,11 +60,14 @@ def initialize(coordinator_address: str | None = None,
                *,
                fate_sharing: bool = True) -> None:
   """Joins this process to a myplugin job. See the module docstring."""
-  from jax._src import xla_bridge
+  import sys
 
   if is_initialized():
     raise RuntimeError("jax_plugin.distributed.initialize should only be called once")
-  if xla_bridge.backends_are_initialized():
+  # No backend can exist before jax is imported, and importing it here would
+  # only slow the join down.
+  xla_bridge = sys.modules.get("jax._src.xla_bridge")
+  if xla_bridge is not None and xla_bridge.backends_are_initialized():
     raise RuntimeError("jax_plugin.distributed.initialize must be called before any JAX computation "
                        "(the backend already exists)")
   _initialize(coordinator_address, num_processes, process_id, local_device_ids, cluster_detection_method,

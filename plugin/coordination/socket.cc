@@ -141,6 +141,7 @@ StatusOr<Socket> Socket::Connect(const std::string& host, int port, double timeo
   const std::string where = host + ":" + std::to_string(port);
   auto deadline = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
   std::string last_error = "timed out";
+  int backoff_ms = 5;  // a refused connection is cheap to retry on loopback; back off for remote peers
   do {
     addrinfo hints{};
     hints.ai_family = AF_UNSPEC;
@@ -182,7 +183,8 @@ StatusOr<Socket> Socket::Connect(const std::string& host, int port, double timeo
       }
       freeaddrinfo(res);
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(std::min(100, RemainingMs(deadline))));
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::min(backoff_ms, RemainingMs(deadline))));
+    backoff_ms = std::min(backoff_ms * 2, 200);
   } while (Clock::now() < deadline);
   return Status(Code::kDeadlineExceeded, "cannot reach the myplugin coordinator at " + where + " within " +
                                              std::to_string(static_cast<int>(timeout_s)) + " s: " + last_error);

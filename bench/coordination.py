@@ -1,0 +1,144 @@
+"""Coordination benchmark.
+
+1. Registration: the time of the initialize call itself (imports excluded:
+   every process imports, reports ready, and all start together) for 2, 8,
+   32 and 64 local processes; myplugin's jax_plugin.distributed.initialize
+   against jax.distributed.initialize on jax's CPU backend, interleaved.
+2. Failure detection: from SIGKILL / SIGSTOP of one process until every
+   other process has exited, against the configured heartbeat timeout.
+
+usage: python bench/coordination.py [--counts 2,8,32,64] [--rounds 3]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def free_port() -> int:
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    return s.getsockname()[1]
+
+
+def env_for(impl: str) -> dict:
+  env = {k: v for k, v in os.environ.items() if not k.startswith("MYPLUGIN_")}
+  env["JAX_PLATFORMS"] = "cpu" if impl == "jax" else "myplugin"
+  return env
+
+
+def registration_round(impl: str, n: int, timeout: float = 600) -> tuple[float, float]:
+  """(median, max) of the initialize call across the n processes."""
+  with tempfile.TemporaryDirectory() as tmp:
+    ready, go = os.path.join(tmp, "ready"), os.path.join(tmp, "go")
+    os.mkdir(ready)
+    address = f"127.0.0.1:{free_port()}"
+    procs = [subprocess.Popen([sys.executable, os.path.join(HERE, "coordination_worker.py"), impl, address, str(n),
+                               str(i), ready, go], env=env_for(impl), stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL, text=True, start_new_session=True) for i in range(n)]
+    try:
+      deadline = time.monotonic() + timeout
+      while len(os.listdir(ready)) < n:
+        if time.monotonic() > deadline or any(p.poll() not in (None,) for p in procs):
+          raise RuntimeError(f"{impl}: processes did not get ready")
+        time.sleep(0.01)
+      open(go, "w").close()
+      times = []
+      for p in procs:
+        out, _ = p.communicate(timeout=max(1, deadline - time.monotonic()))
+        times += [float(l.split()[1]) for l in out.splitlines() if l.startswith("INIT ")]
+      if len(times) != n:
+        raise RuntimeError(f"{impl}: only {len(times)} of {n} processes initialized")
+      return statistics.median(times), max(times)
+    finally:
+      for p in procs:
+        try:
+          os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+          pass
+
+
+LOOP = """
+import os, sys, time
+from jax_plugin import distributed
+distributed.initialize(heartbeat_timeout_seconds=float(sys.argv[1]))
+print("READY", flush=True)
+while True:
+  distributed.barrier("b", timeout=600)
+  time.sleep(0.01)
+"""
+
+
+def detection_round(sig: int, heartbeat: float, n: int = 4) -> float:
+  """Seconds from the signal until every other process has exited."""
+  port = free_port()
+  procs = []
+  for i in range(n):
+    env = env_for("ours")
+    env.update(MYPLUGIN_COORDINATOR_ADDRESS=f"127.0.0.1:{port}", MYPLUGIN_NUM_PROCESSES=str(n),
+               MYPLUGIN_PROCESS_ID=str(i))
+    procs.append(subprocess.Popen([sys.executable, "-c", LOOP, str(heartbeat)], env=env, stdout=subprocess.PIPE,
+                                  stderr=subprocess.DEVNULL, text=True, start_new_session=True))
+  try:
+    for p in procs:
+      assert p.stdout.readline().strip() == "READY"
+    time.sleep(0.5)
+    victim = procs[n - 1]
+    os.killpg(victim.pid, sig)
+    t0 = time.monotonic()
+    for p in procs[:-1]:
+      p.wait(timeout=heartbeat + 60)
+    return time.monotonic() - t0
+  finally:
+    for p in procs:
+      try:
+        os.killpg(p.pid, signal.SIGKILL)
+      except ProcessLookupError:
+        pass
+
+
+def main():
+  parser = argparse.ArgumentParser()
+  parser.add_argument("--counts", default="2,8,32,64")
+  parser.add_argument("--rounds", type=int, default=3)
+  args = parser.parse_args()
+  counts = [int(c) for c in args.counts.split(",")]
+
+  print(f"registration: the initialize call, imports excluded; best / median of {args.rounds} interleaved rounds")
+  print("| processes | myplugin median call | myplugin slowest call | jax median call | jax slowest call | "
+        "ratio myplugin/jax (median call) |")
+  print("|---|---|---|---|---|---|")
+  for n in counts:
+    ours, theirs = [], []
+    for _ in range(args.rounds):
+      ours.append(registration_round("ours", n))
+      theirs.append(registration_round("jax", n))
+    om = statistics.median(m for m, _ in ours)
+    ox = statistics.median(x for _, x in ours)
+    jm = statistics.median(m for m, _ in theirs)
+    jx = statistics.median(x for _, x in theirs)
+    print(f"| {n} | {om * 1e3:.1f} ms (best {min(m for m, _ in ours) * 1e3:.1f}) | {ox * 1e3:.1f} ms "
+          f"| {jm * 1e3:.1f} ms (best {min(m for m, _ in theirs) * 1e3:.1f}) | {jx * 1e3:.1f} ms | {om / jm:.3f} |",
+          flush=True)
+
+  print()
+  print("failure detection, 4 processes in a barrier loop: seconds from the signal until all others exited")
+  print("| fault | heartbeat timeout | best | median |")
+  print("|---|---|---|---|")
+  for sig, name in ((signal.SIGKILL, "SIGKILL"), (signal.SIGSTOP, "SIGSTOP")):
+    for hb in (2.0, 5.0):
+      times = [detection_round(sig, hb) for _ in range(args.rounds)]
+      print(f"| {name} | {hb:g} s | {min(times):.2f} s | {statistics.median(times):.2f} s |", flush=True)
+
+
+if __name__ == "__main__":
+  main()
