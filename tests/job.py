@@ -46,18 +46,22 @@ class Job:
         e.update(per_rank_env(rank))
       argv = [a(rank) if callable(a) else a for a in args]
       p = subprocess.Popen([sys.executable, os.path.join(HERE, "programs", program), *argv], env=e,
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
                            cwd=tempfile.gettempdir())
       self.procs.append(p)
-      t = threading.Thread(target=self._read, args=(rank, p), daemon=True)
-      t.start()
-      self._threads.append(t)
+      # stdout and stderr apart: RESULT lines are read from stdout only, so a
+      # log line on stderr can never split one.
+      for stream, is_stdout in ((p.stdout, True), (p.stderr, False)):
+        t = threading.Thread(target=self._read, args=(rank, p, stream, is_stdout), daemon=True)
+        t.start()
+        self._threads.append(t)
 
-  def _read(self, rank, p):
-    for line in p.stdout:
-      self.lines[rank].append((time.monotonic(), line.rstrip("\n")))
-    p.wait()
-    self.exit_times[rank] = time.monotonic()
+  def _read(self, rank, p, stream, is_stdout):
+    for line in stream:
+      self.lines[rank].append((time.monotonic(), line.rstrip("\n"), is_stdout))
+    if is_stdout:
+      p.wait()
+      self.exit_times[rank] = time.monotonic()
 
   def __enter__(self):
     return self
@@ -78,13 +82,13 @@ class Job:
     os.killpg(self.procs[rank].pid, sig)
 
   def results(self, rank: int) -> list[dict]:
-    return [json.loads(l[len("RESULT "):]) for _, l in self.lines[rank] if l.startswith("RESULT ")]
+    return [json.loads(l[len("RESULT "):]) for _, l, out in list(self.lines[rank]) if out and l.startswith("RESULT ")]
 
   def event(self, rank: int, name: str) -> dict | None:
     return next((r for r in self.results(rank) if r.get("event") == name), None)
 
   def output(self, rank: int) -> str:
-    return "\n".join(l for _, l in self.lines[rank])
+    return "\n".join(l for _, l, _ in list(self.lines[rank]))
 
   def all_output(self) -> str:
     return "\n".join(f"--- rank {r} (exit {self.procs[r].poll()}) ---\n{self.output(r)}" for r in range(self.n))

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <random>
 
+#include "common/log.h"
 #include "coordination/wire.h"
 
 namespace myplugin::coordination {
@@ -112,7 +113,8 @@ Status CoordinationClient::Hello() {
   return OkStatus();
 }
 
-StatusOr<std::string> CoordinationClient::Call(std::string frame, uint32_t request_id, double timeout_s) {
+StatusOr<std::string> CoordinationClient::Call(const std::string& what, std::string frame, uint32_t request_id,
+                                               double timeout_s) {
   Pending pending;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -138,7 +140,7 @@ StatusOr<std::string> CoordinationClient::Call(std::string frame, uint32_t reque
     if (!pending.status.ok()) return pending.status;
     return std::move(pending.payload);
   }
-  if (failure_) return *failure_;
+  if (failure_) return Status(failure_->code(), what + " was interrupted: " + failure_->message());
   if (stopping_) return FailedPrecondition("the coordination client is closing");
   return Status(Code::kDeadlineExceeded,
                 "the myplugin coordinator at " + options_.address + " did not answer within " +
@@ -147,7 +149,7 @@ StatusOr<std::string> CoordinationClient::Call(std::string frame, uint32_t reque
 
 StatusOr<std::vector<RegisteredProcess>> CoordinationClient::Register(const std::string& local_topology) {
   uint32_t rid = NextRequestId();
-  StatusOr<std::string> reply = Call(Writer(MessageType::kRegister, rid)
+  StatusOr<std::string> reply = Call("registration", Writer(MessageType::kRegister, rid)
                                          .U32(static_cast<uint32_t>(options_.num_processes))
                                          .U64(incarnation_)
                                          .Bytes(local_topology)
@@ -170,7 +172,7 @@ StatusOr<std::vector<RegisteredProcess>> CoordinationClient::Register(const std:
 Status CoordinationClient::KeyValueSet(const std::string& key, const std::string& value) {
   uint32_t rid = NextRequestId();
   StatusOr<std::string> reply =
-      Call(Writer(MessageType::kKeyValueSet, rid).Bytes(key).Bytes(value).Finish(), rid, 0);
+      Call("key_value_set '" + key + "'", Writer(MessageType::kKeyValueSet, rid).Bytes(key).Bytes(value).Finish(), rid, 0);
   if (!reply.ok()) return reply.status();
   Reader r(reply.value());
   return ReplyStatus(r, MessageType::kOk);
@@ -179,7 +181,7 @@ Status CoordinationClient::KeyValueSet(const std::string& key, const std::string
 StatusOr<std::string> CoordinationClient::KeyValueGet(const std::string& key, double timeout_s) {
   uint32_t rid = NextRequestId();
   StatusOr<std::string> reply =
-      Call(Writer(MessageType::kKeyValueGet, rid).Bytes(key).U64(Millis(timeout_s)).Finish(), rid, timeout_s);
+      Call("key_value_get '" + key + "'", Writer(MessageType::kKeyValueGet, rid).Bytes(key).U64(Millis(timeout_s)).Finish(), rid, timeout_s);
   if (!reply.ok()) return reply.status();
   Reader r(reply.value());
   MYPLUGIN_RETURN_IF_ERROR(ReplyStatus(r, MessageType::kValue));
@@ -190,7 +192,7 @@ StatusOr<std::string> CoordinationClient::KeyValueGet(const std::string& key, do
 
 StatusOr<std::string> CoordinationClient::KeyValueTryGet(const std::string& key) {
   uint32_t rid = NextRequestId();
-  StatusOr<std::string> reply = Call(Writer(MessageType::kKeyValueTryGet, rid).Bytes(key).Finish(), rid, 0);
+  StatusOr<std::string> reply = Call("key_value_try_get '" + key + "'", Writer(MessageType::kKeyValueTryGet, rid).Bytes(key).Finish(), rid, 0);
   if (!reply.ok()) return reply.status();
   Reader r(reply.value());
   MYPLUGIN_RETURN_IF_ERROR(ReplyStatus(r, MessageType::kValue));
@@ -201,7 +203,7 @@ StatusOr<std::string> CoordinationClient::KeyValueTryGet(const std::string& key)
 
 Status CoordinationClient::KeyValueDelete(const std::string& key) {
   uint32_t rid = NextRequestId();
-  StatusOr<std::string> reply = Call(Writer(MessageType::kKeyValueDelete, rid).Bytes(key).Finish(), rid, 0);
+  StatusOr<std::string> reply = Call("key_value_delete '" + key + "'", Writer(MessageType::kKeyValueDelete, rid).Bytes(key).Finish(), rid, 0);
   if (!reply.ok()) return reply.status();
   Reader r(reply.value());
   return ReplyStatus(r, MessageType::kOk);
@@ -209,7 +211,7 @@ Status CoordinationClient::KeyValueDelete(const std::string& key) {
 
 StatusOr<std::vector<std::pair<std::string, std::string>>> CoordinationClient::KeyValueList(const std::string& prefix) {
   uint32_t rid = NextRequestId();
-  StatusOr<std::string> reply = Call(Writer(MessageType::kKeyValueList, rid).Bytes(prefix).Finish(), rid, 0);
+  StatusOr<std::string> reply = Call("key_value_list '" + prefix + "'", Writer(MessageType::kKeyValueList, rid).Bytes(prefix).Finish(), rid, 0);
   if (!reply.ok()) return reply.status();
   Reader r(reply.value());
   MYPLUGIN_RETURN_IF_ERROR(ReplyStatus(r, MessageType::kEntries));
@@ -226,7 +228,7 @@ StatusOr<std::vector<std::pair<std::string, std::string>>> CoordinationClient::K
 Status CoordinationClient::Barrier(const std::string& name, double timeout_s) {
   uint32_t rid = NextRequestId();
   StatusOr<std::string> reply =
-      Call(Writer(MessageType::kBarrier, rid).Bytes(name).U64(Millis(timeout_s)).Finish(), rid, timeout_s);
+      Call("barrier '" + name + "'", Writer(MessageType::kBarrier, rid).Bytes(name).U64(Millis(timeout_s)).Finish(), rid, timeout_s);
   if (!reply.ok()) return reply.status();
   Reader r(reply.value());
   return ReplyStatus(r, MessageType::kOk);
@@ -234,7 +236,7 @@ Status CoordinationClient::Barrier(const std::string& name, double timeout_s) {
 
 Status CoordinationClient::Shutdown(double timeout_s) {
   uint32_t rid = NextRequestId();
-  StatusOr<std::string> reply = Call(Writer(MessageType::kShutdown, rid).U64(Millis(timeout_s)).Finish(), rid, timeout_s);
+  StatusOr<std::string> reply = Call("the shutdown barrier", Writer(MessageType::kShutdown, rid).U64(Millis(timeout_s)).Finish(), rid, timeout_s);
   Status st = reply.status();
   if (reply.ok()) {
     Reader r(reply.value());
@@ -357,15 +359,13 @@ void CoordinationClient::OnFailure(const Status& status) {
     callbacks = callbacks_;
   }
   cv_.notify_all();
-  std::fprintf(stderr, "myplugin: %s (seen by process %d)\n", status.message().c_str(), options_.process_id);
-  std::fflush(stderr);
+  const std::string me = std::to_string(options_.process_id);
+  LogLine("myplugin: " + status.message() + " (seen by process " + me + ")");
   for (auto& [id, callback] : callbacks) callback(status);
   if (options_.fate_sharing) {
-    std::fprintf(stderr,
-                 "myplugin: process %d exits because the job failed (fate-sharing; initialize with "
-                 "fate_sharing=False to handle the error yourself)\n",
-                 options_.process_id);
-    std::fflush(stderr);
+    LogLine("myplugin: process " + me +
+            " exits because the job failed (fate-sharing; initialize with fate_sharing=False to handle the "
+            "error yourself)");
     double grace = options_.fate_sharing_grace_s;
     std::thread([grace] {
       std::this_thread::sleep_for(std::chrono::milliseconds(Millis(grace)));

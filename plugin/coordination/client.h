@@ -94,7 +94,9 @@ class CoordinationClient {
 
   CoordinationClient(const ClientOptions& options, Socket socket, uint64_t incarnation);
   Status Hello();
-  StatusOr<std::string> Call(std::string frame_without_id, uint32_t request_id, double timeout_s);
+  // `what` names the call in errors: a failure that interrupts it says what
+  // this process was waiting for.
+  StatusOr<std::string> Call(const std::string& what, std::string frame, uint32_t request_id, double timeout_s);
   uint32_t NextRequestId() { return next_request_id_++; }
   void ReaderLoop();
   void HeartbeatLoop();

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "common/log.h"
 #include "coordination/wire.h"
 
 namespace myplugin::coordination {
@@ -27,10 +28,7 @@ std::string ErrorFrame(uint32_t request_id, const Status& status) {
       .Finish();
 }
 
-void Log(const std::string& line) {
-  std::fprintf(stderr, "myplugin coordinator: %s\n", line.c_str());
-  std::fflush(stderr);
-}
+void Log(const std::string& line) { LogLine("myplugin coordinator: " + line); }
 
 constexpr char kShutdownBarrier[] = "__myplugin_shutdown__";
 // A connection must say Hello within this time, or it is dropped.
@@ -509,12 +507,17 @@ void CoordinationService::DeclareFailure(int process_id, const std::string& reas
 }
 
 void CoordinationService::FailAllWaiters(const Status& status) {
-  for (const Waiter& w : registration_waiters_) ReplyError(w, status);
+  // Each waiter hears what it was waiting for, and why that will not come.
+  auto interrupted = [&](const std::string& what) {
+    return Status(status.code(), what + " was interrupted: " + status.message());
+  };
+  for (const Waiter& w : registration_waiters_) ReplyError(w, interrupted("registration"));
   registration_waiters_.clear();
-  for (auto& kw : key_waiters_) ReplyError(kw.second.waiter, status);
+  for (auto& kw : key_waiters_) ReplyError(kw.second.waiter, interrupted("key_value_get '" + kw.first + "'"));
   key_waiters_.clear();
   for (auto& b : barriers_) {
-    for (const Waiter& w : b.second.waiters) ReplyError(w, status);
+    Status st = interrupted(b.first == kShutdownBarrier ? std::string("the shutdown barrier") : "barrier '" + b.first + "'");
+    for (const Waiter& w : b.second.waiters) ReplyError(w, st);
   }
   barriers_.clear();
 }
