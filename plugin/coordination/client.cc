@@ -134,11 +134,15 @@ StatusOr<std::string> CoordinationClient::Call(const std::string& what, std::str
                                           sent.message());
   }
   auto deadline = Clock::now() + std::chrono::milliseconds(Millis(timeout_s + kReplyGraceSeconds));
-  cv_.wait_until(lock, deadline, [&] { return pending.done || failure_ || stopping_; });
+  cv_.wait_until(lock, deadline, [&] { return pending.done || failure_ || stopping_ || connection_lost_; });
   pending_.erase(request_id);
   if (pending.done) {
     if (!pending.status.ok()) return pending.status;
     return std::move(pending.payload);
+  }
+  if (connection_lost_ && !failure_) {
+    return Status(Code::kUnavailable, "lost the connection to the myplugin coordinator at " + options_.address +
+                                          " during " + what);
   }
   if (failure_) return Status(failure_->code(), what + " was interrupted: " + failure_->message());
   if (stopping_) return FailedPrecondition("the coordination client is closing");
@@ -235,6 +239,10 @@ Status CoordinationClient::Barrier(const std::string& name, double timeout_s) {
 }
 
 Status CoordinationClient::Shutdown(double timeout_s) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    shutdown_requested_ = true;
+  }
   uint32_t rid = NextRequestId();
   StatusOr<std::string> reply = Call("the shutdown barrier", Writer(MessageType::kShutdown, rid).U64(Millis(timeout_s)).Finish(), rid, timeout_s);
   Status st = reply.status();
@@ -289,8 +297,10 @@ void CoordinationClient::ReaderLoop() {
       bool quiet;
       {
         std::lock_guard<std::mutex> lock(mu_);
-        quiet = shut_down_ || stopping_;
+        quiet = shut_down_ || stopping_ || shutdown_requested_;
+        connection_lost_ = true;
       }
+      cv_.notify_all();
       if (!quiet) {
         OnFailure(Status(Code::kUnavailable, "lost the connection to the myplugin coordinator at " +
                                                  options_.address + " (" + st.message() +
@@ -328,9 +338,9 @@ void CoordinationClient::ReaderLoop() {
 void CoordinationClient::HeartbeatLoop() {
   const std::string beat = Writer(MessageType::kHeartbeat).Finish();
   std::unique_lock<std::mutex> lock(mu_);
-  while (!stopping_ && !shut_down_ && !failure_) {
+  while (!stopping_ && !shut_down_ && !failure_ && !connection_lost_) {
     cv_.wait_for(lock, std::chrono::milliseconds(Millis(heartbeat_interval_s_)));
-    if (stopping_ || shut_down_ || failure_) break;
+    if (stopping_ || shut_down_ || failure_ || connection_lost_) break;
     double silent = std::chrono::duration<double>(Clock::now() - last_heard_).count();
     if (silent > heartbeat_timeout_s_) {
       lock.unlock();

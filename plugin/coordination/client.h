@@ -117,6 +117,10 @@ class CoordinationClient {
   std::optional<Status> failure_;
   bool shut_down_ = false;
   bool stopping_ = false;
+  // Once this process asked to shut down, the coordinator closing the
+  // connection is the expected end, not a failure.
+  bool shutdown_requested_ = false;
+  bool connection_lost_ = false;
   std::chrono::steady_clock::time_point last_heard_;
   std::map<int, std::function<void(const Status&)>> callbacks_;
   int next_callback_id_ = 1;
