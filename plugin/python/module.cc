@@ -4,6 +4,7 @@
 // register_plugin returns), never by linking to the plugin library.
 #include <Python.h>
 #include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
@@ -14,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "collectives/communicator_cache.h"
+#include "collectives/dtype.h"
 #include "common/status.h"
 #include "coordination/runtime.h"
 #include "coordination/service.h"
@@ -130,6 +133,56 @@ std::shared_ptr<coord::CoordinationClient> Client() {
 }
 
 nb::bytes Bytes(const std::string& s) { return nb::bytes(s.data(), s.size()); }
+
+namespace coll = myplugin::collectives;
+using Bytes1D = nb::ndarray<uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+
+// Runs one collective on raw bytes; jax_plugin.collectives does the numpy side.
+void RunCollective(const std::string& op, const std::string& reduction_name, const std::string& dtype_name,
+                   Bytes1D send, Bytes1D recv, std::vector<int> clique, std::vector<std::pair<int, int>> pairs) {
+  coll::DataType dtype = ValueOrThrow(coll::ParseDataType(dtype_name));
+  coll::Reduction reduction =
+      reduction_name.empty() ? coll::Reduction::kNone : ValueOrThrow(coll::ParseReduction(reduction_name));
+  const size_t item = coll::ByteSize(dtype);
+  if (send.shape(0) % item != 0) throw std::invalid_argument("send buffer is not a whole number of elements");
+  const size_t count = send.shape(0) / item;
+  const void* in = send.data();
+  void* out = recv.data();
+  myplugin::Status st;
+  {
+    nb::gil_scoped_release release;
+    auto comm = coll::CommunicatorCache::Get().ForClique(std::move(clique));
+    st = comm.status();
+    if (st.ok()) {
+      coll::Communicator& c = *comm.value();
+      if (op == "all_reduce") {
+        st = c.AllReduce(in, out, count, dtype, reduction);
+      } else if (op == "all_gather") {
+        st = c.AllGather(in, out, count, dtype);
+      } else if (op == "reduce_scatter") {
+        st = c.ReduceScatter(in, out, count, dtype, reduction);
+      } else if (op == "all_to_all") {
+        st = c.AllToAll(in, out, count, dtype);
+      } else if (op == "collective_permute") {
+        st = c.CollectivePermute(in, out, count, dtype, pairs);
+      } else if (op == "barrier") {
+        st = c.Barrier();
+      } else {
+        st = myplugin::InvalidArgument("unknown collective '" + op + "'");
+      }
+    }
+  }
+  ThrowIfError(st);
+}
+
+void BindCollectives(nb::module_& m) {
+  m.def("collective", &RunCollective, nb::arg("op"), nb::arg("reduction"), nb::arg("dtype"), nb::arg("send"),
+        nb::arg("recv"), nb::arg("clique"), nb::arg("pairs"));
+  m.def("clique_rank", [](std::vector<int> clique) {
+    auto comm = ValueOrThrow(coll::CommunicatorCache::Get().ForClique(std::move(clique)));
+    return comm->rank();
+  }, nb::call_guard<nb::gil_scoped_release>());
+}
 
 void BindCoordination(nb::module_& m) {
   nb::class_<coord::CoordinationService>(m, "CoordinationService",
@@ -282,6 +335,7 @@ void BindCoordination(nb::module_& m) {
     nb::gil_scoped_release release;
     client->ReportError(reason);
   });
+  BindCollectives(m);
   m.attr("FATE_SHARING_EXIT_CODE") = coord::kFateSharingExitCode;
   m.attr("PROTOCOL_VERSION") = coord::kProtocolVersion;
 }

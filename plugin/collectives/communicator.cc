@@ -1,0 +1,211 @@
+#include "collectives/communicator.h"
+
+#include <chrono>
+#include <cstring>
+#include <set>
+#include <thread>
+
+namespace myplugin::collectives {
+namespace {
+
+// How long a process that saw a peer's connection break waits for the
+// coordination service to say which process failed.
+constexpr double kFailureNoticeWaitS = 3.0;
+// How long processes that timed out wait for each other to record arrival.
+constexpr double kArrivalWaitS = 1.0;
+
+std::string Seconds(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%g s", s);
+  return buf;
+}
+
+}  // namespace
+
+std::string ProcessList(const std::vector<int>& ids) {
+  std::string s = "[";
+  for (size_t i = 0; i < ids.size(); ++i) s += (i ? ", " : "") + std::to_string(ids[i]);
+  return s + "]";
+}
+
+Communicator::Communicator(std::vector<int> clique, int rank, double timeout_s,
+                           std::shared_ptr<coordination::CoordinationClient> coordination)
+    : clique_(std::move(clique)),
+      rank_(rank),
+      coordination_(std::move(coordination)),
+      timeout_s_(timeout_s),
+      clique_hash_(HashInts(std::vector<int64_t>(clique_.begin(), clique_.end()))) {}
+
+void Communicator::Abort(const Status& why) {
+  {
+    std::lock_guard<std::mutex> lock(abort_mu_);
+    if (aborted_) return;
+    aborted_ = why;
+  }
+  DoAbort();
+}
+
+StatusOr<uint32_t> Communicator::Begin(Signature sig) {
+  {
+    std::lock_guard<std::mutex> lock(abort_mu_);
+    if (aborted_) return Explain(sig, *aborted_);
+  }
+  sig.clique_hash = clique_hash_;
+  sig.sequence = sequence_++;
+  const uint32_t tag = static_cast<uint32_t>(sig.sequence * 2);
+  char mine[Signature::kEncodedSize];
+  sig.Encode(mine);
+  std::vector<char> all(Signature::kEncodedSize * clique_.size());
+  Status st = DoAllGatherBytes(mine, all.data(), Signature::kEncodedSize, tag);
+  if (!st.ok()) return Explain(sig, st);
+  std::vector<Signature> sigs;
+  for (size_t r = 0; r < clique_.size(); ++r) sigs.push_back(Signature::Decode(all.data() + r * Signature::kEncodedSize));
+  std::string mismatch = CompareSignatures(sigs, clique_);
+  if (!mismatch.empty()) return Status(Code::kFailedPrecondition, mismatch);
+  return tag + 1;
+}
+
+Status Communicator::Explain(const Signature& sig, const Status& backend_error) {
+  const std::string what = sig.Describe() + " on processes " + ProcessList(clique_);
+  {
+    std::lock_guard<std::mutex> lock(abort_mu_);
+    if (aborted_) return Status(Code::kAborted, what + " was aborted: " + aborted_->message());
+  }
+  if (coordination_) {
+    // A broken connection usually means a peer died: the coordination
+    // service names it within moments.
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<int>(kFailureNoticeWaitS * 1000));
+    while (true) {
+      if (auto failure = coordination_->failure()) {
+        return Status(Code::kAborted, what + " was aborted: " + failure->message());
+      }
+      if (std::chrono::steady_clock::now() > deadline) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    // No process failed: someone is late or stuck. Everyone who timed out
+    // records its arrival; whoever is missing from the record never came.
+    const std::string prefix = "myplugin/collectives/arrived/" + std::to_string(clique_hash_) + "/" +
+                               std::to_string(sig.sequence) + "/";
+    if (coordination_->KeyValueSet(prefix + std::to_string(clique_[rank_]), "1").ok()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(static_cast<int>(kArrivalWaitS * 1000)));
+      auto arrived = coordination_->KeyValueList(prefix);
+      if (arrived.ok()) {
+        std::set<int> present;
+        for (const auto& [key, value] : arrived.value()) present.insert(std::atoi(key.c_str() + prefix.size()));
+        std::vector<int> missing;
+        for (int p : clique_) {
+          if (!present.count(p)) missing.push_back(p);
+        }
+        if (!missing.empty()) {
+          return Status(Code::kDeadlineExceeded, what + " timed out after " + Seconds(timeout_s_) +
+                                                     " waiting for processes " + ProcessList(missing) +
+                                                     ", which never reached call #" + std::to_string(sig.sequence) +
+                                                     " (stopped, stuck, or running other code)");
+        }
+      }
+    }
+  }
+  return Status(backend_error.code() == Code::kOk ? Code::kInternal : backend_error.code(),
+                what + " failed: " + backend_error.message());
+}
+
+Status Communicator::AllReduce(const void* send, void* recv, size_t count, DataType type, Reduction reduction) {
+  std::lock_guard<std::mutex> lock(call_mu_);
+  Signature sig{CollectiveOp::kAllReduce, reduction, type, count};
+  StatusOr<ReduceFunction> fn = ReduceFunctionFor(type, reduction);
+  if (!fn.ok()) return fn.status();
+  StatusOr<uint32_t> tag = Begin(sig);
+  if (!tag.ok()) return tag.status();
+  sig.sequence = sequence_ - 1;
+  if (count == 0) return OkStatus();
+  Status st = DoAllReduce(send, recv, count, type, fn.value(), tag.value());
+  return st.ok() ? st : Explain(sig, st);
+}
+
+Status Communicator::AllGather(const void* send, void* recv, size_t count, DataType type) {
+  std::lock_guard<std::mutex> lock(call_mu_);
+  Signature sig{CollectiveOp::kAllGather, Reduction::kNone, type, count};
+  StatusOr<uint32_t> tag = Begin(sig);
+  if (!tag.ok()) return tag.status();
+  sig.sequence = sequence_ - 1;
+  if (count == 0) return OkStatus();
+  Status st = DoAllGatherBytes(send, recv, count * ByteSize(type), tag.value());
+  return st.ok() ? st : Explain(sig, st);
+}
+
+Status Communicator::ReduceScatter(const void* send, void* recv, size_t count, DataType type, Reduction reduction) {
+  std::lock_guard<std::mutex> lock(call_mu_);
+  if (count % clique_.size() != 0) {
+    return InvalidArgument("reduce-scatter of " + std::to_string(count) + " elements over " +
+                           std::to_string(clique_.size()) + " processes: the count must divide evenly");
+  }
+  Signature sig{CollectiveOp::kReduceScatter, reduction, type, count};
+  StatusOr<ReduceFunction> fn = ReduceFunctionFor(type, reduction);
+  if (!fn.ok()) return fn.status();
+  StatusOr<uint32_t> tag = Begin(sig);
+  if (!tag.ok()) return tag.status();
+  sig.sequence = sequence_ - 1;
+  if (count == 0) return OkStatus();
+  // Reduce everything, keep this rank's block: simple, and exact.
+  std::vector<char> full(count * ByteSize(type));
+  Status st = DoAllReduce(send, full.data(), count, type, fn.value(), tag.value());
+  if (!st.ok()) return Explain(sig, st);
+  const size_t block = count / clique_.size() * ByteSize(type);
+  std::memcpy(recv, full.data() + rank_ * block, block);
+  return OkStatus();
+}
+
+Status Communicator::AllToAll(const void* send, void* recv, size_t count, DataType type) {
+  std::lock_guard<std::mutex> lock(call_mu_);
+  if (count % clique_.size() != 0) {
+    return InvalidArgument("all-to-all of " + std::to_string(count) + " elements over " +
+                           std::to_string(clique_.size()) + " processes: the count must divide evenly");
+  }
+  Signature sig{CollectiveOp::kAllToAll, Reduction::kNone, type, count};
+  StatusOr<uint32_t> tag = Begin(sig);
+  if (!tag.ok()) return tag.status();
+  sig.sequence = sequence_ - 1;
+  if (count == 0) return OkStatus();
+  Status st = DoAllToAllBytes(send, recv, count / clique_.size() * ByteSize(type), tag.value());
+  return st.ok() ? st : Explain(sig, st);
+}
+
+Status Communicator::CollectivePermute(const void* send, void* recv, size_t count, DataType type,
+                                       const std::vector<std::pair<int, int>>& pairs) {
+  std::lock_guard<std::mutex> lock(call_mu_);
+  std::vector<int64_t> flat;
+  int send_to = -1, recv_from = -1;
+  std::set<int> sources, targets;
+  for (const auto& [src, dst] : pairs) {
+    if (src < 0 || dst < 0 || src >= size() || dst >= size()) {
+      return InvalidArgument("collective-permute pair (" + std::to_string(src) + ", " + std::to_string(dst) +
+                             ") is outside the " + std::to_string(size()) + " participants");
+    }
+    if (!sources.insert(src).second || !targets.insert(dst).second) {
+      return InvalidArgument("collective-permute: each rank may send once and receive once");
+    }
+    flat.push_back(src);
+    flat.push_back(dst);
+    if (src == rank_) send_to = dst;
+    if (dst == rank_) recv_from = src;
+  }
+  Signature sig{CollectiveOp::kCollectivePermute, Reduction::kNone, type, count};
+  sig.extra = HashInts(flat);
+  StatusOr<uint32_t> tag = Begin(sig);
+  if (!tag.ok()) return tag.status();
+  sig.sequence = sequence_ - 1;
+  const size_t bytes = count * ByteSize(type);
+  if (recv_from < 0 && bytes > 0) std::memset(recv, 0, bytes);
+  if (bytes == 0) return OkStatus();
+  Status st = DoPermuteBytes(send, recv, bytes, send_to, recv_from, tag.value());
+  return st.ok() ? st : Explain(sig, st);
+}
+
+Status Communicator::Barrier() {
+  std::lock_guard<std::mutex> lock(call_mu_);
+  // The signature exchange is itself a barrier.
+  StatusOr<uint32_t> tag = Begin(Signature{CollectiveOp::kBarrier});
+  return tag.status();
+}
+
+}  // namespace myplugin::collectives

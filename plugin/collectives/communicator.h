@@ -1,0 +1,85 @@
+// One communicator interface for every backend. A communicator serves one
+// clique: an ordered list of participants (ranks 0..n-1). Every call
+// first exchanges signatures (signature.h), so mismatched calls fail on
+// every participant with the same error; every wait is bounded; and a
+// failure that the coordination service reports aborts calls in flight.
+// Backends implement the Do* methods; the checks live here, once.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "collectives/dtype.h"
+#include "coordination/client.h"
+#include "collectives/signature.h"
+#include "common/status.h"
+
+namespace myplugin::collectives {
+
+class Communicator {
+ public:
+  // `clique[r]` is the process id of rank r. `coordination` (may be null in
+  // unit tests) explains failures: who failed, who never arrived.
+  Communicator(std::vector<int> clique, int rank, double timeout_s,
+               std::shared_ptr<coordination::CoordinationClient> coordination);
+  virtual ~Communicator() = default;
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return static_cast<int>(clique_.size()); }
+  const std::vector<int>& clique() const { return clique_; }
+  double timeout_s() const { return timeout_s_; }
+
+  // `count` is the number of elements this rank contributes; recv sizes
+  // follow from the op: all-gather/all-to-all recv n*count, reduce-scatter
+  // recv count/n (count must divide by n), permute recv count.
+  Status AllReduce(const void* send, void* recv, size_t count, DataType type, Reduction reduction);
+  Status AllGather(const void* send, void* recv, size_t count, DataType type);
+  Status ReduceScatter(const void* send, void* recv, size_t count, DataType type, Reduction reduction);
+  Status AllToAll(const void* send, void* recv, size_t count, DataType type);
+  // pairs: (source rank, target rank). A rank that is no target gets zeros.
+  Status CollectivePermute(const void* send, void* recv, size_t count, DataType type,
+                           const std::vector<std::pair<int, int>>& pairs);
+  Status Barrier();
+
+  // Ends every call in flight and every later one with `why`.
+  void Abort(const Status& why);
+
+ protected:
+  // Exchanges fixed-size records: out receives size()*bytes, rank-major.
+  virtual Status DoAllGatherBytes(const void* send, void* recv, size_t bytes, uint32_t tag) = 0;
+  virtual Status DoAllReduce(const void* send, void* recv, size_t count, DataType type, ReduceFunction fn,
+                             uint32_t tag) = 0;
+  virtual Status DoAllToAllBytes(const void* send, void* recv, size_t bytes_per_rank, uint32_t tag) = 0;
+  virtual Status DoPermuteBytes(const void* send, void* recv, size_t bytes, int send_to, int recv_from,
+                                uint32_t tag) = 0;
+  virtual void DoAbort() = 0;
+
+ private:
+  // Signature exchange and checks; returns the call's tag on agreement.
+  StatusOr<uint32_t> Begin(Signature sig);
+  // Turns a backend error into one that says what failed and why.
+  Status Explain(const Signature& sig, const Status& backend_error);
+
+  const std::vector<int> clique_;
+  const int rank_;
+  std::shared_ptr<coordination::CoordinationClient> coordination_;
+  const double timeout_s_;
+  const uint64_t clique_hash_;
+  std::mutex call_mu_;  // one collective at a time per clique, in program order
+  uint64_t sequence_ = 0;
+  std::mutex abort_mu_;
+  std::optional<Status> aborted_;
+};
+
+// The process id list as text: "[0, 1, 3]".
+std::string ProcessList(const std::vector<int>& ids);
+
+}  // namespace myplugin::collectives

@@ -1,0 +1,33 @@
+// The process's communicators, one per clique, made on first use through
+// the coordination service and aborted when it reports a failure.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "collectives/communicator.h"
+#include "common/status.h"
+
+namespace myplugin::collectives {
+
+class CommunicatorCache {
+ public:
+  static CommunicatorCache& Get();
+
+  // The communicator of `clique` (process ids in rank order; empty means all
+  // processes). Every process of the clique must ask for it.
+  StatusOr<std::shared_ptr<Communicator>> ForClique(std::vector<int> clique);
+
+  // MYPLUGIN_COLLECTIVE_TIMEOUT_SECONDS, default 300.
+  static double TimeoutSeconds();
+
+ private:
+  CommunicatorCache() = default;
+  std::mutex mu_;
+  std::map<std::vector<int>, std::shared_ptr<Communicator>> communicators_;
+  const void* client_seen_ = nullptr;  // the coordination client the cache belongs to
+};
+
+}  // namespace myplugin::collectives

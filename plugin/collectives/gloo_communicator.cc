@@ -1,0 +1,168 @@
+#include "collectives/gloo_communicator.h"
+
+#include <gloo/allgather.h>
+#include <gloo/allreduce.h>
+#include <gloo/alltoall.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/store.h>
+#include <gloo/transport/tcp/device.h>
+
+#include <chrono>
+#include <cstring>
+#include <exception>
+
+namespace myplugin::collectives {
+namespace {
+
+// A c128 element for Gloo: Gloo splits buffers on element boundaries, so a
+// complex number must be one element, never two halves.
+struct alignas(16) Complex128Bits {
+  uint64_t re, im;
+};
+
+std::chrono::milliseconds Millis(double s) { return std::chrono::milliseconds(static_cast<int64_t>(s * 1000)); }
+
+// Gloo's rendezvous store on our key-value store. Gloo reports a failed
+// store call by exception; the messages name the key.
+class KeyValueStore : public gloo::rendezvous::Store {
+ public:
+  KeyValueStore(std::shared_ptr<coordination::CoordinationClient> client, std::string prefix, double timeout_s)
+      : client_(std::move(client)), prefix_(std::move(prefix)), timeout_s_(timeout_s) {}
+
+  void set(const std::string& key, const std::vector<char>& data) override {
+    Status st = client_->KeyValueSet(prefix_ + key, std::string(data.begin(), data.end()));
+    if (!st.ok()) throw std::runtime_error("gloo rendezvous: " + st.message());
+  }
+
+  std::vector<char> get(const std::string& key) override {
+    StatusOr<std::string> v = client_->KeyValueGet(prefix_ + key, timeout_s_);
+    if (!v.ok()) throw std::runtime_error("gloo rendezvous: " + v.status().message());
+    return std::vector<char>(v.value().begin(), v.value().end());
+  }
+
+  void wait(const std::vector<std::string>& keys) override { wait(keys, Millis(timeout_s_)); }
+
+  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override {
+    for (const std::string& key : keys) {
+      StatusOr<std::string> v = client_->KeyValueGet(prefix_ + key, timeout.count() / 1000.0);
+      if (!v.ok()) throw std::runtime_error("gloo rendezvous: " + v.status().message());
+    }
+  }
+
+ private:
+  std::shared_ptr<coordination::CoordinationClient> client_;
+  std::string prefix_;
+  double timeout_s_;
+};
+
+// Runs a Gloo call, turning its exceptions into a Status.
+template <typename F>
+Status Guarded(F&& f) {
+  try {
+    f();
+    return OkStatus();
+  } catch (const std::exception& e) {
+    std::string what = e.what();
+    Code code = what.find("imed out") != std::string::npos ? Code::kDeadlineExceeded : Code::kUnavailable;
+    return Status(code, what);
+  }
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
+    std::vector<int> clique, int my_process, double timeout_s, const std::string& local_host,
+    std::shared_ptr<coordination::CoordinationClient> coordination, const std::string& key_prefix) {
+  int rank = -1;
+  for (size_t r = 0; r < clique.size(); ++r) {
+    if (clique[r] == my_process) rank = static_cast<int>(r);
+  }
+  if (rank < 0) {
+    return InvalidArgument("process " + std::to_string(my_process) + " is not in the clique " + ProcessList(clique));
+  }
+  auto context = std::make_shared<gloo::rendezvous::Context>(rank, static_cast<int>(clique.size()));
+  Status st = Guarded([&] {
+    gloo::transport::tcp::attr attr;
+    attr.hostname = local_host;
+    auto device = gloo::transport::tcp::CreateDevice(attr);
+    KeyValueStore store(coordination, key_prefix, timeout_s);
+    context->setTimeout(Millis(timeout_s));
+    context->connectFullMesh(store, device);
+  });
+  if (!st.ok()) {
+    return Status(st.code(), "connecting the Gloo communicator of processes " + ProcessList(clique) + " failed: " +
+                                 st.message());
+  }
+  return std::unique_ptr<GlooCommunicator>(
+      new GlooCommunicator(std::move(clique), rank, timeout_s, std::move(coordination), std::move(context)));
+}
+
+GlooCommunicator::GlooCommunicator(std::vector<int> clique, int rank, double timeout_s,
+                                   std::shared_ptr<coordination::CoordinationClient> coordination,
+                                   std::shared_ptr<gloo::Context> context)
+    : Communicator(std::move(clique), rank, timeout_s, std::move(coordination)), context_(std::move(context)) {}
+
+GlooCommunicator::~GlooCommunicator() = default;
+
+Status GlooCommunicator::DoAllGatherBytes(const void* send, void* recv, size_t bytes, uint32_t tag) {
+  return Guarded([&] {
+    gloo::AllgatherOptions opts(context_);
+    opts.setInput(const_cast<char*>(static_cast<const char*>(send)), bytes);
+    opts.setOutput(static_cast<char*>(recv), bytes * context_->size);
+    opts.setTag(tag);
+    opts.setTimeout(Millis(timeout_s()));
+    gloo::allgather(opts);
+  });
+}
+
+Status GlooCommunicator::DoAllReduce(const void* send, void* recv, size_t count, DataType type, ReduceFunction fn,
+                                     uint32_t tag) {
+  const size_t bytes = count * ByteSize(type);
+  if (recv != send) std::memcpy(recv, send, bytes);
+  return Guarded([&] {
+    gloo::AllreduceOptions opts(context_);
+    // Gloo reduces in place over a byte buffer; the element type is ours.
+    switch (ByteSize(type)) {
+      case 1: opts.setOutput(static_cast<uint8_t*>(recv), count); break;
+      case 2: opts.setOutput(static_cast<uint16_t*>(recv), count); break;
+      case 4: opts.setOutput(static_cast<uint32_t*>(recv), count); break;
+      case 8: opts.setOutput(static_cast<uint64_t*>(recv), count); break;
+      default: opts.setOutput(static_cast<Complex128Bits*>(recv), count);
+    }
+    opts.setReduceFunction([fn](void* c, const void* a, const void* b, size_t n) { fn(c, a, b, n); });
+    opts.setTag(tag);
+    opts.setTimeout(Millis(timeout_s()));
+    gloo::allreduce(opts);
+  });
+}
+
+Status GlooCommunicator::DoAllToAllBytes(const void* send, void* recv, size_t bytes_per_rank, uint32_t tag) {
+  return Guarded([&] {
+    gloo::AlltoallOptions opts(context_);
+    opts.setInput(const_cast<char*>(static_cast<const char*>(send)), bytes_per_rank * context_->size);
+    opts.setOutput(static_cast<char*>(recv), bytes_per_rank * context_->size);
+    opts.setTag(tag);
+    opts.setTimeout(Millis(timeout_s()));
+    gloo::alltoall(opts);
+  });
+}
+
+Status GlooCommunicator::DoPermuteBytes(const void* send, void* recv, size_t bytes, int send_to, int recv_from,
+                                        uint32_t tag) {
+  return Guarded([&] {
+    if (send_to == rank() && recv_from == rank()) {
+      std::memcpy(recv, send, bytes);
+      return;
+    }
+    auto out = context_->createUnboundBuffer(const_cast<void*>(send), bytes);
+    auto in = context_->createUnboundBuffer(recv, bytes);
+    if (recv_from >= 0) in->recv(recv_from, tag);
+    if (send_to >= 0) out->send(send_to, tag);
+    if (send_to >= 0 && !out->waitSend(Millis(timeout_s()))) throw std::runtime_error("send aborted");
+    if (recv_from >= 0 && !in->waitRecv(Millis(timeout_s()))) throw std::runtime_error("receive aborted");
+  });
+}
+
+void GlooCommunicator::DoAbort() { context_->closeConnections(); }
+
+}  // namespace myplugin::collectives

@@ -1,0 +1,44 @@
+// The CPU backend: Gloo over TCP, one rank per process. Gloo's rendezvous
+// goes through our coordination key-value store.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "collectives/communicator.h"
+#include "coordination/client.h"
+
+namespace gloo {
+class Context;
+}
+
+namespace myplugin::collectives {
+
+class GlooCommunicator : public Communicator {
+ public:
+  // Connects every rank of `clique` (process ids, in rank order) to every
+  // other. All of them must call this; it waits up to `timeout_s`.
+  // `local_host` is the address peers reach this process at.
+  static StatusOr<std::unique_ptr<GlooCommunicator>> Create(
+      std::vector<int> clique, int my_process, double timeout_s, const std::string& local_host,
+      std::shared_ptr<coordination::CoordinationClient> coordination, const std::string& key_prefix);
+  ~GlooCommunicator() override;
+
+ protected:
+  Status DoAllGatherBytes(const void* send, void* recv, size_t bytes, uint32_t tag) override;
+  Status DoAllReduce(const void* send, void* recv, size_t count, DataType type, ReduceFunction fn,
+                     uint32_t tag) override;
+  Status DoAllToAllBytes(const void* send, void* recv, size_t bytes_per_rank, uint32_t tag) override;
+  Status DoPermuteBytes(const void* send, void* recv, size_t bytes, int send_to, int recv_from,
+                        uint32_t tag) override;
+  void DoAbort() override;
+
+ private:
+  GlooCommunicator(std::vector<int> clique, int rank, double timeout_s,
+                   std::shared_ptr<coordination::CoordinationClient> coordination,
+                   std::shared_ptr<gloo::Context> context);
+  std::shared_ptr<gloo::Context> context_;
+};
+
+}  // namespace myplugin::collectives
