@@ -1,0 +1,171 @@
+"""A process of a collectives test job (identity from MYPLUGIN_*).
+
+usage: python collectives_worker.py SCENARIO
+  matrix      every op x dtype x reduction x size against numpy; prints a RESULT per failure
+  big         one 64 MB all-reduce
+  mismatch_*  this process issues something different from the others (rank 1 deviates)
+  loop_big    64 MB all-reduces until an error
+"""
+import json
+import os
+import sys
+import time
+
+import ml_dtypes
+import numpy as np
+
+from jax_plugin import collectives as C
+from jax_plugin import distributed
+
+scenario = sys.argv[1]
+distributed.initialize(heartbeat_timeout_seconds=float(os.environ.get("TEST_HEARTBEAT_TIMEOUT", "5")))
+r, n = distributed.process_id(), distributed.num_processes()
+
+
+def result(**kv):
+  print("RESULT " + json.dumps(kv), flush=True)
+
+
+DTYPES = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16", "bfloat16",
+          "float32", "float64", "complex64", "complex128"]
+SIZES = [0, 1, 7, 1000, (1 << 20) + 3]
+
+
+def np_dtype(name):
+  return ml_dtypes.bfloat16 if name == "bfloat16" else np.dtype(name)
+
+
+def data(rank, dtype, size, kind="sum"):
+  """Inputs whose reductions are exact in every dtype: small integers, and
+  for products only 1, 2 and -1."""
+  i = np.arange(size)
+  if dtype == "bool":
+    return ((i + rank) % 3 == 0)
+  if kind == "product":
+    v = np.where((i + rank) % 5 == 0, 2, np.where((i + rank) % 7 == 0, -1, 1))
+    if dtype.startswith("uint"):
+      v = np.abs(v)
+  else:
+    v = (i * 7 + rank * 3) % 11 - (0 if dtype.startswith("uint") else 5)
+  if dtype.startswith("complex"):
+    return (v + 1j * (v % 3)).astype(dtype)
+  return v.astype(np_dtype(dtype))
+
+
+def reduce_ref(arrays, op, dtype):
+  acc = arrays[0].astype(np.complex128 if dtype.startswith("complex") else (bool if dtype == "bool" else np.float64))
+  for a in arrays[1:]:
+    a = a.astype(acc.dtype)
+    if dtype == "bool":
+      acc = (acc | a) if op in ("sum", "or", "max") else (acc & a)
+    elif op == "sum":
+      acc = acc + a
+    elif op == "product":
+      acc = acc * a
+    elif op == "min":
+      acc = np.minimum(acc, a)
+    else:
+      acc = np.maximum(acc, a)
+  return acc.astype(np_dtype(dtype)) if dtype != "bool" else acc
+
+
+def same(a, b):
+  return a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a.astype(np.complex128) if a.dtype.kind == "c" else
+                                                                     a.astype(np.float64) if a.dtype.kind in "fV" or a.dtype == ml_dtypes.bfloat16 else a,
+                                                                     b.astype(np.complex128) if b.dtype.kind == "c" else
+                                                                     b.astype(np.float64) if b.dtype.kind in "fV" or b.dtype == ml_dtypes.bfloat16 else b)
+
+
+if scenario == "matrix":
+  failures, checked = [], 0
+  sizes = SIZES if os.environ.get("TEST_LARGE", "1") == "1" else SIZES[:-1]
+  for dtype in DTYPES:
+    ops = ["or", "and"] if dtype == "bool" else (["sum", "product"] if dtype.startswith("complex") else
+                                                 ["sum", "product", "min", "max"])
+    for size in sizes:
+      if size > 1000 and dtype not in ("float32", "int64", "bfloat16", "bool"):
+        continue  # the large size on a few types keeps the job short
+      for op in ops:
+        kind = "product" if op == "product" else "sum"
+        mine = data(r, dtype, size, kind)
+        got = C.all_reduce(mine, op)
+        want = reduce_ref([data(k, dtype, size, kind) for k in range(n)], op, dtype)
+        checked += 1
+        if not same(got, want):
+          failures.append(f"all_reduce {op} {dtype}[{size}]")
+      x = data(r, dtype, size)
+      got = C.all_gather(x)
+      checked += 1
+      if not same(got, np.stack([data(k, dtype, size) for k in range(n)])):
+        failures.append(f"all_gather {dtype}[{size}]")
+      block = size - size % n
+      if block:
+        op = "or" if dtype == "bool" else "sum"
+        got = C.reduce_scatter(x[:block], op)
+        want = reduce_ref([data(k, dtype, size)[:block] for k in range(n)], op, dtype)
+        checked += 1
+        if not same(got, want.reshape(n, -1)[r]):
+          failures.append(f"reduce_scatter {dtype}[{block}]")
+        got = C.all_to_all(x[:block])
+        want = np.concatenate([data(k, dtype, size)[:block].reshape(n, -1)[r] for k in range(n)])
+        checked += 1
+        if not same(got, want):
+          failures.append(f"all_to_all {dtype}[{block}]")
+      # A ring shift, and a partial permutation where rank 0 receives nothing.
+      got = C.collective_permute(x, [(k, (k + 1) % n) for k in range(n)])
+      checked += 1
+      if not same(got, data((r - 1) % n, dtype, size)):
+        failures.append(f"collective_permute ring {dtype}[{size}]")
+      got = C.collective_permute(x, [(k, k + 1) for k in range(n - 1)])
+      want = np.zeros_like(x) if r == 0 else data(r - 1, dtype, size)
+      checked += 1
+      if not same(got, want):
+        failures.append(f"collective_permute partial {dtype}[{size}]")
+  # Random floats: tolerance, since the ring adds in another order than numpy.
+  rng = np.random.default_rng(0)
+  xs = [rng.standard_normal(10007).astype(np.float32) for _ in range(n)]
+  got = C.all_reduce(xs[r])
+  checked += 1
+  if not np.allclose(got, np.sum(np.stack(xs).astype(np.float64), axis=0), rtol=1e-5, atol=1e-5):
+    failures.append("all_reduce sum random f32")
+  C.barrier()
+  result(event="matrix", checked=checked, failures=failures)
+
+elif scenario == "big":
+  x = np.full(16 << 20, float(r + 1), np.float32)  # 64 MB
+  got = C.all_reduce(x)
+  result(event="big", ok=bool(np.all(got == n * (n + 1) / 2)), nbytes=int(x.nbytes))
+
+elif scenario.startswith("mismatch_"):
+  deviant = r == 1
+  t0 = time.monotonic()
+  try:
+    if scenario == "mismatch_shape":
+      C.all_reduce(np.ones(7 if deviant else 8, np.float32))
+    elif scenario == "mismatch_dtype":
+      C.all_reduce(np.ones(8, np.float64 if deviant else np.float32))
+    elif scenario == "mismatch_op":
+      (C.all_gather if deviant else C.all_reduce)(np.ones(8, np.float32))
+    elif scenario == "mismatch_order":
+      if deviant:
+        C.all_gather(np.ones(4, np.int32))
+        C.all_reduce(np.ones(8, np.float32))
+      else:
+        C.all_reduce(np.ones(8, np.float32))
+        C.all_gather(np.ones(4, np.int32))
+    result(event="no_error")
+  except RuntimeError as e:
+    result(event="error", error=str(e), seconds=time.monotonic() - t0)
+
+elif scenario == "loop_big":
+  x = np.ones(16 << 20, np.float32)
+  result(event="looping", os_pid=os.getpid())
+  try:
+    while True:
+      C.all_reduce(x)
+  except RuntimeError as e:
+    result(event="error", error=str(e))
+    time.sleep(30)
+
+else:
+  raise SystemExit(f"unknown scenario {scenario}")

@@ -1,0 +1,74 @@
+"""The collectives runtime across real processes, against numpy: every op,
+dtype and reduction; mismatched calls; dead and stalled processes."""
+import signal
+import time
+
+import pytest
+
+from job import Job
+
+HEARTBEAT = 4.0
+
+
+@pytest.mark.parametrize("n", [2, 3, 4])
+def test_matrix_against_numpy(n):
+  with Job(n, ["matrix"], program="collectives_worker.py", env={"TEST_LARGE": "1" if n == 2 else "0"}) as job:
+    codes = job.wait(timeout=600)
+    assert codes == {r: 0 for r in range(n)}, job.all_output()
+    for r in range(n):
+      m = job.event(r, "matrix")
+      assert m["failures"] == [], m["failures"]
+      assert m["checked"] > 300
+
+
+def test_64_megabyte_all_reduce():
+  with Job(2, ["big"], program="collectives_worker.py") as job:
+    assert job.wait(timeout=300) == {0: 0, 1: 0}, job.all_output()
+    for r in range(2):
+      assert job.event(r, "big") == {"event": "big", "ok": True, "nbytes": 64 << 20}
+
+
+@pytest.mark.parametrize("scenario,deviant,others", [
+    ("mismatch_shape", "all-reduce sum f64[7]".replace("f64", "f32"), "all-reduce sum f32[8]"),
+    ("mismatch_dtype", "all-reduce sum f64[8]", "all-reduce sum f32[8]"),
+    ("mismatch_op", "all-gather f32[8]", "all-reduce sum f32[8]"),
+    ("mismatch_order", "all-gather s32[4]", "all-reduce sum f32[8]"),
+])
+def test_mismatches_fail_everyone_with_both_sides_named(scenario, deviant, others):
+  with Job(3, [scenario], program="collectives_worker.py") as job:
+    job.wait(timeout=120)
+    for r in range(3):
+      e = job.event(r, "error")
+      assert e, job.all_output()
+      assert "collective mismatch" in e["error"]
+      assert f"process 1 issued {deviant} (call #0)" in e["error"], e["error"]
+      assert f"processes 0, 2 issued {others} (call #0)" in e["error"], e["error"]
+      assert e["seconds"] < 10
+
+
+def test_sigkill_during_64mb_all_reduces():
+  with Job(3, ["loop_big"], program="collectives_worker.py", env={"TEST_HEARTBEAT_TIMEOUT": str(HEARTBEAT)}) as job:
+    job.wait_event("looping")
+    time.sleep(1.0)
+    job.signal(2, signal.SIGKILL)
+    t0 = time.monotonic()
+    codes = job.wait([0, 1], timeout=HEARTBEAT + 60)
+    for r in (0, 1):
+      assert codes[r] != 0
+      assert job.exit_times[r] - t0 < HEARTBEAT + 5, job.all_output()
+      e = job.event(r, "error")
+      assert e and "process 2 failed" in e["error"] and "all-reduce sum f32[16777216]" in e["error"], job.all_output()
+
+
+def test_sigstop_names_the_stalled_process():
+  # Heartbeat timeout far beyond the collective timeout: the collective layer itself must name it.
+  env = {"TEST_HEARTBEAT_TIMEOUT": "120", "MYPLUGIN_COLLECTIVE_TIMEOUT_SECONDS": "3"}
+  with Job(3, ["loop_big"], program="collectives_worker.py", env=env) as job:
+    job.wait_event("looping")
+    time.sleep(1.0)
+    job.signal(1, signal.SIGSTOP)
+    t0 = time.monotonic()
+    job.wait_event("error", ranks=[0, 2], timeout=60)
+    for r in (0, 2):
+      e = job.event(r, "error")["error"]
+      assert "timed out after 3 s" in e and "waiting for processes [1]" in e, e
