@@ -1,0 +1,143 @@
+"""All-reduce bus bandwidth: myplugin's collectives against raw Gloo.
+
+For 2 and 4 processes on this host, sizes 4 KB to 256 MB, interleaved
+round by round: jax_plugin.collectives.all_reduce (signature check, bounded
+waits, abort on failure, all included) and Gloo's own ring all-reduce from
+a C++ program with nothing of ours around it. Bus bandwidth follows
+nccl-tests: busbw = bytes / time * 2 (n - 1) / n. The machine's memcpy
+bandwidth is the ceiling.
+
+usage: python bench/collectives.py [--processes 2,4] [--rounds 2] [--max-mb 256]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+
+def build_raw_gloo() -> str:
+  build = os.path.join(ROOT, "build-bench")
+  subprocess.run(["cmake", "-S", ROOT, "-B", build, "-G", "Ninja", "-DMYPLUGIN_BUILD_BENCH=ON",
+                  f"-DPython_EXECUTABLE={sys.executable}"], check=True, capture_output=True)
+  subprocess.run(["cmake", "--build", build, "--target", "raw_gloo_allreduce"], check=True, capture_output=True)
+  return os.path.join(build, "raw_gloo_allreduce")
+
+
+def free_port() -> int:
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    return s.getsockname()[1]
+
+
+def reps_for(nbytes: int) -> int:
+  return max(3, min(50, (64 << 20) // max(nbytes, 1)))
+
+
+def run_job(argvs, envs, timeout=900) -> dict[int, tuple[float, float]]:
+  procs = [subprocess.Popen(a, env=e, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                            start_new_session=True) for a, e in zip(argvs, envs)]
+  try:
+    out, _ = procs[0].communicate(timeout=timeout)
+    for p in procs[1:]:
+      p.wait(timeout=60)
+    res = {}
+    for line in out.splitlines():
+      if line.startswith("RESULT "):
+        _, b, best, med = line.split()
+        res[int(b)] = (float(best), float(med))
+    return res
+  finally:
+    for p in procs:
+      try:
+        os.killpg(p.pid, signal.SIGKILL)
+      except ProcessLookupError:
+        pass
+
+
+def ours(n: int, sizes: list[int]) -> dict:
+  port = free_port()
+  results = {}
+  for nbytes in sizes:  # one job per size keeps the repetition count right for each
+    base = {k: v for k, v in os.environ.items() if not k.startswith("MYPLUGIN_")}
+    envs = [dict(base, MYPLUGIN_COORDINATOR_ADDRESS=f"127.0.0.1:{port}", MYPLUGIN_NUM_PROCESSES=str(n),
+                 MYPLUGIN_PROCESS_ID=str(r)) for r in range(n)]
+    argvs = [[sys.executable, os.path.join(HERE, "collectives_worker.py"), str(reps_for(nbytes)), str(nbytes)]] * n
+    results.update(run_job(argvs, envs))
+    port = free_port()
+  return results
+
+
+def raw(n: int, sizes: list[int], binary: str) -> dict:
+  results = {}
+  for nbytes in sizes:
+    with tempfile.TemporaryDirectory() as store:
+      argvs = [[binary, str(r), str(n), store, str(reps_for(nbytes)), str(nbytes)] for r in range(n)]
+      results.update(run_job(argvs, [dict(os.environ)] * n))
+  return results
+
+
+def memcpy_gbps() -> float:
+  a = np.ones(256 << 20, np.uint8)
+  b = np.empty_like(a)
+  best = min(_time(lambda: np.copyto(b, a)) for _ in range(5))
+  return a.nbytes / best / 1e9
+
+
+def _time(f) -> float:
+  t0 = time.perf_counter()
+  f()
+  return time.perf_counter() - t0
+
+
+def main():
+  parser = argparse.ArgumentParser()
+  parser.add_argument("--processes", default="2,4")
+  parser.add_argument("--rounds", type=int, default=2)
+  parser.add_argument("--max-mb", type=int, default=256)
+  args = parser.parse_args()
+  sizes = []
+  s = 4096
+  while s <= args.max_mb << 20:
+    sizes.append(s)
+    s *= 4
+  binary = build_raw_gloo()
+  limit = memcpy_gbps()
+  print(f"memcpy: {limit:.1f} GB/s (256 MB, best of 5); rounds: {args.rounds}, interleaved")
+  for n in [int(x) for x in args.processes.split(",")]:
+    factor = 2 * (n - 1) / n
+    mine, theirs = {b: [] for b in sizes}, {b: [] for b in sizes}
+    for _ in range(args.rounds):
+      for b, v in ours(n, sizes).items():
+        mine[b].append(v)
+      for b, v in raw(n, sizes, binary).items():
+        theirs[b].append(v)
+    print(f"\n{n} processes: all-reduce f32, bus bandwidth GB/s (best / median; time of the best call in brackets)")
+    print("| size | myplugin | raw Gloo ring | myplugin/raw (best, median) | myplugin/memcpy |")
+    print("|---|---|---|---|---|")
+    for b in sizes:
+      if not mine[b] or not theirs[b]:
+        print(f"| {b} | missing | missing | | |")
+        continue
+      ob, om = min(t for t, _ in mine[b]), statistics.median(m for _, m in mine[b])
+      rb, rm = min(t for t, _ in theirs[b]), statistics.median(m for _, m in theirs[b])
+      bw = lambda t: b / t * factor / 1e9
+      label = f"{b >> 20} MB" if b >= 1 << 20 else f"{b >> 10} KB"
+      print(f"| {label} | {bw(ob):.3f} / {bw(om):.3f} ({ob * 1e6:.0f} us) | {bw(rb):.3f} / {bw(rm):.3f} "
+            f"({rb * 1e6:.0f} us) | {rb / ob:.2f}, {rm / om:.2f} | {bw(ob) / limit:.3f} |", flush=True)
+
+
+if __name__ == "__main__":
+  main()
