@@ -13,9 +13,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
-import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -25,6 +22,8 @@ import time
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from procs import free_port, kill_groups  # noqa: E402
 ROOT = os.path.dirname(HERE)
 
 
@@ -34,12 +33,6 @@ def build_raw_gloo() -> str:
                   f"-DPython_EXECUTABLE={sys.executable}"], check=True, capture_output=True)
   subprocess.run(["cmake", "--build", build, "--target", "raw_gloo_allreduce"], check=True, capture_output=True)
   return os.path.join(build, "raw_gloo_allreduce")
-
-
-def free_port() -> int:
-  with socket.socket() as s:
-    s.bind(("127.0.0.1", 0))
-    return s.getsockname()[1]
 
 
 def reps_for(nbytes: int) -> int:
@@ -60,11 +53,7 @@ def run_job(argvs, envs, timeout=900) -> dict[int, tuple[float, float]]:
         res[int(b)] = (float(best), float(med))
     return res
   finally:
-    for p in procs:
-      try:
-        os.killpg(p.pid, signal.SIGKILL)
-      except ProcessLookupError:
-        pass
+    kill_groups(procs)
 
 
 def ours(n: int, sizes: list[int]) -> dict:

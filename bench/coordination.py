@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -22,12 +21,8 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def free_port() -> int:
-  with socket.socket() as s:
-    s.bind(("127.0.0.1", 0))
-    return s.getsockname()[1]
+sys.path.insert(0, HERE)
+from procs import free_port, kill_groups  # noqa: E402
 
 
 def env_for(impl: str) -> dict:
@@ -60,11 +55,7 @@ def registration_round(impl: str, n: int, timeout: float = 600) -> tuple[float, 
         raise RuntimeError(f"{impl}: only {len(times)} of {n} processes initialized")
       return statistics.median(times), max(times)
     finally:
-      for p in procs:
-        try:
-          os.killpg(p.pid, signal.SIGKILL)
-        except ProcessLookupError:
-          pass
+      kill_groups(procs)
 
 
 LOOP = """
@@ -99,11 +90,7 @@ def detection_round(sig: int, heartbeat: float, n: int = 4) -> float:
       p.wait(timeout=heartbeat + 60)
     return time.monotonic() - t0
   finally:
-    for p in procs:
-      try:
-        os.killpg(p.pid, signal.SIGKILL)
-      except ProcessLookupError:
-        pass
+    kill_groups(procs)
 
 
 def main():

@@ -45,7 +45,7 @@ void Communicator::Abort(const Status& why) {
   DoAbort();
 }
 
-StatusOr<uint32_t> Communicator::Begin(Signature sig) {
+StatusOr<uint32_t> Communicator::Begin(Signature& sig) {
   {
     std::lock_guard<std::mutex> lock(abort_mu_);
     if (aborted_) return Explain(sig, *aborted_);
@@ -63,6 +63,15 @@ StatusOr<uint32_t> Communicator::Begin(Signature sig) {
   std::string mismatch = CompareSignatures(sigs, clique_);
   if (!mismatch.empty()) return Status(Code::kFailedPrecondition, mismatch);
   return tag + 1;
+}
+
+template <typename Body>
+Status Communicator::Run(Signature sig, size_t bytes, Body&& body) {
+  StatusOr<uint32_t> tag = Begin(sig);
+  if (!tag.ok()) return tag.status();
+  if (bytes == 0) return OkStatus();
+  Status st = body(tag.value());
+  return st.ok() ? st : Explain(sig, st);
 }
 
 Status Communicator::Explain(const Signature& sig, const Status& backend_error) {
@@ -111,26 +120,18 @@ Status Communicator::Explain(const Signature& sig, const Status& backend_error) 
 
 Status Communicator::AllReduce(const void* send, void* recv, size_t count, DataType type, Reduction reduction) {
   std::lock_guard<std::mutex> lock(call_mu_);
-  Signature sig{CollectiveOp::kAllReduce, reduction, type, count};
   StatusOr<ReduceFunction> fn = ReduceFunctionFor(type, reduction);
   if (!fn.ok()) return fn.status();
-  StatusOr<uint32_t> tag = Begin(sig);
-  if (!tag.ok()) return tag.status();
-  sig.sequence = sequence_ - 1;
-  if (count == 0) return OkStatus();
-  Status st = DoAllReduce(send, recv, count, type, fn.value(), tag.value());
-  return st.ok() ? st : Explain(sig, st);
+  return Run({CollectiveOp::kAllReduce, reduction, type, count}, count, [&](uint32_t tag) {
+    return DoAllReduce(send, recv, count, type, fn.value(), tag);
+  });
 }
 
 Status Communicator::AllGather(const void* send, void* recv, size_t count, DataType type) {
   std::lock_guard<std::mutex> lock(call_mu_);
-  Signature sig{CollectiveOp::kAllGather, Reduction::kNone, type, count};
-  StatusOr<uint32_t> tag = Begin(sig);
-  if (!tag.ok()) return tag.status();
-  sig.sequence = sequence_ - 1;
-  if (count == 0) return OkStatus();
-  Status st = DoAllGatherBytes(send, recv, count * ByteSize(type), tag.value());
-  return st.ok() ? st : Explain(sig, st);
+  return Run({CollectiveOp::kAllGather, Reduction::kNone, type, count}, count, [&](uint32_t tag) {
+    return DoAllGatherBytes(send, recv, count * ByteSize(type), tag);
+  });
 }
 
 Status Communicator::ReduceScatter(const void* send, void* recv, size_t count, DataType type, Reduction reduction) {
@@ -139,20 +140,16 @@ Status Communicator::ReduceScatter(const void* send, void* recv, size_t count, D
     return InvalidArgument("reduce-scatter of " + std::to_string(count) + " elements over " +
                            std::to_string(clique_.size()) + " processes: the count must divide evenly");
   }
-  Signature sig{CollectiveOp::kReduceScatter, reduction, type, count};
   StatusOr<ReduceFunction> fn = ReduceFunctionFor(type, reduction);
   if (!fn.ok()) return fn.status();
-  StatusOr<uint32_t> tag = Begin(sig);
-  if (!tag.ok()) return tag.status();
-  sig.sequence = sequence_ - 1;
-  if (count == 0) return OkStatus();
-  // Reduce everything, keep this rank's block: simple, and exact.
-  std::vector<char> full(count * ByteSize(type));
-  Status st = DoAllReduce(send, full.data(), count, type, fn.value(), tag.value());
-  if (!st.ok()) return Explain(sig, st);
-  const size_t block = count / clique_.size() * ByteSize(type);
-  std::memcpy(recv, full.data() + rank_ * block, block);
-  return OkStatus();
+  return Run({CollectiveOp::kReduceScatter, reduction, type, count}, count, [&](uint32_t tag) {
+    // Reduce everything, keep this rank's block: simple, and exact.
+    std::vector<char> full(count * ByteSize(type));
+    Status st = DoAllReduce(send, full.data(), count, type, fn.value(), tag);
+    const size_t block = count / clique_.size() * ByteSize(type);
+    if (st.ok()) std::memcpy(recv, full.data() + rank_ * block, block);
+    return st;
+  });
 }
 
 Status Communicator::AllToAll(const void* send, void* recv, size_t count, DataType type) {
@@ -161,13 +158,9 @@ Status Communicator::AllToAll(const void* send, void* recv, size_t count, DataTy
     return InvalidArgument("all-to-all of " + std::to_string(count) + " elements over " +
                            std::to_string(clique_.size()) + " processes: the count must divide evenly");
   }
-  Signature sig{CollectiveOp::kAllToAll, Reduction::kNone, type, count};
-  StatusOr<uint32_t> tag = Begin(sig);
-  if (!tag.ok()) return tag.status();
-  sig.sequence = sequence_ - 1;
-  if (count == 0) return OkStatus();
-  Status st = DoAllToAllBytes(send, recv, count / clique_.size() * ByteSize(type), tag.value());
-  return st.ok() ? st : Explain(sig, st);
+  return Run({CollectiveOp::kAllToAll, Reduction::kNone, type, count}, count, [&](uint32_t tag) {
+    return DoAllToAllBytes(send, recv, count / clique_.size() * ByteSize(type), tag);
+  });
 }
 
 Status Communicator::CollectivePermute(const void* send, void* recv, size_t count, DataType type,
@@ -191,21 +184,18 @@ Status Communicator::CollectivePermute(const void* send, void* recv, size_t coun
   }
   Signature sig{CollectiveOp::kCollectivePermute, Reduction::kNone, type, count};
   sig.extra = HashInts(flat);
-  StatusOr<uint32_t> tag = Begin(sig);
-  if (!tag.ok()) return tag.status();
-  sig.sequence = sequence_ - 1;
   const size_t bytes = count * ByteSize(type);
-  if (recv_from < 0 && bytes > 0) std::memset(recv, 0, bytes);
-  if (bytes == 0) return OkStatus();
-  Status st = DoPermuteBytes(send, recv, bytes, send_to, recv_from, tag.value());
-  return st.ok() ? st : Explain(sig, st);
+  return Run(sig, bytes, [&](uint32_t tag) {
+    if (recv_from < 0) std::memset(recv, 0, bytes);
+    return DoPermuteBytes(send, recv, bytes, send_to, recv_from, tag);
+  });
 }
 
 Status Communicator::Barrier() {
   std::lock_guard<std::mutex> lock(call_mu_);
   // The signature exchange is itself a barrier.
-  StatusOr<uint32_t> tag = Begin(Signature{CollectiveOp::kBarrier});
-  return tag.status();
+  Signature sig{CollectiveOp::kBarrier};
+  return Begin(sig).status();
 }
 
 }  // namespace myplugin::collectives

@@ -63,8 +63,13 @@ class Communicator {
   virtual void DoAbort() = 0;
 
  private:
-  // Signature exchange and checks; returns the call's tag on agreement.
-  StatusOr<uint32_t> Begin(Signature sig);
+  // Signature exchange and checks; numbers the call (sig.sequence) and
+  // returns its data tag on agreement.
+  StatusOr<uint32_t> Begin(Signature& sig);
+  // Begin, then `body(tag)` unless there is nothing to move; backend errors
+  // come back explained.
+  template <typename Body>
+  Status Run(Signature sig, size_t bytes, Body&& body);
   // Turns a backend error into one that says what failed and why.
   Status Explain(const Signature& sig, const Status& backend_error);
 

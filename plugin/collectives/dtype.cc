@@ -7,6 +7,14 @@
 namespace myplugin::collectives {
 namespace {
 
+template <typename To, typename From>
+To BitCast(From from) {
+  static_assert(sizeof(To) == sizeof(From));
+  To to;
+  std::memcpy(&to, &from, sizeof(To));
+  return to;
+}
+
 // 16-bit floats are reduced in float and rounded back to nearest-even, so
 // that results match what XLA computes element by element.
 struct Half {
@@ -29,20 +37,16 @@ struct Half {
     } else {
       bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
     }
-    float f;
-    std::memcpy(&f, &bits, 4);
-    return f;
+    return BitCast<float>(bits);
   }
   static uint16_t FromFloat(float f) {
-    uint32_t x;
-    std::memcpy(&x, &f, 4);
+    uint32_t x = BitCast<uint32_t>(f);
     uint32_t sign = (x >> 16) & 0x8000u;
     uint32_t absx = x & 0x7fffffffu;
     if (absx >= 0x7f800000u) return static_cast<uint16_t>(sign | 0x7c00u | (absx > 0x7f800000u ? 0x200u : 0));
     if (absx >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // overflow to inf
     if (absx < 0x38800000u) {  // subnormal or zero in half
-      float a;
-      std::memcpy(&a, &absx, 4);
+      float a = BitCast<float>(absx);
       // Scale so that the half subnormal unit is 1, round to nearest even.
       float scaled = a * 16777216.0f;  // 2^24
       uint32_t m = static_cast<uint32_t>(scaled);
@@ -60,15 +64,9 @@ struct Half {
 };
 
 struct BFloat16 {
-  static float ToFloat(uint16_t h) {
-    uint32_t bits = static_cast<uint32_t>(h) << 16;
-    float f;
-    std::memcpy(&f, &bits, 4);
-    return f;
-  }
+  static float ToFloat(uint16_t h) { return BitCast<float>(static_cast<uint32_t>(h) << 16); }
   static uint16_t FromFloat(float f) {
-    uint32_t x;
-    std::memcpy(&x, &f, 4);
+    uint32_t x = BitCast<uint32_t>(f);
     if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40);  // quiet NaN
     uint32_t lsb = (x >> 16) & 1;
     return static_cast<uint16_t>((x + 0x7fff + lsb) >> 16);
