@@ -1,11 +1,16 @@
-"""Collectives across processes on numpy arrays: the communicator layer
-that compiled programs use, callable directly (for tests, benchmarks and
-tools). Every process of the clique must make the same call; a process
-that issues a different op, shape or dtype, or calls in a different order,
-gets an error naming who issued what. Needs jax_plugin.distributed (or
-myplugin-run).
+"""Collectives across processes and devices on numpy arrays: the layer that
+compiled programs use, callable directly (tests, benchmarks, tools).
 
-A clique is a list of process ids in rank order; None means all.
+Every call takes, per process, one array per local device of the clique
+(a list), or one array when the process has one device there. A clique is a
+list of global device ids in rank order (device d lives in process
+d // devices_per_process); None means every device of the job. The devices
+of a process combine in memory; one rank per process goes over the wire.
+
+Every participant must make the same call. One that issues a different op,
+shape or dtype, or calls in a different order, gets an error naming who
+issued what; a dead or stalled process is named too. Needs
+jax_plugin.distributed (or myplugin-run) when the clique spans processes.
 """
 
 from __future__ import annotations
@@ -22,61 +27,67 @@ def _dtype_name(a: np.ndarray) -> str:
 
 
 def _bytes(a: np.ndarray) -> np.ndarray:
-  return np.ascontiguousarray(a).reshape(-1).view(np.uint8)
+  return a.reshape(-1).view(np.uint8)
 
 
-def _run(op: str, x, out_shape, reduction: str = "", clique=None, pairs=()) -> np.ndarray:
-  x = np.ascontiguousarray(x)
-  out = np.empty(out_shape, dtype=x.dtype)
-  _myplugin.collective(op, reduction, _dtype_name(x), _bytes(x), _bytes(out), list(clique or []),
-                       [tuple(p) for p in pairs])
-  return out
+def _run(op: str, xs, out_shape_of, reduction: str = "", clique=None, pairs=()):
+  single = not isinstance(xs, (list, tuple))
+  arrays = [np.ascontiguousarray(x) for x in ([xs] if single else xs)]
+  if not arrays:
+    raise ValueError("no local buffers")
+  outs = [np.empty(out_shape_of(a.shape), dtype=a.dtype) for a in arrays]
+  _myplugin.collective(op, reduction, _dtype_name(arrays[0]), [_bytes(a) for a in arrays],
+                       [_bytes(o) for o in outs], list(clique or []), [tuple(p) for p in pairs])
+  return outs[0] if single else outs
 
 
-def _size(clique) -> int:
-  return len(clique) if clique else _myplugin.num_processes()
+def clique_size(clique: Sequence[int] | None = None) -> int:
+  return len(clique) if clique else _myplugin.local_device_count() * _myplugin.num_processes()
 
 
-def all_reduce(x, op: str = "sum", clique: Sequence[int] | None = None) -> np.ndarray:
+def all_reduce(xs, op: str = "sum", clique: Sequence[int] | None = None):
   """op: sum, product, min, max (and/or for bool)."""
-  x = np.asarray(x)
-  return _run("all_reduce", x, x.shape, op, clique)
+  return _run("all_reduce", xs, lambda s: s, op, clique)
 
 
-def all_gather(x, clique: Sequence[int] | None = None) -> np.ndarray:
-  """Stacks every process's x along a new leading axis, in rank order."""
-  x = np.asarray(x)
-  return _run("all_gather", x, (_size(clique),) + x.shape, "", clique)
+def all_gather(xs, clique: Sequence[int] | None = None):
+  """Every device's input stacked on a new leading axis, in rank order."""
+  n = clique_size(clique)
+  return _run("all_gather", xs, lambda s: (n,) + s, "", clique)
 
 
-def reduce_scatter(x, op: str = "sum", clique: Sequence[int] | None = None) -> np.ndarray:
-  """Reduces x over the processes and returns this rank's block of axis 0."""
-  x = np.asarray(x)
-  n = _size(clique)
-  if x.ndim == 0 or x.shape[0] % n:
-    raise ValueError(f"reduce_scatter: axis 0 of shape {x.shape} must divide by {n} processes")
-  return _run("reduce_scatter", x, (x.shape[0] // n,) + x.shape[1:], op, clique)
+def _blocks(shape, n, what):
+  if len(shape) == 0 or shape[0] % n:
+    raise ValueError(f"{what}: axis 0 of shape {shape} must divide by {n} devices")
 
 
-def all_to_all(x, clique: Sequence[int] | None = None) -> np.ndarray:
-  """Block i of axis 0 goes to rank i; the result holds block `rank` of every rank, in rank order."""
-  x = np.asarray(x)
-  n = _size(clique)
-  if x.ndim == 0 or x.shape[0] % n:
-    raise ValueError(f"all_to_all: axis 0 of shape {x.shape} must divide by {n} processes")
-  return _run("all_to_all", x, x.shape, "", clique)
+def reduce_scatter(xs, op: str = "sum", clique: Sequence[int] | None = None):
+  """Reduces over the devices; each gets its rank's block of axis 0."""
+  n = clique_size(clique)
+
+  def shape(s):
+    _blocks(s, n, "reduce_scatter")
+    return (s[0] // n,) + s[1:]
+
+  return _run("reduce_scatter", xs, shape, op, clique)
 
 
-def collective_permute(x, pairs: Sequence[tuple[int, int]], clique: Sequence[int] | None = None) -> np.ndarray:
+def all_to_all(xs, clique: Sequence[int] | None = None):
+  """Block i of axis 0 goes to rank i; each gets the blocks sent to it, in rank order."""
+  n = clique_size(clique)
+
+  def shape(s):
+    _blocks(s, n, "all_to_all")
+    return s
+
+  return _run("all_to_all", xs, shape, "", clique)
+
+
+def collective_permute(xs, pairs: Sequence[tuple[int, int]], clique: Sequence[int] | None = None):
   """pairs: (source rank, target rank). A rank that receives nothing gets zeros."""
-  x = np.asarray(x)
-  return _run("collective_permute", x, x.shape, "", clique, pairs)
+  return _run("collective_permute", xs, lambda s: s, "", clique, pairs)
 
 
-def barrier(clique: Sequence[int] | None = None) -> None:
-  _myplugin.collective("barrier", "", "u8", np.zeros(0, np.uint8), np.zeros(0, np.uint8), list(clique or []), [])
-
-
-def rank(clique: Sequence[int] | None = None) -> int:
-  """This process's rank in the clique."""
-  return _myplugin.clique_rank(list(clique or []))
+def barrier(processes: Sequence[int] | None = None) -> None:
+  """A barrier of processes (every process of the job by default)."""
+  _myplugin.collective_barrier(list(processes or []))

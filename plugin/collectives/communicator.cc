@@ -163,32 +163,19 @@ Status Communicator::AllToAll(const void* send, void* recv, size_t count, DataTy
   });
 }
 
-Status Communicator::CollectivePermute(const void* send, void* recv, size_t count, DataType type,
-                                       const std::vector<std::pair<int, int>>& pairs) {
+Status Communicator::Exchange(const std::vector<PeerBuffer>& sends, const std::vector<PeerBuffer>& recvs,
+                              DataType type, size_t count, uint64_t pairs_hash) {
   std::lock_guard<std::mutex> lock(call_mu_);
-  std::vector<int64_t> flat;
-  int send_to = -1, recv_from = -1;
-  std::set<int> sources, targets;
-  for (const auto& [src, dst] : pairs) {
-    if (src < 0 || dst < 0 || src >= size() || dst >= size()) {
-      return InvalidArgument("collective-permute pair (" + std::to_string(src) + ", " + std::to_string(dst) +
-                             ") is outside the " + std::to_string(size()) + " participants");
-    }
-    if (!sources.insert(src).second || !targets.insert(dst).second) {
-      return InvalidArgument("collective-permute: each rank may send once and receive once");
-    }
-    flat.push_back(src);
-    flat.push_back(dst);
-    if (src == rank_) send_to = dst;
-    if (dst == rank_) recv_from = src;
+  for (const auto& b : sends) {
+    if (b.peer < 0 || b.peer >= size()) return InvalidArgument("exchange with a rank outside the clique");
+  }
+  for (const auto& b : recvs) {
+    if (b.peer < 0 || b.peer >= size()) return InvalidArgument("exchange with a rank outside the clique");
   }
   Signature sig{CollectiveOp::kCollectivePermute, Reduction::kNone, type, count};
-  sig.extra = HashInts(flat);
-  const size_t bytes = count * ByteSize(type);
-  return Run(sig, bytes, [&](uint32_t tag) {
-    if (recv_from < 0) std::memset(recv, 0, bytes);
-    return DoPermuteBytes(send, recv, bytes, send_to, recv_from, tag);
-  });
+  sig.extra = pairs_hash;
+  // Every rank takes part in the signature exchange, even one that moves nothing.
+  return Run(sig, sends.size() + recvs.size(), [&](uint32_t tag) { return DoExchange(sends, recvs, tag); });
 }
 
 Status Communicator::Barrier() {

@@ -44,9 +44,16 @@ class Communicator {
   Status AllGather(const void* send, void* recv, size_t count, DataType type);
   Status ReduceScatter(const void* send, void* recv, size_t count, DataType type, Reduction reduction);
   Status AllToAll(const void* send, void* recv, size_t count, DataType type);
-  // pairs: (source rank, target rank). A rank that is no target gets zeros.
-  Status CollectivePermute(const void* send, void* recv, size_t count, DataType type,
-                           const std::vector<std::pair<int, int>>& pairs);
+  // Point-to-point: at most one send to and one receive from each peer rank.
+  // `count` (elements per device) and `pairs_hash` (the pattern) are the
+  // same on every participant and go into the signature.
+  struct PeerBuffer {
+    int peer;
+    void* data;
+    size_t bytes;
+  };
+  Status Exchange(const std::vector<PeerBuffer>& sends, const std::vector<PeerBuffer>& recvs, DataType type,
+                  size_t count, uint64_t pairs_hash);
   Status Barrier();
 
   // Ends every call in flight and every later one with `why`.
@@ -58,8 +65,8 @@ class Communicator {
   virtual Status DoAllReduce(const void* send, void* recv, size_t count, DataType type, ReduceFunction fn,
                              uint32_t tag) = 0;
   virtual Status DoAllToAllBytes(const void* send, void* recv, size_t bytes_per_rank, uint32_t tag) = 0;
-  virtual Status DoPermuteBytes(const void* send, void* recv, size_t bytes, int send_to, int recv_from,
-                                uint32_t tag) = 0;
+  virtual Status DoExchange(const std::vector<PeerBuffer>& sends, const std::vector<PeerBuffer>& recvs,
+                            uint32_t tag) = 0;
   virtual void DoAbort() = 0;
 
  private:

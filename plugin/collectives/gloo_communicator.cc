@@ -147,19 +147,26 @@ Status GlooCommunicator::DoAllToAllBytes(const void* send, void* recv, size_t by
   });
 }
 
-Status GlooCommunicator::DoPermuteBytes(const void* send, void* recv, size_t bytes, int send_to, int recv_from,
-                                        uint32_t tag) {
+Status GlooCommunicator::DoExchange(const std::vector<PeerBuffer>& sends, const std::vector<PeerBuffer>& recvs,
+                                    uint32_t tag) {
   return Guarded([&] {
-    if (send_to == rank() && recv_from == rank()) {
-      std::memcpy(recv, send, bytes);
-      return;
+    std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> in, out;
+    for (const auto& r : recvs) {
+      if (r.bytes == 0) continue;
+      in.push_back(context_->createUnboundBuffer(r.data, r.bytes));
+      in.back()->recv(r.peer, tag);
     }
-    auto out = context_->createUnboundBuffer(const_cast<void*>(send), bytes);
-    auto in = context_->createUnboundBuffer(recv, bytes);
-    if (recv_from >= 0) in->recv(recv_from, tag);
-    if (send_to >= 0) out->send(send_to, tag);
-    if (send_to >= 0 && !out->waitSend(Millis(timeout_s()))) throw std::runtime_error("send aborted");
-    if (recv_from >= 0 && !in->waitRecv(Millis(timeout_s()))) throw std::runtime_error("receive aborted");
+    for (const auto& s : sends) {
+      if (s.bytes == 0) continue;
+      out.push_back(context_->createUnboundBuffer(s.data, s.bytes));
+      out.back()->send(s.peer, tag);
+    }
+    for (auto& b : out) {
+      if (!b->waitSend(Millis(timeout_s()))) throw std::runtime_error("send aborted");
+    }
+    for (auto& b : in) {
+      if (!b->waitRecv(Millis(timeout_s()))) throw std::runtime_error("receive aborted");
+    }
   });
 }
 

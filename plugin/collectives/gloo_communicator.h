@@ -30,8 +30,8 @@ class GlooCommunicator : public Communicator {
   Status DoAllReduce(const void* send, void* recv, size_t count, DataType type, ReduceFunction fn,
                      uint32_t tag) override;
   Status DoAllToAllBytes(const void* send, void* recv, size_t bytes_per_rank, uint32_t tag) override;
-  Status DoPermuteBytes(const void* send, void* recv, size_t bytes, int send_to, int recv_from,
-                        uint32_t tag) override;
+  Status DoExchange(const std::vector<PeerBuffer>& sends, const std::vector<PeerBuffer>& recvs,
+                    uint32_t tag) override;
   void DoAbort() override;
 
  private:

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "collectives/communicator_cache.h"
+#include "collectives/device_collectives.h"
 #include "collectives/dtype.h"
 #include "common/status.h"
 #include "coordination/runtime.h"
@@ -137,39 +138,58 @@ nb::bytes Bytes(const std::string& s) { return nb::bytes(s.data(), s.size()); }
 namespace coll = myplugin::collectives;
 using Bytes1D = nb::ndarray<uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
 
-// Runs one collective on raw bytes; jax_plugin.collectives does the numpy side.
+// The devices of the job: how many each process has, and which process this is.
+struct DeviceLayout {
+  int devices_per_process;
+  int process;
+  int num_processes;
+};
+
+DeviceLayout Layout(size_t local_buffers) {
+  auto& rt = coord::DistributedRuntime::Get();
+  if (!rt.initialized()) return {static_cast<int>(local_buffers), 0, 1};
+  auto procs = rt.processes();
+  return {procs[rt.process_id()].num_devices, rt.process_id(), rt.num_processes()};
+}
+
+// Runs one collective on raw bytes, one buffer per local device of the
+// clique; jax_plugin.collectives does the numpy side.
 void RunCollective(const std::string& op, const std::string& reduction_name, const std::string& dtype_name,
-                   Bytes1D send, Bytes1D recv, std::vector<int> clique, std::vector<std::pair<int, int>> pairs) {
+                   std::vector<Bytes1D> sends, std::vector<Bytes1D> recvs, std::vector<int> clique,
+                   std::vector<std::pair<int, int>> pairs) {
   coll::DataType dtype = ValueOrThrow(coll::ParseDataType(dtype_name));
   coll::Reduction reduction =
       reduction_name.empty() ? coll::Reduction::kNone : ValueOrThrow(coll::ParseReduction(reduction_name));
   const size_t item = coll::ByteSize(dtype);
-  if (send.shape(0) % item != 0) throw std::invalid_argument("send buffer is not a whole number of elements");
-  const size_t count = send.shape(0) / item;
-  const void* in = send.data();
-  void* out = recv.data();
+  if (sends.empty() || sends.size() != recvs.size()) throw std::invalid_argument("one send and recv buffer per device");
+  if (sends[0].shape(0) % item != 0) throw std::invalid_argument("send buffer is not a whole number of elements");
+  const size_t count = sends[0].shape(0) / item;
+  DeviceLayout layout = Layout(sends.size());
+  if (clique.empty()) {
+    for (int d = 0; d < layout.devices_per_process * layout.num_processes; ++d) clique.push_back(d);
+  }
+  coll::DeviceBuffers buffers;
+  for (size_t i = 0; i < sends.size(); ++i) {
+    if (sends[i].shape(0) != sends[0].shape(0)) throw std::invalid_argument("every device must send the same size");
+    buffers.send.push_back(sends[i].data());
+    buffers.recv.push_back(recvs[i].data());
+  }
   myplugin::Status st;
   {
     nb::gil_scoped_release release;
-    auto comm = coll::CommunicatorCache::Get().ForClique(std::move(clique));
-    st = comm.status();
-    if (st.ok()) {
-      coll::Communicator& c = *comm.value();
-      if (op == "all_reduce") {
-        st = c.AllReduce(in, out, count, dtype, reduction);
-      } else if (op == "all_gather") {
-        st = c.AllGather(in, out, count, dtype);
-      } else if (op == "reduce_scatter") {
-        st = c.ReduceScatter(in, out, count, dtype, reduction);
-      } else if (op == "all_to_all") {
-        st = c.AllToAll(in, out, count, dtype);
-      } else if (op == "collective_permute") {
-        st = c.CollectivePermute(in, out, count, dtype, pairs);
-      } else if (op == "barrier") {
-        st = c.Barrier();
-      } else {
-        st = myplugin::InvalidArgument("unknown collective '" + op + "'");
-      }
+    coll::DeviceCollectives c(clique, layout.process, layout.devices_per_process);
+    if (op == "all_reduce") {
+      st = c.AllReduce(buffers, count, dtype, reduction);
+    } else if (op == "all_gather") {
+      st = c.AllGather(buffers, count, dtype);
+    } else if (op == "reduce_scatter") {
+      st = c.ReduceScatter(buffers, count, dtype, reduction);
+    } else if (op == "all_to_all") {
+      st = c.AllToAll(buffers, count, dtype);
+    } else if (op == "collective_permute") {
+      st = c.CollectivePermute(buffers, count, dtype, pairs);
+    } else {
+      st = myplugin::InvalidArgument("unknown collective '" + op + "'");
     }
   }
   ThrowIfError(st);
@@ -178,10 +198,16 @@ void RunCollective(const std::string& op, const std::string& reduction_name, con
 void BindCollectives(nb::module_& m) {
   m.def("collective", &RunCollective, nb::arg("op"), nb::arg("reduction"), nb::arg("dtype"), nb::arg("send"),
         nb::arg("recv"), nb::arg("clique"), nb::arg("pairs"));
-  m.def("clique_rank", [](std::vector<int> clique) {
-    auto comm = ValueOrThrow(coll::CommunicatorCache::Get().ForClique(std::move(clique)));
-    return comm->rank();
-  }, nb::call_guard<nb::gil_scoped_release>());
+  m.def("collective_barrier", [](std::vector<int> processes) {
+    myplugin::Status st;
+    {
+      nb::gil_scoped_release release;
+      auto comm = coll::CommunicatorCache::Get().ForClique(std::move(processes));
+      st = comm.ok() ? comm.value()->Barrier() : comm.status();
+    }
+    ThrowIfError(st);
+  }, nb::arg("processes"));
+  m.def("local_device_count", [] { return Layout(1).devices_per_process; });
 }
 
 void BindCoordination(nb::module_& m) {

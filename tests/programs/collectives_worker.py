@@ -19,7 +19,10 @@ from jax_plugin import distributed
 
 scenario = sys.argv[1]
 distributed.initialize(heartbeat_timeout_seconds=float(os.environ.get("TEST_HEARTBEAT_TIMEOUT", "5")))
-r, n = distributed.process_id(), distributed.num_processes()
+r, n_proc = distributed.process_id(), distributed.num_processes()
+D = distributed.global_topology()[r]["num_devices"]  # local devices
+n = n_proc * D  # devices in the job: the ranks of the default clique
+mine_ranks = [r * D + j for j in range(D)]
 
 
 def result(**kv):
@@ -79,6 +82,13 @@ def same(a, b):
 if scenario == "matrix":
   failures, checked = [], 0
   sizes = SIZES if os.environ.get("TEST_LARGE", "1") == "1" else SIZES[:-1]
+
+  def check(name, got, wants):
+    global checked
+    checked += 1
+    if len(got) != len(wants) or not all(same(g, w) for g, w in zip(got, wants)):
+      failures.append(name)
+
   for dtype in DTYPES:
     ops = ["or", "and"] if dtype == "bool" else (["sum", "product"] if dtype.startswith("complex") else
                                                  ["sum", "product", "min", "max"])
@@ -87,47 +97,42 @@ if scenario == "matrix":
         continue  # the large size on a few types keeps the job short
       for op in ops:
         kind = "product" if op == "product" else "sum"
-        mine = data(r, dtype, size, kind)
-        got = C.all_reduce(mine, op)
+        got = C.all_reduce([data(g, dtype, size, kind) for g in mine_ranks], op)
         want = reduce_ref([data(k, dtype, size, kind) for k in range(n)], op, dtype)
-        checked += 1
-        if not same(got, want):
-          failures.append(f"all_reduce {op} {dtype}[{size}]")
-      x = data(r, dtype, size)
-      got = C.all_gather(x)
-      checked += 1
-      if not same(got, np.stack([data(k, dtype, size) for k in range(n)])):
-        failures.append(f"all_gather {dtype}[{size}]")
+        check(f"all_reduce {op} {dtype}[{size}]", got, [want] * D)
+      xs = [data(g, dtype, size) for g in mine_ranks]
+      stacked = np.stack([data(k, dtype, size) for k in range(n)])
+      check(f"all_gather {dtype}[{size}]", C.all_gather(xs), [stacked] * D)
       block = size - size % n
       if block:
         op = "or" if dtype == "bool" else "sum"
-        got = C.reduce_scatter(x[:block], op)
-        want = reduce_ref([data(k, dtype, size)[:block] for k in range(n)], op, dtype)
-        checked += 1
-        if not same(got, want.reshape(n, -1)[r]):
-          failures.append(f"reduce_scatter {dtype}[{block}]")
-        got = C.all_to_all(x[:block])
-        want = np.concatenate([data(k, dtype, size)[:block].reshape(n, -1)[r] for k in range(n)])
-        checked += 1
-        if not same(got, want):
-          failures.append(f"all_to_all {dtype}[{block}]")
+        want = reduce_ref([data(k, dtype, size)[:block] for k in range(n)], op, dtype).reshape(n, -1)
+        check(f"reduce_scatter {dtype}[{block}]", C.reduce_scatter([x[:block] for x in xs], op),
+              [want[g] for g in mine_ranks])
+        wants = [np.concatenate([data(k, dtype, size)[:block].reshape(n, -1)[g] for k in range(n)])
+                 for g in mine_ranks]
+        check(f"all_to_all {dtype}[{block}]", C.all_to_all([x[:block] for x in xs]), wants)
       # A ring shift, and a partial permutation where rank 0 receives nothing.
-      got = C.collective_permute(x, [(k, (k + 1) % n) for k in range(n)])
-      checked += 1
-      if not same(got, data((r - 1) % n, dtype, size)):
-        failures.append(f"collective_permute ring {dtype}[{size}]")
-      got = C.collective_permute(x, [(k, k + 1) for k in range(n - 1)])
-      want = np.zeros_like(x) if r == 0 else data(r - 1, dtype, size)
-      checked += 1
-      if not same(got, want):
-        failures.append(f"collective_permute partial {dtype}[{size}]")
+      check(f"collective_permute ring {dtype}[{size}]",
+            C.collective_permute(xs, [(k, (k + 1) % n) for k in range(n)]),
+            [data((g - 1) % n, dtype, size) for g in mine_ranks])
+      check(f"collective_permute partial {dtype}[{size}]",
+            C.collective_permute(xs, [(k, k + 1) for k in range(n - 1)]),
+            [np.zeros_like(xs[0]) if g == 0 else data(g - 1, dtype, size) for g in mine_ranks])
   # Random floats: tolerance, since the ring adds in another order than numpy.
   rng = np.random.default_rng(0)
-  xs = [rng.standard_normal(10007).astype(np.float32) for _ in range(n)]
-  got = C.all_reduce(xs[r])
+  rand = [rng.standard_normal(10007).astype(np.float32) for _ in range(n)]
+  got = C.all_reduce([rand[g] for g in mine_ranks])
   checked += 1
-  if not np.allclose(got, np.sum(np.stack(xs).astype(np.float64), axis=0), rtol=1e-5, atol=1e-5):
+  if not all(np.allclose(x, np.sum(np.stack(rand).astype(np.float64), axis=0), rtol=1e-5, atol=1e-5) for x in got):
     failures.append("all_reduce sum random f32")
+  # A clique of every other device (when there are several per process).
+  if n >= 4:
+    sub = list(range(0, n, 2))
+    local = [g for g in mine_ranks if g in sub]
+    if local:  # a sub-clique has a communicator (and call numbers) of its own
+      got = C.all_reduce([np.full(3, g, np.int32) for g in local], "sum", clique=sub)
+      check("all_reduce on a sub-clique", got, [np.full(3, sum(sub), np.int32)] * len(local))
   C.barrier()
   result(event="matrix", checked=checked, failures=failures)
 
