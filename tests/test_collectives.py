@@ -81,3 +81,17 @@ def test_sigstop_names_the_stalled_process():
     for r in (0, 2):
       e = job.event(r, "error")["error"]
       assert "timed out after 3 s" in e and "waiting for processes [1]" in e, e
+
+
+def test_last_batch_problem_names_the_process_that_left():
+  """One process leaves its loop early and exits normally; the others' next
+  collective can never complete. They fail promptly, naming it."""
+  env = {"MYPLUGIN_PEER_EXIT_GRACE_SECONDS": "2"}
+  with Job(3, ["last_batch"], program="collectives_worker.py", env=env) as job:
+    codes = job.wait(timeout=60)
+    assert job.event(1, "finished") == {"event": "finished", "batches": 3}
+    for r in (0, 2):
+      assert codes[r] != 0, job.all_output()
+      out = job.output(r)
+      assert "process 1" in out and "finished (entered shutdown)" in out, job.all_output()
+      assert "all-reduce sum f32[1000] (call #3)" in out, job.all_output()

@@ -1,5 +1,6 @@
 #include "collectives/communicator.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <set>
@@ -45,12 +46,54 @@ void Communicator::Abort(const Status& why) {
   DoAbort();
 }
 
+void Communicator::PeerFinished(int process, double grace_s) {
+  int64_t call;
+  std::string what;
+  {
+    std::lock_guard<std::mutex> lock(abort_mu_);
+    if (std::find(clique_.begin(), clique_.end(), process) == clique_.end()) return;
+    finished_peers_.push_back(process);
+    call = in_flight_;
+    what = in_flight_what_;
+  }
+  if (call < 0) return;
+  // The peer may have just finished this very call while its last bytes are
+  // on the way: give it `grace_s` before calling the call stuck.
+  std::weak_ptr<Communicator> weak = weak_from_this();
+  int me = clique_[rank_];
+  std::thread([weak, call, what, process, me, grace_s] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(static_cast<int64_t>(grace_s * 1000)));
+    auto self = weak.lock();
+    if (!self) return;
+    {
+      std::lock_guard<std::mutex> lock(self->abort_mu_);
+      if (self->in_flight_ != call) return;
+    }
+    std::string why = "process " + std::to_string(me) + " waits in " + what + " for process " +
+                      std::to_string(process) + ", which finished (entered shutdown) without issuing it: every "
+                      "process must issue the same collectives (did one leave its loop early?)";
+    if (self->coordination_) self->coordination_->FailThisProcess(why);
+    self->Abort(Status(Code::kFailedPrecondition, why));
+  }).detach();
+}
+
 StatusOr<uint32_t> Communicator::Begin(Signature& sig) {
+  sig.clique_hash = clique_hash_;
   {
     std::lock_guard<std::mutex> lock(abort_mu_);
     if (aborted_) return Explain(sig, *aborted_);
+    if (!finished_peers_.empty()) {
+      sig.sequence = sequence_;
+      return Status(Code::kFailedPrecondition,
+                    sig.Describe() + " on processes " + ProcessList(clique_) + " cannot complete: process " +
+                        std::to_string(finished_peers_[0]) +
+                        " has finished (entered shutdown) and issues no more collectives: every process must "
+                        "issue the same collectives (did one leave its loop early?)");
+    }
+    in_flight_ = static_cast<int64_t>(sequence_);
+    sig.sequence = sequence_;
+    in_flight_what_ = sig.Describe() + " on processes " + ProcessList(clique_);
   }
-  sig.clique_hash = clique_hash_;
   sig.sequence = sequence_++;
   const uint32_t tag = static_cast<uint32_t>(sig.sequence * 2);
   char mine[Signature::kEncodedSize];
@@ -68,10 +111,14 @@ StatusOr<uint32_t> Communicator::Begin(Signature& sig) {
 template <typename Body>
 Status Communicator::Run(Signature sig, size_t bytes, Body&& body) {
   StatusOr<uint32_t> tag = Begin(sig);
-  if (!tag.ok()) return tag.status();
-  if (bytes == 0) return OkStatus();
-  Status st = body(tag.value());
-  return st.ok() ? st : Explain(sig, st);
+  Status st = tag.status();
+  if (st.ok() && bytes > 0) {
+    st = body(tag.value());
+    if (!st.ok()) st = Explain(sig, st);
+  }
+  std::lock_guard<std::mutex> lock(abort_mu_);
+  in_flight_ = -1;
+  return st;
 }
 
 Status Communicator::Explain(const Signature& sig, const Status& backend_error) {
@@ -181,8 +228,7 @@ Status Communicator::Exchange(const std::vector<PeerBuffer>& sends, const std::v
 Status Communicator::Barrier() {
   std::lock_guard<std::mutex> lock(call_mu_);
   // The signature exchange is itself a barrier.
-  Signature sig{CollectiveOp::kBarrier};
-  return Begin(sig).status();
+  return Run(Signature{CollectiveOp::kBarrier}, 0, [](uint32_t) { return OkStatus(); });
 }
 
 }  // namespace myplugin::collectives

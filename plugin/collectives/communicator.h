@@ -22,7 +22,7 @@
 
 namespace myplugin::collectives {
 
-class Communicator {
+class Communicator : public std::enable_shared_from_this<Communicator> {
  public:
   // `clique[r]` is the process id of rank r. `coordination` (may be null in
   // unit tests) explains failures: who failed, who never arrived.
@@ -59,6 +59,11 @@ class Communicator {
   // Ends every call in flight and every later one with `why`.
   void Abort(const Status& why);
 
+  // `process` entered the shutdown barrier: it will issue no more
+  // collectives. Later calls fail at once; a call in flight that still waits
+  // `grace_s` later is stuck for good, and fails the job, naming both sides.
+  void PeerFinished(int process, double grace_s);
+
  protected:
   // Exchanges fixed-size records: out receives size()*bytes, rank-major.
   virtual Status DoAllGatherBytes(const void* send, void* recv, size_t bytes, uint32_t tag) = 0;
@@ -89,6 +94,9 @@ class Communicator {
   uint64_t sequence_ = 0;
   std::mutex abort_mu_;
   std::optional<Status> aborted_;
+  std::vector<int> finished_peers_;    // under abort_mu_
+  int64_t in_flight_ = -1;             // the call number in flight, under abort_mu_
+  std::string in_flight_what_;         // its description
 };
 
 // The process id list as text: "[0, 1, 3]".

@@ -22,6 +22,15 @@ double CommunicatorCache::TimeoutSeconds() {
   return 300;
 }
 
+double CommunicatorCache::PeerExitGraceSeconds() {
+  const char* env = std::getenv("MYPLUGIN_PEER_EXIT_GRACE_SECONDS");
+  if (env != nullptr && *env != '\0') {
+    double v = std::atof(env);
+    if (v > 0) return v;
+  }
+  return 5;
+}
+
 StatusOr<std::shared_ptr<Communicator>> CommunicatorCache::ForClique(std::vector<int> clique) {
   coordination::DistributedRuntime& runtime = coordination::DistributedRuntime::Get();
   std::shared_ptr<coordination::CoordinationClient> client = runtime.client();
@@ -68,6 +77,11 @@ StatusOr<std::shared_ptr<Communicator>> CommunicatorCache::ForClique(std::vector
   client->AddFailureCallback([weak](const Status& why) {
     if (auto c = weak.lock()) c->Abort(why);
   });
+  const double grace = PeerExitGraceSeconds();
+  client->AddPeerShutdownCallback([weak, grace](int process) {
+    if (auto c = weak.lock()) c->PeerFinished(process, grace);
+  });
+  for (int process : client->finished_peers()) comm->PeerFinished(process, grace);
   communicators_[clique] = comm;
   return comm;
 }

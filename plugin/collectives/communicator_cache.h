@@ -22,6 +22,9 @@ class CommunicatorCache {
 
   // MYPLUGIN_COLLECTIVE_TIMEOUT_SECONDS, default 300.
   static double TimeoutSeconds();
+  // MYPLUGIN_PEER_EXIT_GRACE_SECONDS, default 5: how long a call may still
+  // wait for a process that has finished before the call counts as stuck.
+  static double PeerExitGraceSeconds();
 
  private:
   CommunicatorCache() = default;

@@ -272,6 +272,23 @@ void CoordinationClient::ReportError(const std::string& reason) {
   socket_.SendAll(Writer(MessageType::kReportError).Bytes(reason).Finish());
 }
 
+void CoordinationClient::FailThisProcess(const std::string& reason) {
+  ReportError(reason);
+  LogLine("myplugin: " + reason);
+  if (options_.fate_sharing) {
+    LogLine("myplugin: process " + std::to_string(options_.process_id) + " exits: it cannot make progress");
+    ExitSoon();
+  }
+}
+
+void CoordinationClient::ExitSoon() {
+  double grace = options_.fate_sharing_grace_s;
+  std::thread([grace] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(Millis(grace)));
+    _exit(kFateSharingExitCode);
+  }).detach();
+}
+
 int CoordinationClient::AddFailureCallback(std::function<void(const Status&)> callback) {
   std::lock_guard<std::mutex> lock(mu_);
   int id = next_callback_id_++;
@@ -282,6 +299,16 @@ int CoordinationClient::AddFailureCallback(std::function<void(const Status&)> ca
 void CoordinationClient::RemoveFailureCallback(int id) {
   std::lock_guard<std::mutex> lock(mu_);
   callbacks_.erase(id);
+}
+
+void CoordinationClient::AddPeerShutdownCallback(std::function<void(int)> callback) {
+  std::lock_guard<std::mutex> lock(mu_);
+  peer_shutdown_callbacks_.push_back(std::move(callback));
+}
+
+std::vector<int> CoordinationClient::finished_peers() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return finished_peers_;
 }
 
 std::optional<Status> CoordinationClient::failure() {
@@ -317,6 +344,18 @@ void CoordinationClient::ReaderLoop() {
       last_heard_ = Clock::now();
     }
     if (type == MessageType::kHeartbeat) continue;
+    if (type == MessageType::kPeerShutdown) {
+      uint32_t pid = 0;
+      if (!r.U32(&pid).ok()) continue;
+      std::vector<std::function<void(int)>> callbacks;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        finished_peers_.push_back(static_cast<int>(pid));
+        callbacks = peer_shutdown_callbacks_;
+      }
+      for (auto& callback : callbacks) callback(static_cast<int>(pid));
+      continue;
+    }
     if (type == MessageType::kFailure) {
       uint32_t pid = 0;
       std::string reason;
@@ -376,11 +415,7 @@ void CoordinationClient::OnFailure(const Status& status) {
     LogLine("myplugin: process " + me +
             " exits because the job failed (fate-sharing; initialize with fate_sharing=False to handle the "
             "error yourself)");
-    double grace = options_.fate_sharing_grace_s;
-    std::thread([grace] {
-      std::this_thread::sleep_for(std::chrono::milliseconds(Millis(grace)));
-      _exit(kFateSharingExitCode);
-    }).detach();
+    ExitSoon();
   }
 }
 

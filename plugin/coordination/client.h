@@ -77,10 +77,18 @@ class CoordinationClient {
   // Tells the service that this process is failing (an uncaught exception,
   // say), so that the others learn why instead of only "connection lost".
   void ReportError(const std::string& reason);
+  // ReportError, and with fate-sharing on, exit shortly after: for a
+  // process that is stuck for good (a collective that can never complete).
+  void FailThisProcess(const std::string& reason);
 
   // Runs once, on the thread that learns of the failure, before any exit.
   int AddFailureCallback(std::function<void(const Status&)> callback);
   void RemoveFailureCallback(int id);
+  // Runs when another process enters the shutdown barrier (it finished), on
+  // the reader thread: collectives that wait for it can never complete.
+  void AddPeerShutdownCallback(std::function<void(int process_id)> callback);
+  // Processes known to have entered shutdown.
+  std::vector<int> finished_peers();
   // The job's failure, once known.
   std::optional<Status> failure();
   double heartbeat_timeout_s() const { return heartbeat_timeout_s_; }
@@ -101,6 +109,7 @@ class CoordinationClient {
   void ReaderLoop();
   void HeartbeatLoop();
   void OnFailure(const Status& status);
+  void ExitSoon();
   void StopThreads();
 
   const ClientOptions options_;
@@ -123,6 +132,8 @@ class CoordinationClient {
   bool connection_lost_ = false;
   std::chrono::steady_clock::time_point last_heard_;
   std::map<int, std::function<void(const Status&)>> callbacks_;
+  std::vector<std::function<void(int)>> peer_shutdown_callbacks_;
+  std::vector<int> finished_peers_;
   int next_callback_id_ = 1;
 
   std::thread reader_;

@@ -349,6 +349,11 @@ Status CoordinationService::Handle(const std::shared_ptr<Connection>& conn, cons
       MYPLUGIN_RETURN_IF_ERROR(r.End());
       self.state = ProcessState::kShuttingDown;
       FailBarriersWaitingFor(pid, "process " + std::to_string(pid) + " is shutting down (it finished its work)");
+      // The others' collectives may be waiting for it: tell them.
+      std::string note = Writer(MessageType::kPeerShutdown).U32(static_cast<uint32_t>(pid)).Finish();
+      for (size_t i = 0; i < processes_.size(); ++i) {
+        if (static_cast<int>(i) != pid && processes_[i].conn) Send(processes_[i].conn, note);
+      }
       ArriveAtBarrier(kShutdownBarrier, pid, w, timeout_ms / 1000.0);
       return OkStatus();
     }

@@ -22,6 +22,7 @@ const char* MessageTypeName(MessageType type) {
     case MessageType::kHeartbeat: return "Heartbeat";
     case MessageType::kFailure: return "Failure";
     case MessageType::kReportError: return "ReportError";
+    case MessageType::kPeerShutdown: return "PeerShutdown";
   }
   return "Unknown";
 }
@@ -78,7 +79,7 @@ Status Reader::Take(size_t n, const char** out) {
 Status Reader::Header(MessageType* type, uint32_t* request_id) {
   uint8_t t;
   MYPLUGIN_RETURN_IF_ERROR(U8(&t));
-  if (t < static_cast<uint8_t>(MessageType::kHello) || t > static_cast<uint8_t>(MessageType::kReportError)) {
+  if (t < static_cast<uint8_t>(MessageType::kHello) || t > static_cast<uint8_t>(MessageType::kPeerShutdown)) {
     return InvalidArgument("malformed coordination message: unknown type " + std::to_string(t));
   }
   *type = static_cast<MessageType>(t);

@@ -42,6 +42,7 @@ enum class MessageType : uint8_t {
   kHeartbeat = 16,     // either way, no reply
   kFailure = 17,       // service -> client: failed process id, reason
   kReportError = 18,   // client -> service: this process is failing, and why (no reply)
+  kPeerShutdown = 19,  // service -> client: process id has entered the shutdown barrier (it finished)
 };
 
 const char* MessageTypeName(MessageType type);

@@ -162,6 +162,18 @@ elif scenario.startswith("mismatch_"):
   except RuntimeError as e:
     result(event="error", error=str(e), seconds=time.monotonic() - t0)
 
+elif scenario == "last_batch":
+  # Process 1 runs out of batches first and exits normally.
+  batches = 3 if r == 1 else 6
+  try:
+    for i in range(batches):
+      C.all_reduce(np.ones(1000, np.float32))
+      time.sleep(0.2)
+    result(event="finished", batches=batches)
+  except RuntimeError as e:
+    result(event="error", error=str(e))
+    sys.exit(7)
+
 elif scenario == "loop_big":
   x = np.ones(16 << 20, np.float32)
   result(event="looping", os_pid=os.getpid())
