@@ -62,6 +62,14 @@ def _install_callback_errors(mlir) -> None:
     mlir.register_lowering(prim, rule, platform=PLATFORM)
 
 
+def register_collective_targets() -> None:
+  """Our collectives' FFI handlers (myplugin_all_reduce, …), for compiled programs."""
+  import jax
+  from jax_plugin import _myplugin
+  for name, capsule in _myplugin.ffi_targets().items():
+    jax.ffi.register_ffi_target(name, capsule, platform=PLATFORM)
+
+
 def register_lapack_targets(c_api) -> None:
   """Registers jaxlib's LAPACK FFI handlers (the ones jnp.linalg calls on CPU) in the engine."""
   from jax_plugin import _myplugin

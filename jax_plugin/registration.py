@@ -88,6 +88,7 @@ def _initialize() -> None:
   _install_custom_call_handler(_c_api)
   lowering.enable_donation()
   lowering.install_lowering_rules()
+  lowering.register_collective_targets()
   try:
     lowering.register_lapack_targets(_c_api)
   except Exception as e:  # the backend itself may still work; say what is lost

@@ -17,6 +17,7 @@
 
 #include "collectives/communicator_cache.h"
 #include "collectives/device_collectives.h"
+#include "collectives/ffi_handlers.h"
 #include "collectives/dtype.h"
 #include "common/status.h"
 #include "coordination/runtime.h"
@@ -208,6 +209,11 @@ void BindCollectives(nb::module_& m) {
     ThrowIfError(st);
   }, nb::arg("processes"));
   m.def("local_device_count", [] { return Layout(1).devices_per_process; });
+  m.def("ffi_targets", [] {
+    nb::dict out;
+    for (const auto& [name, handler] : coll::FfiHandlers()) out[name.c_str()] = nb::capsule(handler);
+    return out;
+  }, "The collectives' XLA FFI handlers, as capsules for jax.ffi.register_ffi_target.");
 }
 
 void BindCoordination(nb::module_& m) {

@@ -1,0 +1,231 @@
+#include "collectives/ffi_handlers.h"
+
+#include <algorithm>
+#include <string_view>
+
+#include "collectives/communicator_cache.h"
+#include "collectives/device_collectives.h"
+#include "collectives/local_rendezvous.h"
+#include "coordination/runtime.h"
+#include "xla/ffi/api/ffi.h"
+
+namespace ffi = xla::ffi;
+
+namespace myplugin::collectives {
+namespace {
+
+StatusOr<DataType> FromFfi(ffi::DataType t) {
+  switch (t) {
+    case ffi::DataType::PRED: return DataType::kPred;
+    case ffi::DataType::S8: return DataType::kS8;
+    case ffi::DataType::S16: return DataType::kS16;
+    case ffi::DataType::S32: return DataType::kS32;
+    case ffi::DataType::S64: return DataType::kS64;
+    case ffi::DataType::U8: return DataType::kU8;
+    case ffi::DataType::U16: return DataType::kU16;
+    case ffi::DataType::U32: return DataType::kU32;
+    case ffi::DataType::U64: return DataType::kU64;
+    case ffi::DataType::F16: return DataType::kF16;
+    case ffi::DataType::BF16: return DataType::kBF16;
+    case ffi::DataType::F32: return DataType::kF32;
+    case ffi::DataType::F64: return DataType::kF64;
+    case ffi::DataType::C64: return DataType::kC64;
+    case ffi::DataType::C128: return DataType::kC128;
+    default: return Unimplemented("myplugin collectives do not support XLA element type " +
+                                  std::to_string(static_cast<int>(t)));
+  }
+}
+
+ffi::Error ToFfi(const Status& st) {
+  if (st.ok()) return ffi::Error::Success();
+  return ffi::Error(static_cast<ffi::ErrorCode>(st.code()), "myplugin: " + st.message());
+}
+
+// Where this device stands: its global id, and the job's device layout.
+struct Place {
+  int global_id;
+  int process;
+  int devices_per_process;
+};
+
+Place PlaceOf(int32_t ordinal) {
+  auto& rt = coordination::DistributedRuntime::Get();
+  if (!rt.initialized()) return {ordinal, 0, 1 << 20};  // one process: every device is local
+  int dpp = rt.processes()[rt.process_id()].num_devices;
+  return {rt.process_id() * dpp + ordinal, rt.process_id(), dpp};
+}
+
+// The group (clique) of `replica_groups` that holds `device`.
+StatusOr<std::vector<int>> GroupOf(ffi::Span<const int64_t> groups, int64_t group_size, int device) {
+  if (group_size <= 0 || groups.size() % group_size != 0) {
+    return InvalidArgument("replica_groups of " + std::to_string(groups.size()) + " ids do not split into groups of " +
+                           std::to_string(group_size));
+  }
+  for (size_t start = 0; start < groups.size(); start += group_size) {
+    for (int64_t i = 0; i < group_size; ++i) {
+      if (groups[start + i] == device) {
+        return std::vector<int>(groups.begin() + start, groups.begin() + start + group_size);
+      }
+    }
+  }
+  return InvalidArgument("device " + std::to_string(device) + " is in no replica group");
+}
+
+// Runs `op` for this device's group, meeting the group's other local devices first.
+template <typename Op>
+ffi::Error RunForDevice(int32_t ordinal, const std::vector<int>& clique, const void* send, void* recv, Op&& op) {
+  Place place = PlaceOf(ordinal);
+  DeviceCollectives dc(clique, place.process, place.devices_per_process);
+  const auto& local = dc.local_ranks();
+  int slot = -1;
+  for (size_t i = 0; i < local.size(); ++i) {
+    if (clique[local[i]] == place.global_id) slot = static_cast<int>(i);
+  }
+  if (slot < 0) return ToFfi(Internal("device is not in its own clique"));
+  return ToFfi(LocalRendezvous::Get().Join(
+      clique, slot, static_cast<int>(local.size()), send, recv,
+      [&](const DeviceBuffers& b) { return op(dc, b); }, CommunicatorCache::TimeoutSeconds()));
+}
+
+ffi::Error AllReduceImpl(int32_t ordinal, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y, std::string_view reduction,
+                         ffi::Span<const int64_t> replica_groups, int64_t group_size) {
+  StatusOr<DataType> type = FromFfi(x.element_type());
+  if (!type.ok()) return ToFfi(type.status());
+  StatusOr<Reduction> red = ParseReduction(std::string(reduction));
+  if (!red.ok()) return ToFfi(red.status());
+  StatusOr<std::vector<int>> clique = GroupOf(replica_groups, group_size, PlaceOf(ordinal).global_id);
+  if (!clique.ok()) return ToFfi(clique.status());
+  const size_t count = x.element_count();
+  return RunForDevice(ordinal, clique.value(), x.untyped_data(), y->untyped_data(),
+                      [&](DeviceCollectives& dc, const DeviceBuffers& b) {
+                        return dc.AllReduce(b, count, type.value(), red.value());
+                      });
+}
+
+ffi::Error ReduceScatterImpl(int32_t ordinal, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y,
+                             std::string_view reduction, ffi::Span<const int64_t> replica_groups, int64_t group_size) {
+  StatusOr<DataType> type = FromFfi(x.element_type());
+  if (!type.ok()) return ToFfi(type.status());
+  StatusOr<Reduction> red = ParseReduction(std::string(reduction));
+  if (!red.ok()) return ToFfi(red.status());
+  StatusOr<std::vector<int>> clique = GroupOf(replica_groups, group_size, PlaceOf(ordinal).global_id);
+  if (!clique.ok()) return ToFfi(clique.status());
+  const size_t count = x.element_count();
+  return RunForDevice(ordinal, clique.value(), x.untyped_data(), y->untyped_data(),
+                      [&](DeviceCollectives& dc, const DeviceBuffers& b) {
+                        return dc.ReduceScatter(b, count, type.value(), red.value());
+                      });
+}
+
+ffi::Error AllGatherImpl(int32_t ordinal, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y,
+                         ffi::Span<const int64_t> replica_groups, int64_t group_size) {
+  StatusOr<DataType> type = FromFfi(x.element_type());
+  if (!type.ok()) return ToFfi(type.status());
+  StatusOr<std::vector<int>> clique = GroupOf(replica_groups, group_size, PlaceOf(ordinal).global_id);
+  if (!clique.ok()) return ToFfi(clique.status());
+  const size_t count = x.element_count();
+  return RunForDevice(ordinal, clique.value(), x.untyped_data(), y->untyped_data(),
+                      [&](DeviceCollectives& dc, const DeviceBuffers& b) { return dc.AllGather(b, count, type.value()); });
+}
+
+ffi::Error AllToAllImpl(int32_t ordinal, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y,
+                        ffi::Span<const int64_t> replica_groups, int64_t group_size) {
+  StatusOr<DataType> type = FromFfi(x.element_type());
+  if (!type.ok()) return ToFfi(type.status());
+  StatusOr<std::vector<int>> clique = GroupOf(replica_groups, group_size, PlaceOf(ordinal).global_id);
+  if (!clique.ok()) return ToFfi(clique.status());
+  const size_t count = x.element_count();
+  return RunForDevice(ordinal, clique.value(), x.untyped_data(), y->untyped_data(),
+                      [&](DeviceCollectives& dc, const DeviceBuffers& b) { return dc.AllToAll(b, count, type.value()); });
+}
+
+ffi::Error CollectivePermuteImpl(int32_t ordinal, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y,
+                                 ffi::Span<const int64_t> clique_ids, ffi::Span<const int64_t> pairs_flat) {
+  StatusOr<DataType> type = FromFfi(x.element_type());
+  if (!type.ok()) return ToFfi(type.status());
+  if (pairs_flat.size() % 2) return ToFfi(InvalidArgument("pairs must hold (source, target) pairs"));
+  std::vector<int> clique(clique_ids.begin(), clique_ids.end());
+  std::vector<std::pair<int, int>> pairs;
+  for (size_t i = 0; i < pairs_flat.size(); i += 2) pairs.emplace_back(pairs_flat[i], pairs_flat[i + 1]);
+  const size_t count = x.element_count();
+  return RunForDevice(ordinal, clique, x.untyped_data(), y->untyped_data(),
+                      [&](DeviceCollectives& dc, const DeviceBuffers& b) {
+                        return dc.CollectivePermute(b, count, type.value(), pairs);
+                      });
+}
+
+ffi::Error DeviceIdImpl(int32_t ordinal, ffi::Result<ffi::AnyBuffer> out, ffi::Span<const int64_t> ids) {
+  int g = PlaceOf(ordinal).global_id;
+  if (g < 0 || static_cast<size_t>(g) >= ids.size()) {
+    return ToFfi(InvalidArgument("no id for device " + std::to_string(g)));
+  }
+  if (out->element_type() != ffi::DataType::U32 && out->element_type() != ffi::DataType::S32) {
+    return ToFfi(InvalidArgument("partition-id/replica-id return a 32-bit integer"));
+  }
+  *static_cast<uint32_t*>(out->untyped_data()) = static_cast<uint32_t>(ids[g]);
+  return ffi::Error::Success();
+}
+
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginAllReduce, AllReduceImpl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::DeviceOrdinal>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Attr<std::string_view>("reduction")
+                                  .Attr<ffi::Span<const int64_t>>("replica_groups")
+                                  .Attr<int64_t>("group_size"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginReduceScatter, ReduceScatterImpl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::DeviceOrdinal>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Attr<std::string_view>("reduction")
+                                  .Attr<ffi::Span<const int64_t>>("replica_groups")
+                                  .Attr<int64_t>("group_size"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginAllGather, AllGatherImpl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::DeviceOrdinal>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Attr<ffi::Span<const int64_t>>("replica_groups")
+                                  .Attr<int64_t>("group_size"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginAllToAll, AllToAllImpl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::DeviceOrdinal>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Attr<ffi::Span<const int64_t>>("replica_groups")
+                                  .Attr<int64_t>("group_size"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginCollectivePermute, CollectivePermuteImpl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::DeviceOrdinal>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Attr<ffi::Span<const int64_t>>("clique")
+                                  .Attr<ffi::Span<const int64_t>>("pairs"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginDeviceId, DeviceIdImpl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::DeviceOrdinal>()
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Attr<ffi::Span<const int64_t>>("ids"));
+
+std::vector<std::pair<std::string, void*>> FfiHandlers() {
+  return {
+      {"myplugin_all_reduce", reinterpret_cast<void*>(&MypluginAllReduce)},
+      {"myplugin_reduce_scatter", reinterpret_cast<void*>(&MypluginReduceScatter)},
+      {"myplugin_all_gather", reinterpret_cast<void*>(&MypluginAllGather)},
+      {"myplugin_all_to_all", reinterpret_cast<void*>(&MypluginAllToAll)},
+      {"myplugin_collective_permute", reinterpret_cast<void*>(&MypluginCollectivePermute)},
+      {"myplugin_partition_id", reinterpret_cast<void*>(&MypluginDeviceId)},
+      {"myplugin_replica_id", reinterpret_cast<void*>(&MypluginDeviceId)},
+  };
+}
+
+}  // namespace myplugin::collectives

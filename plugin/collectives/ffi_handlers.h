@@ -1,0 +1,22 @@
+// Typed XLA FFI handlers for the collectives in compiled programs. The
+// attribute schema (what a rewritten program passes; see the README):
+//
+//   all_reduce, reduce_scatter:  reduction (string), replica_groups (i64[]), group_size (i64)
+//   all_gather, all_to_all:      replica_groups (i64[]), group_size (i64)
+//   collective_permute:          clique (i64[]), pairs (i64[], source/target ranks in the clique)
+//   id (partition-id, replica-id): ids (i64[], the id of each global device)
+//
+// replica_groups lists global device ids, group after group, each of
+// group_size; a device runs the collective with the group it is in.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace myplugin::collectives {
+
+// (target name, XLA_FFI_Handler*) of every handler.
+std::vector<std::pair<std::string, void*>> FfiHandlers();
+
+}  // namespace myplugin::collectives

@@ -1,0 +1,64 @@
+#include "collectives/local_rendezvous.h"
+
+#include "collectives/communicator.h"
+
+#include <chrono>
+
+namespace myplugin::collectives {
+
+LocalRendezvous& LocalRendezvous::Get() {
+  static LocalRendezvous* r = new LocalRendezvous;
+  return *r;
+}
+
+Status LocalRendezvous::Join(const std::vector<int>& clique, int slot, int local_count, const void* send,
+                             void* recv, const std::function<Status(const DeviceBuffers&)>& op, double timeout_s) {
+  if (local_count == 1) {
+    DeviceBuffers b{{send}, {recv}};
+    return op(b);
+  }
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
+  std::unique_lock<std::mutex> lock(mu_);
+  Group& g = groups_[clique];
+  // A device that comes back for the next call waits until the previous
+  // one has let every participant go.
+  if (!cv_.wait_until(lock, deadline, [&] { return !g.done; })) {
+    return Status(Code::kDeadlineExceeded, "local devices did not leave the previous collective");
+  }
+  if (g.arrived == 0) {
+    g.buffers.send.assign(local_count, nullptr);
+    g.buffers.recv.assign(local_count, nullptr);
+    g.present.assign(local_count, false);
+  }
+  if (slot < 0 || slot >= local_count || g.present[slot]) {
+    return Internal("device slot " + std::to_string(slot) + " joined a collective twice");
+  }
+  g.buffers.send[slot] = send;
+  g.buffers.recv[slot] = recv;
+  g.present[slot] = true;
+  if (++g.arrived == local_count) {
+    DeviceBuffers buffers = g.buffers;
+    lock.unlock();
+    Status st = op(buffers);  // outside the lock: it may take long
+    lock.lock();
+    g.status = st;
+    g.done = true;
+    cv_.notify_all();
+  } else if (!cv_.wait_until(lock, deadline, [&] { return g.done; })) {
+    std::vector<int> missing;
+    for (int s = 0; s < local_count; ++s) {
+      if (!g.present[s]) missing.push_back(s);
+    }
+    return Status(Code::kDeadlineExceeded, "the collective on devices " + ProcessList(clique) +
+                                               " timed out waiting for local device slots " +
+                                               ProcessList(missing) + " of this process");
+  }
+  Status st = g.status;
+  if (++g.departed == local_count) {
+    groups_.erase(clique);
+    cv_.notify_all();
+  }
+  return st;
+}
+
+}  // namespace myplugin::collectives
