@@ -23,3 +23,12 @@ def test_cpp_unit_tests(tmp_path):
   run = subprocess.run([str(build / "myplugin_unit_tests")], capture_output=True, text=True, timeout=120)
   assert run.returncode == 0, run.stdout + run.stderr
   assert " 0 failed" in run.stdout
+  # The test extra installs NCCL's headers, so the NCCL backend (built and
+  # tested against a fake NCCL, no GPU needed) must have been part of it.
+  try:
+    import nvidia.nccl  # noqa: F401
+    have_nccl_headers = True
+  except ImportError:
+    have_nccl_headers = False
+  if have_nccl_headers:
+    assert "NCCL backend tests: ran" in run.stdout, run.stdout

@@ -50,6 +50,7 @@ inline Status NotFound(std::string m) { return Status(Code::kNotFound, std::move
 inline Status FailedPrecondition(std::string m) { return Status(Code::kFailedPrecondition, std::move(m)); }
 inline Status Unimplemented(std::string m) { return Status(Code::kUnimplemented, std::move(m)); }
 inline Status Internal(std::string m) { return Status(Code::kInternal, std::move(m)); }
+inline Status DataLoss(std::string m) { return Status(Code::kDataLoss, std::move(m)); }
 
 // A value or the Status that explains its absence.
 template <typename T>

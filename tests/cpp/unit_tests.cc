@@ -12,24 +12,15 @@
 #include "coordination/socket.h"
 #include "coordination/wire.h"
 #include "pjrt/client_options.h"
+#include "check.h"
 
 using myplugin::ClientOptions;
 using myplugin::Code;
 using myplugin::ParseClientOptions;
 using myplugin::StatusOr;
 
-static int failures = 0;
-static int passes = 0;
-
-#define CHECK(cond)                                                  \
-  do {                                                               \
-    if (cond) {                                                      \
-      ++passes;                                                      \
-    } else {                                                         \
-      ++failures;                                                    \
-      std::fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-    }                                                                \
-  } while (0)
+// Defined in nccl_unit_tests.cc; false when the NCCL backend is not built.
+bool RunNcclTests();
 
 namespace {
 
@@ -188,6 +179,8 @@ int main() {
   TestWireRejectsMalformed();
   TestProcessInfo();
   TestHostPort();
-  std::printf("%d passed, %d failed\n", passes, failures);
-  return failures == 0 ? 0 : 1;
+  bool nccl = RunNcclTests();
+  std::printf("NCCL backend tests: %s\n", nccl ? "ran" : "not built (no NCCL headers)");
+  std::printf("%d passed, %d failed\n", unit::passes, unit::failures);
+  return unit::failures == 0 ? 0 : 1;
 }

@@ -1,0 +1,44 @@
+#include "collectives/nccl_api.h"
+
+#include <dlfcn.h>
+
+namespace myplugin::collectives {
+
+StatusOr<NcclApi> NcclApi::Load(const std::string& path) {
+  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (handle == nullptr) {
+    const char* why = dlerror();
+    return FailedPrecondition("cannot load NCCL (" + path + "): " + (why ? why : "unknown error") +
+                              " (pip install nvidia-nccl-cu12, or set MYPLUGIN_NCCL_PATH)");
+  }
+  NcclApi api;
+  Status missing;
+  auto resolve = [&](auto& fn, const char* name) {
+    fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(handle, name));
+    if (fn == nullptr && missing.ok()) missing = FailedPrecondition(path + " has no " + name + ": not an NCCL 2 library");
+  };
+  resolve(api.GetUniqueId, "ncclGetUniqueId");
+  resolve(api.CommInitRank, "ncclCommInitRank");
+  resolve(api.CommDestroy, "ncclCommDestroy");
+  resolve(api.CommAbort, "ncclCommAbort");
+  resolve(api.CommGetAsyncError, "ncclCommGetAsyncError");
+  resolve(api.GetErrorString, "ncclGetErrorString");
+  resolve(api.AllReduce, "ncclAllReduce");
+  resolve(api.AllGather, "ncclAllGather");
+  resolve(api.ReduceScatter, "ncclReduceScatter");
+  resolve(api.Send, "ncclSend");
+  resolve(api.Recv, "ncclRecv");
+  resolve(api.GroupStart, "ncclGroupStart");
+  resolve(api.GroupEnd, "ncclGroupEnd");
+  if (!missing.ok()) return missing;
+  return api;
+}
+
+Status NcclApi::Check(ncclResult_t result, const char* call) const {
+  if (result == ncclSuccess) return OkStatus();
+  const char* text = GetErrorString ? GetErrorString(result) : "unknown NCCL error";
+  Code code = result == ncclInvalidArgument || result == ncclInvalidUsage ? Code::kInvalidArgument : Code::kInternal;
+  return Status(code, std::string(call) + " failed: " + text + " (NCCL error " + std::to_string(result) + ")");
+}
+
+}  // namespace myplugin::collectives

@@ -1,0 +1,204 @@
+// The NCCL backend's logic against a fake NCCL: bootstrap through the key-
+// value store, type and reduction mapping, the calls each collective makes,
+// abort, and error reporting. No GPU, no libnccl.
+#include "check.h"
+
+#ifndef MYPLUGIN_HAVE_NCCL
+bool RunNcclTests() { return false; }
+#else
+
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "collectives/nccl_communicator.h"
+
+namespace coll = myplugin::collectives;
+
+namespace {
+
+// What the fake NCCL saw.
+struct FakeLog {
+  std::vector<std::string> calls;
+  int init_nranks = -1, init_rank = -1;
+  ncclUniqueId init_id{};
+  size_t count = 0;
+  ncclDataType_t type = ncclInt8;
+  ncclRedOp_t op = ncclSum;
+  cudaStream_t stream = nullptr;
+  ncclResult_t fail_all_reduce = ncclSuccess;
+};
+FakeLog fake;
+
+ncclComm_t FakeComm() { return reinterpret_cast<ncclComm_t>(0x1234); }
+
+ncclResult_t FakeGetUniqueId(ncclUniqueId* id) {
+  fake.calls.push_back("GetUniqueId");
+  for (int i = 0; i < NCCL_UNIQUE_ID_BYTES; ++i) id->internal[i] = static_cast<char>(i * 7);
+  return ncclSuccess;
+}
+ncclResult_t FakeCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank) {
+  fake.calls.push_back("CommInitRank");
+  fake.init_nranks = nranks;
+  fake.init_rank = rank;
+  fake.init_id = id;
+  *comm = FakeComm();
+  return ncclSuccess;
+}
+ncclResult_t FakeCommDestroy(ncclComm_t) { fake.calls.push_back("CommDestroy"); return ncclSuccess; }
+ncclResult_t FakeCommAbort(ncclComm_t) { fake.calls.push_back("CommAbort"); return ncclSuccess; }
+ncclResult_t FakeAsyncError(ncclComm_t, ncclResult_t* e) { *e = ncclSuccess; return ncclSuccess; }
+const char* FakeErrorString(ncclResult_t r) { return r == ncclSystemError ? "unhandled system error" : "other"; }
+ncclResult_t FakeAllReduce(const void*, void*, size_t count, ncclDataType_t t, ncclRedOp_t op, ncclComm_t,
+                           cudaStream_t s) {
+  fake.calls.push_back("AllReduce");
+  fake.count = count;
+  fake.type = t;
+  fake.op = op;
+  fake.stream = s;
+  return fake.fail_all_reduce;
+}
+ncclResult_t FakeAllGather(const void*, void*, size_t count, ncclDataType_t t, ncclComm_t, cudaStream_t) {
+  fake.calls.push_back("AllGather");
+  fake.count = count;
+  fake.type = t;
+  return ncclSuccess;
+}
+ncclResult_t FakeReduceScatter(const void*, void*, size_t count, ncclDataType_t t, ncclRedOp_t op, ncclComm_t,
+                               cudaStream_t) {
+  fake.calls.push_back("ReduceScatter");
+  fake.count = count;
+  fake.type = t;
+  fake.op = op;
+  return ncclSuccess;
+}
+ncclResult_t FakeSend(const void*, size_t, ncclDataType_t, int peer, ncclComm_t, cudaStream_t) {
+  fake.calls.push_back("Send" + std::to_string(peer));
+  return ncclSuccess;
+}
+ncclResult_t FakeRecv(void*, size_t, ncclDataType_t, int peer, ncclComm_t, cudaStream_t) {
+  fake.calls.push_back("Recv" + std::to_string(peer));
+  return ncclSuccess;
+}
+ncclResult_t FakeGroupStart() { fake.calls.push_back("GroupStart"); return ncclSuccess; }
+ncclResult_t FakeGroupEnd() { fake.calls.push_back("GroupEnd"); return ncclSuccess; }
+
+coll::NcclApi FakeApi() {
+  coll::NcclApi api;
+  api.GetUniqueId = FakeGetUniqueId;
+  api.CommInitRank = FakeCommInitRank;
+  api.CommDestroy = FakeCommDestroy;
+  api.CommAbort = FakeCommAbort;
+  api.CommGetAsyncError = FakeAsyncError;
+  api.GetErrorString = FakeErrorString;
+  api.AllReduce = FakeAllReduce;
+  api.AllGather = FakeAllGather;
+  api.ReduceScatter = FakeReduceScatter;
+  api.Send = FakeSend;
+  api.Recv = FakeRecv;
+  api.GroupStart = FakeGroupStart;
+  api.GroupEnd = FakeGroupEnd;
+  return api;
+}
+
+std::map<std::string, std::string> kv;
+coll::BootstrapStore Store() {
+  coll::BootstrapStore s;
+  s.set = [](const std::string& k, const std::string& v) { kv[k] = v; return myplugin::OkStatus(); };
+  s.get = [](const std::string& k, double) -> myplugin::StatusOr<std::string> {
+    auto it = kv.find(k);
+    if (it == kv.end()) return myplugin::Status(myplugin::Code::kDeadlineExceeded, "key '" + k + "' was not set");
+    return it->second;
+  };
+  return s;
+}
+
+void TestBootstrap() {
+  kv.clear();
+  fake = FakeLog();
+  auto api = FakeApi();
+  // Rank 1 before rank 0 published: a clear timeout.
+  auto early = coll::ExchangeUniqueId(api, Store(), "nccl/x", 1, 1.0);
+  CHECK(!early.ok() && early.status().message().find("rank 0's NCCL unique id") != std::string::npos);
+  auto r0 = coll::NcclCommunicator::Create(api, 0, 2, Store(), "nccl/x", 1.0);
+  CHECK(r0.ok());
+  CHECK(fake.calls.size() == 2 && fake.calls[0] == "GetUniqueId" && fake.calls[1] == "CommInitRank");
+  ncclUniqueId published = fake.init_id;
+  fake = FakeLog();
+  auto r1 = coll::NcclCommunicator::Create(api, 1, 2, Store(), "nccl/x", 1.0);
+  CHECK(r1.ok());
+  CHECK(fake.calls.size() == 1 && fake.calls[0] == "CommInitRank");  // rank 1 makes no id of its own
+  CHECK(fake.init_rank == 1 && fake.init_nranks == 2);
+  CHECK(std::memcmp(fake.init_id.internal, published.internal, NCCL_UNIQUE_ID_BYTES) == 0);
+  kv["nccl/bad"] = "short";
+  auto bad = coll::ExchangeUniqueId(api, Store(), "nccl/bad", 1, 1.0);
+  CHECK(!bad.ok() && bad.status().code() == myplugin::Code::kDataLoss);
+}
+
+void TestMapping() {
+  using coll::DataType;
+  using coll::Reduction;
+  auto f = coll::ToNccl(DataType::kBF16, Reduction::kMax);
+  CHECK(f.ok() && f.value().type == ncclBfloat16 && f.value().op == ncclMax);
+  auto p_and = coll::ToNccl(DataType::kPred, Reduction::kAnd);
+  CHECK(p_and.ok() && p_and.value().type == ncclUint8 && p_and.value().op == ncclMin);
+  auto p_or = coll::ToNccl(DataType::kPred, Reduction::kOr);
+  CHECK(p_or.ok() && p_or.value().op == ncclMax);
+  auto c = coll::ToNccl(DataType::kC128, Reduction::kSum);
+  CHECK(c.ok() && c.value().type == ncclFloat64 && c.value().count_multiplier == 2);
+  CHECK(!coll::ToNccl(DataType::kC64, Reduction::kMax).ok());
+  CHECK(!coll::ToNccl(DataType::kS16, Reduction::kSum).ok());  // NCCL has no 16-bit integers
+  CHECK(!coll::ToNccl(DataType::kF32, Reduction::kAnd).ok());
+}
+
+void TestCalls() {
+  kv.clear();
+  fake = FakeLog();
+  auto comm = coll::NcclCommunicator::Create(FakeApi(), 0, 3, Store(), "nccl/y", 1.0).take();
+  cudaStream_t stream = reinterpret_cast<cudaStream_t>(0x77);
+  fake = FakeLog();
+  CHECK(comm->AllReduce(nullptr, nullptr, 10, coll::DataType::kC64, coll::Reduction::kSum, stream).ok());
+  CHECK(fake.count == 20 && fake.type == ncclFloat32 && fake.op == ncclSum && fake.stream == stream);
+  CHECK(comm->AllGather(nullptr, nullptr, 4, coll::DataType::kF64, stream).ok());
+  CHECK(fake.count == 32 && fake.type == ncclUint8);
+  fake = FakeLog();
+  CHECK(comm->AllToAll(nullptr, nullptr, 2, coll::DataType::kF32, stream).ok());
+  std::vector<std::string> want = {"GroupStart", "Send0", "Recv0", "Send1", "Recv1", "Send2", "Recv2", "GroupEnd"};
+  CHECK(fake.calls == want);
+  fake = FakeLog();
+  CHECK(comm->CollectivePermute(nullptr, nullptr, 2, coll::DataType::kF32, 1, -1, stream).ok());
+  CHECK((fake.calls == std::vector<std::string>{"GroupStart", "Send1", "GroupEnd"}));
+
+  fake.fail_all_reduce = ncclSystemError;
+  auto err = comm->AllReduce(nullptr, nullptr, 1, coll::DataType::kF32, coll::Reduction::kSum, stream);
+  CHECK(!err.ok() && err.message().find("ncclAllReduce failed: unhandled system error") != std::string::npos);
+
+  fake = FakeLog();
+  comm->Abort(myplugin::Status(myplugin::Code::kAborted, "process 2 failed: killed"));
+  CHECK(fake.calls == std::vector<std::string>{"CommAbort"});
+  auto after = comm->AllReduce(nullptr, nullptr, 1, coll::DataType::kF32, coll::Reduction::kSum, stream);
+  CHECK(!after.ok() && after.message().find("process 2 failed: killed") != std::string::npos);
+  fake = FakeLog();
+  comm.reset();  // an aborted communicator is not destroyed again
+  CHECK(fake.calls.empty());
+}
+
+void TestLoadErrors() {
+  auto missing = coll::NcclApi::Load("/nonexistent/libnccl.so.2");
+  CHECK(!missing.ok() && missing.status().message().find("nvidia-nccl-cu12") != std::string::npos);
+  auto not_nccl = coll::NcclApi::Load("libm.so.6");
+  CHECK(!not_nccl.ok() && not_nccl.status().message().find("has no ncclGetUniqueId") != std::string::npos);
+}
+
+}  // namespace
+
+bool RunNcclTests() {
+  TestBootstrap();
+  TestMapping();
+  TestCalls();
+  TestLoadErrors();
+  return true;
+}
+
+#endif
