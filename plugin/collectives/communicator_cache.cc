@@ -13,23 +13,23 @@ CommunicatorCache& CommunicatorCache::Get() {
   return *cache;
 }
 
-double CommunicatorCache::TimeoutSeconds() {
-  const char* env = std::getenv("MYPLUGIN_COLLECTIVE_TIMEOUT_SECONDS");
+namespace {
+
+// A positive number of seconds from the environment, else `fallback`.
+double SecondsFromEnv(const char* name, double fallback) {
+  const char* env = std::getenv(name);
   if (env != nullptr && *env != '\0') {
     double v = std::atof(env);
     if (v > 0) return v;
   }
-  return 300;
+  return fallback;
 }
 
-double CommunicatorCache::PeerExitGraceSeconds() {
-  const char* env = std::getenv("MYPLUGIN_PEER_EXIT_GRACE_SECONDS");
-  if (env != nullptr && *env != '\0') {
-    double v = std::atof(env);
-    if (v > 0) return v;
-  }
-  return 5;
-}
+}  // namespace
+
+double CommunicatorCache::TimeoutSeconds() { return SecondsFromEnv("MYPLUGIN_COLLECTIVE_TIMEOUT_SECONDS", 300); }
+
+double CommunicatorCache::PeerExitGraceSeconds() { return SecondsFromEnv("MYPLUGIN_PEER_EXIT_GRACE_SECONDS", 5); }
 
 StatusOr<std::shared_ptr<Communicator>> CommunicatorCache::ForClique(std::vector<int> clique) {
   coordination::DistributedRuntime& runtime = coordination::DistributedRuntime::Get();

@@ -87,56 +87,56 @@ ffi::Error RunForDevice(int32_t ordinal, const std::vector<int>& clique, const v
       [&](const DeviceBuffers& b) { return op(dc, b); }, CommunicatorCache::TimeoutSeconds()));
 }
 
-ffi::Error AllReduceImpl(int32_t ordinal, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y, std::string_view reduction,
-                         ffi::Span<const int64_t> replica_groups, int64_t group_size) {
+// The shared body of the handlers that work on replica groups: decode the
+// element type (and reduction), find this device's group, meet the group's
+// other local devices, and run `op(dc, buffers, count, type, reduction)`.
+template <typename Op>
+ffi::Error Grouped(int32_t ordinal, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y, std::string_view reduction,
+                   ffi::Span<const int64_t> replica_groups, int64_t group_size, Op op) {
   StatusOr<DataType> type = FromFfi(x.element_type());
   if (!type.ok()) return ToFfi(type.status());
-  StatusOr<Reduction> red = ParseReduction(std::string(reduction));
+  StatusOr<Reduction> red = reduction.empty() ? StatusOr<Reduction>(Reduction::kNone)
+                                              : ParseReduction(std::string(reduction));
   if (!red.ok()) return ToFfi(red.status());
   StatusOr<std::vector<int>> clique = GroupOf(replica_groups, group_size, PlaceOf(ordinal).global_id);
   if (!clique.ok()) return ToFfi(clique.status());
   const size_t count = x.element_count();
   return RunForDevice(ordinal, clique.value(), x.untyped_data(), y->untyped_data(),
                       [&](DeviceCollectives& dc, const DeviceBuffers& b) {
-                        return dc.AllReduce(b, count, type.value(), red.value());
+                        return op(dc, b, count, type.value(), red.value());
                       });
+}
+
+ffi::Error AllReduceImpl(int32_t ordinal, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y, std::string_view reduction,
+                         ffi::Span<const int64_t> groups, int64_t group_size) {
+  return Grouped(ordinal, x, y, reduction, groups, group_size,
+                 [](DeviceCollectives& dc, const DeviceBuffers& b, size_t n, DataType t, Reduction r) {
+                   return dc.AllReduce(b, n, t, r);
+                 });
 }
 
 ffi::Error ReduceScatterImpl(int32_t ordinal, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y,
-                             std::string_view reduction, ffi::Span<const int64_t> replica_groups, int64_t group_size) {
-  StatusOr<DataType> type = FromFfi(x.element_type());
-  if (!type.ok()) return ToFfi(type.status());
-  StatusOr<Reduction> red = ParseReduction(std::string(reduction));
-  if (!red.ok()) return ToFfi(red.status());
-  StatusOr<std::vector<int>> clique = GroupOf(replica_groups, group_size, PlaceOf(ordinal).global_id);
-  if (!clique.ok()) return ToFfi(clique.status());
-  const size_t count = x.element_count();
-  return RunForDevice(ordinal, clique.value(), x.untyped_data(), y->untyped_data(),
-                      [&](DeviceCollectives& dc, const DeviceBuffers& b) {
-                        return dc.ReduceScatter(b, count, type.value(), red.value());
-                      });
+                             std::string_view reduction, ffi::Span<const int64_t> groups, int64_t group_size) {
+  return Grouped(ordinal, x, y, reduction, groups, group_size,
+                 [](DeviceCollectives& dc, const DeviceBuffers& b, size_t n, DataType t, Reduction r) {
+                   return dc.ReduceScatter(b, n, t, r);
+                 });
 }
 
 ffi::Error AllGatherImpl(int32_t ordinal, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y,
-                         ffi::Span<const int64_t> replica_groups, int64_t group_size) {
-  StatusOr<DataType> type = FromFfi(x.element_type());
-  if (!type.ok()) return ToFfi(type.status());
-  StatusOr<std::vector<int>> clique = GroupOf(replica_groups, group_size, PlaceOf(ordinal).global_id);
-  if (!clique.ok()) return ToFfi(clique.status());
-  const size_t count = x.element_count();
-  return RunForDevice(ordinal, clique.value(), x.untyped_data(), y->untyped_data(),
-                      [&](DeviceCollectives& dc, const DeviceBuffers& b) { return dc.AllGather(b, count, type.value()); });
+                         ffi::Span<const int64_t> groups, int64_t group_size) {
+  return Grouped(ordinal, x, y, "", groups, group_size,
+                 [](DeviceCollectives& dc, const DeviceBuffers& b, size_t n, DataType t, Reduction) {
+                   return dc.AllGather(b, n, t);
+                 });
 }
 
 ffi::Error AllToAllImpl(int32_t ordinal, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y,
-                        ffi::Span<const int64_t> replica_groups, int64_t group_size) {
-  StatusOr<DataType> type = FromFfi(x.element_type());
-  if (!type.ok()) return ToFfi(type.status());
-  StatusOr<std::vector<int>> clique = GroupOf(replica_groups, group_size, PlaceOf(ordinal).global_id);
-  if (!clique.ok()) return ToFfi(clique.status());
-  const size_t count = x.element_count();
-  return RunForDevice(ordinal, clique.value(), x.untyped_data(), y->untyped_data(),
-                      [&](DeviceCollectives& dc, const DeviceBuffers& b) { return dc.AllToAll(b, count, type.value()); });
+                        ffi::Span<const int64_t> groups, int64_t group_size) {
+  return Grouped(ordinal, x, y, "", groups, group_size,
+                 [](DeviceCollectives& dc, const DeviceBuffers& b, size_t n, DataType t, Reduction) {
+                   return dc.AllToAll(b, n, t);
+                 });
 }
 
 ffi::Error CollectivePermuteImpl(int32_t ordinal, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y,
@@ -168,39 +168,30 @@ ffi::Error DeviceIdImpl(int32_t ordinal, ffi::Result<ffi::AnyBuffer> out, ffi::S
 
 }  // namespace
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginAllReduce, AllReduceImpl,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::DeviceOrdinal>()
-                                  .Arg<ffi::AnyBuffer>()
-                                  .Ret<ffi::AnyBuffer>()
-                                  .Attr<std::string_view>("reduction")
-                                  .Attr<ffi::Span<const int64_t>>("replica_groups")
-                                  .Attr<int64_t>("group_size"));
+// The two bindings of the grouped handlers: with a reduction, and without.
+auto ReducingBinding() {
+  return ffi::Ffi::Bind()
+      .Ctx<ffi::DeviceOrdinal>()
+      .Arg<ffi::AnyBuffer>()
+      .Ret<ffi::AnyBuffer>()
+      .Attr<std::string_view>("reduction")
+      .Attr<ffi::Span<const int64_t>>("replica_groups")
+      .Attr<int64_t>("group_size");
+}
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginReduceScatter, ReduceScatterImpl,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::DeviceOrdinal>()
-                                  .Arg<ffi::AnyBuffer>()
-                                  .Ret<ffi::AnyBuffer>()
-                                  .Attr<std::string_view>("reduction")
-                                  .Attr<ffi::Span<const int64_t>>("replica_groups")
-                                  .Attr<int64_t>("group_size"));
+auto GroupedBinding() {
+  return ffi::Ffi::Bind()
+      .Ctx<ffi::DeviceOrdinal>()
+      .Arg<ffi::AnyBuffer>()
+      .Ret<ffi::AnyBuffer>()
+      .Attr<ffi::Span<const int64_t>>("replica_groups")
+      .Attr<int64_t>("group_size");
+}
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginAllGather, AllGatherImpl,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::DeviceOrdinal>()
-                                  .Arg<ffi::AnyBuffer>()
-                                  .Ret<ffi::AnyBuffer>()
-                                  .Attr<ffi::Span<const int64_t>>("replica_groups")
-                                  .Attr<int64_t>("group_size"));
-
-XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginAllToAll, AllToAllImpl,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::DeviceOrdinal>()
-                                  .Arg<ffi::AnyBuffer>()
-                                  .Ret<ffi::AnyBuffer>()
-                                  .Attr<ffi::Span<const int64_t>>("replica_groups")
-                                  .Attr<int64_t>("group_size"));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginAllReduce, AllReduceImpl, ReducingBinding());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginReduceScatter, ReduceScatterImpl, ReducingBinding());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginAllGather, AllGatherImpl, GroupedBinding());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginAllToAll, AllToAllImpl, GroupedBinding());
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginCollectivePermute, CollectivePermuteImpl,
                               ffi::Ffi::Bind()

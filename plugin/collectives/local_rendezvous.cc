@@ -55,7 +55,12 @@ Status LocalRendezvous::Join(const std::vector<int>& clique, int slot, int local
   }
   Status st = g.status;
   if (++g.departed == local_count) {
-    groups_.erase(clique);
+    // Reset in place, never erase: a device may already wait here for the
+    // next call, holding a reference to this group.
+    g.arrived = 0;
+    g.departed = 0;
+    g.done = false;
+    g.status = OkStatus();
     cv_.notify_all();
   }
   return st;
