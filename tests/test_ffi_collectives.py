@@ -84,3 +84,19 @@ def test_bad_attributes_are_a_clear_error():
   with pytest.raises(Exception, match="myplugin: .*do not split into groups of 3"):
     run(lambda v: ffi("myplugin_all_reduce", jax.ShapeDtypeStruct(v.shape, v.dtype), v, reduction="sum",
                       replica_groups=ALL, group_size=np.int64(3)), X)
+
+
+def test_many_calls_back_to_back():
+  """Devices race ahead into the next call while others still leave the last one."""
+  def ours(v):
+    for _ in range(64):  # unrolled: 64 custom calls in a row
+      v = ffi("myplugin_all_reduce", jax.ShapeDtypeStruct(v.shape, v.dtype), v, reduction="max",
+              replica_groups=ALL, group_size=np.int64(N)) + 1.0
+    return v
+
+  def ref(v):
+    for _ in range(64):
+      v = jax.lax.pmax(v, "x") + 1.0
+    return v
+
+  np.testing.assert_array_equal(run(ours, X), run(ref, X))
