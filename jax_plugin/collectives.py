@@ -32,7 +32,7 @@ def _bytes(a: np.ndarray) -> np.ndarray:
 
 def _run(op: str, xs, out_shape_of, reduction: str = "", clique=None, pairs=()):
   single = not isinstance(xs, (list, tuple))
-  arrays = [np.ascontiguousarray(x) for x in ([xs] if single else xs)]
+  arrays = [np.asarray(x, order="C") for x in ([xs] if single else xs)]  # keeps 0-d arrays 0-d
   if not arrays:
     raise ValueError("no local buffers")
   outs = [np.empty(out_shape_of(a.shape), dtype=a.dtype) for a in arrays]

@@ -146,8 +146,12 @@ Status Client::AddLocalDevices(int first_id) {
     if (!kind.ok()) return kind.status();
     StatusOr<int> hw = engine.LocalHardwareId(engine_device);
     if (!hw.ok()) return hw.status();
-    devices_.push_back(std::make_unique<Device>(first_id + ordinal++, process_index_, kind.value(), engine_device,
-                                                hw.value()));
+    StatusOr<int> engine_id = engine.DeviceId(engine_device);
+    if (!engine_id.ok()) return engine_id.status();
+    const int global_id = first_id + ordinal++;
+    if (global_id != engine_id.value()) ids_are_engine_ids_ = false;
+    devices_.push_back(std::make_unique<Device>(global_id, process_index_, kind.value(), engine_device, hw.value(),
+                                                engine_id.value()));
     Device* device = devices_.back().get();
 
     StatusOr<std::vector<PJRT_Memory*>> mems = engine.DeviceMemories(engine_device);
@@ -180,6 +184,9 @@ Status Client::AddLocalDevices(int first_id) {
 // "device" memory of its own so that jax can ask any device for its default
 // memory kind.
 void Client::AddRemoteDevices(int process_index, const coordination::ProcessInfo& info, int first_id) {
+  // With devices elsewhere, every program must be checked for them (and the
+  // engine's ids may differ from ours).
+  ids_are_engine_ids_ = false;
   for (int j = 0; j < info.num_devices; ++j) {
     devices_.push_back(std::make_unique<Device>(first_id + j, process_index, info.device_kind, nullptr, j));
     Device* device = devices_.back().get();
@@ -205,6 +212,26 @@ Device* Client::LookupDevice(int id) const {
     if (d->id() == id) return d.get();
   }
   return nullptr;
+}
+
+StatusOr<int64_t> Client::EngineIdOf(int64_t global_id) const {
+  Device* d = LookupDevice(static_cast<int>(global_id));
+  if (d == nullptr) return InvalidArgument("myplugin has no device with id " + std::to_string(global_id));
+  if (!d->addressable()) {
+    return Unimplemented("this program uses device " + std::to_string(global_id) + " of process " +
+                         std::to_string(d->description().process_index()) + " (this is process " +
+                         std::to_string(process_index_) +
+                         "): myplugin does not compile programs that span processes yet; run per-process "
+                         "programs on jax.local_devices() and combine them with jax_plugin.collectives");
+  }
+  return d->engine_id();
+}
+
+StatusOr<int64_t> Client::GlobalIdOf(int64_t engine_id) const {
+  for (const auto& d : devices_) {
+    if (d->addressable() && d->engine_id() == engine_id) return d->id();
+  }
+  return Internal("the engine named device " + std::to_string(engine_id) + ", which myplugin does not know");
 }
 
 Device* Client::LookupAddressableDevice(int local_hardware_id) const {

@@ -39,6 +39,13 @@ class Client {
   Device* LookupDevice(int id) const;
   Device* LookupAddressableDevice(int local_hardware_id) const;
 
+  // Global device ids (jax's) and the engine's ids for the same devices.
+  // True only for a job of this process alone whose ids coincide with the
+  // engine's: then nothing needs rewriting or checking.
+  bool ids_are_engine_ids() const { return ids_are_engine_ids_; }
+  StatusOr<int64_t> EngineIdOf(int64_t global_id) const;
+  StatusOr<int64_t> GlobalIdOf(int64_t engine_id) const;
+
  private:
   explicit Client(std::unique_ptr<EngineClient> engine_client, int process_index)
       : engine_client_(std::move(engine_client)), process_index_(process_index) {}
@@ -57,6 +64,7 @@ class Client {
   std::vector<PJRT_Device*> c_addressable_devices_;
   std::vector<PJRT_Memory*> c_memories_;
   std::unique_ptr<Topology> topology_;
+  bool ids_are_engine_ids_ = true;
 };
 
 inline PJRT_Client* ToC(Client* c) { return reinterpret_cast<PJRT_Client*>(c); }

@@ -37,10 +37,12 @@ class DeviceDescription {
 
 class Device {
  public:
-  Device(int id, int process_index, std::string kind, PJRT_Device* engine_device, int local_hardware_id)
+  Device(int id, int process_index, std::string kind, PJRT_Device* engine_device, int local_hardware_id,
+         int engine_id = -1)
       : description_(id, process_index, std::move(kind)),
         engine_(engine_device),
-        local_hardware_id_(local_hardware_id) {}
+        local_hardware_id_(local_hardware_id),
+        engine_id_(engine_id) {}
   Device(const Device&) = delete;
   Device& operator=(const Device&) = delete;
 
@@ -50,6 +52,9 @@ class Device {
   PJRT_Device* engine() const { return engine_; }
   bool addressable() const { return engine_ != nullptr; }
   int local_hardware_id() const { return local_hardware_id_; }
+  // The engine's id for this device (local devices only), which compile
+  // options and device assignments use on the engine side.
+  int engine_id() const { return engine_id_; }
 
   void AddMemory(Memory* memory, bool is_default);
   const std::vector<PJRT_Memory*>& c_memories() const { return c_memories_; }
@@ -59,6 +64,7 @@ class Device {
   DeviceDescription description_;
   PJRT_Device* engine_;
   int local_hardware_id_;
+  int engine_id_;
   std::vector<PJRT_Memory*> c_memories_;
   Memory* default_memory_ = nullptr;
 };

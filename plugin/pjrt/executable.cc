@@ -1,12 +1,14 @@
 #include "pjrt/executable.h"
 
 #include "pjrt/client.h"
+#include "pjrt/device_assignment.h"
 #include "pjrt/forwarding.h"
 
 namespace myplugin {
 
-StatusOr<std::unique_ptr<LoadedExecutable>> LoadedExecutable::Wrap(PJRT_LoadedExecutable* engine_executable) {
-  std::unique_ptr<LoadedExecutable> exec(new LoadedExecutable(engine_executable));
+StatusOr<std::unique_ptr<LoadedExecutable>> LoadedExecutable::Wrap(Client* client,
+                                                                   PJRT_LoadedExecutable* engine_executable) {
+  std::unique_ptr<LoadedExecutable> exec(new LoadedExecutable(client, engine_executable));
   MYPLUGIN_PJRT_ARGS(PJRT_LoadedExecutable_AddressableDevices_Args, args);
   args.executable = engine_executable;
   MYPLUGIN_RETURN_IF_ERROR(Engine().Consume(Engine().api()->PJRT_LoadedExecutable_AddressableDevices(&args)));
@@ -26,8 +28,8 @@ LoadedExecutable::~LoadedExecutable() {
 
 namespace {
 
-PJRT_Error* WrapInto(PJRT_LoadedExecutable*& slot) {
-  StatusOr<std::unique_ptr<LoadedExecutable>> exec = LoadedExecutable::Wrap(slot);
+PJRT_Error* WrapInto(Client* client, PJRT_LoadedExecutable*& slot) {
+  StatusOr<std::unique_ptr<LoadedExecutable>> exec = LoadedExecutable::Wrap(client, slot);
   if (!exec.ok()) {
     slot = nullptr;
     return ToPjrtError(exec.status());
@@ -39,19 +41,34 @@ PJRT_Error* WrapInto(PJRT_LoadedExecutable*& slot) {
 }  // namespace
 
 PJRT_Error* PjrtClientCompile(PJRT_Client_Compile_Args* args) {
+  Client* ours = FromC(args->client);
+  // In a multi-process job jax names devices by global id; the engine by its own.
+  std::string options;
+  if (!ours->ids_are_engine_ids()) {
+    StatusOr<std::string> remapped = RemapCompileOptionDevices(
+        std::string(args->compile_options, args->compile_options_size),
+        [ours](int64_t id) { return ours->EngineIdOf(id); });
+    if (!remapped.ok()) return ToPjrtError(remapped.status());
+    options = remapped.take();
+  }
   {
-    ScopedSwap<PJRT_Client*> client(args->client, FromC(args->client)->engine_client().get());
+    ScopedSwap<PJRT_Client*> client(args->client, ours->engine_client().get());
+    ScopedSwap<const char*> opts(args->compile_options, ours->ids_are_engine_ids() ? args->compile_options
+                                                                                    : options.data());
+    ScopedSwap<size_t> size(args->compile_options_size,
+                            ours->ids_are_engine_ids() ? args->compile_options_size : options.size());
     if (PJRT_Error* e = MYPLUGIN_CALL_ENGINE(PJRT_Client_Compile, args)) return e;
   }
-  return WrapInto(args->executable);
+  return WrapInto(ours, args->executable);
 }
 
 PJRT_Error* PjrtExecutableDeserializeAndLoad(PJRT_Executable_DeserializeAndLoad_Args* args) {
+  Client* ours = FromC(args->client);
   {
-    ScopedSwap<PJRT_Client*> client(args->client, FromC(args->client)->engine_client().get());
+    ScopedSwap<PJRT_Client*> client(args->client, ours->engine_client().get());
     if (PJRT_Error* e = MYPLUGIN_CALL_ENGINE(PJRT_Executable_DeserializeAndLoad, args)) return e;
   }
-  return WrapInto(args->loaded_executable);
+  return WrapInto(ours, args->loaded_executable);
 }
 
 PJRT_Error* PjrtLoadedExecutableDestroy(PJRT_LoadedExecutable_Destroy_Args* args) {
@@ -96,9 +113,44 @@ PJRT_Error* PjrtLoadedExecutableFingerprint(PJRT_LoadedExecutable_Fingerprint_Ar
   return MYPLUGIN_CALL_ENGINE(PJRT_LoadedExecutable_Fingerprint, args);
 }
 
+namespace {
+
+// A device assignment we rewrote, with the engine's original to free.
+struct RemappedAssignment {
+  std::string bytes;
+  PJRT_DeviceAssignmentSerialized* engine_holder;
+  void (*engine_deleter)(PJRT_DeviceAssignmentSerialized*);
+};
+
+void DeleteRemappedAssignment(PJRT_DeviceAssignmentSerialized* p) {
+  auto* r = reinterpret_cast<RemappedAssignment*>(p);
+  if (r->engine_deleter) r->engine_deleter(r->engine_holder);
+  delete r;
+}
+
+}  // namespace
+
 PJRT_Error* PjrtLoadedExecutableGetDeviceAssignment(PJRT_LoadedExecutable_GetDeviceAssignment_Args* args) {
-  ScopedSwap<PJRT_LoadedExecutable*> exec(args->executable, FromC(args->executable)->engine());
-  return MYPLUGIN_CALL_ENGINE(PJRT_LoadedExecutable_GetDeviceAssignment, args);
+  LoadedExecutable* exec = FromC(args->executable);
+  {
+    ScopedSwap<PJRT_LoadedExecutable*> engine_exec(args->executable, exec->engine());
+    if (PJRT_Error* e = MYPLUGIN_CALL_ENGINE(PJRT_LoadedExecutable_GetDeviceAssignment, args)) return e;
+  }
+  Client* client = exec->client();
+  if (client->ids_are_engine_ids()) return nullptr;
+  StatusOr<std::string> global = RemapDeviceAssignment(std::string(args->serialized_bytes, args->serialized_bytes_size),
+                                                       [client](int64_t id) { return client->GlobalIdOf(id); });
+  if (!global.ok()) {
+    args->serialized_device_assignment_deleter(args->serialized_device_assignment);
+    return ToPjrtError(global.status());
+  }
+  auto* r = new RemappedAssignment{global.take(), args->serialized_device_assignment,
+                                   args->serialized_device_assignment_deleter};
+  args->serialized_bytes = r->bytes.data();
+  args->serialized_bytes_size = r->bytes.size();
+  args->serialized_device_assignment = reinterpret_cast<PJRT_DeviceAssignmentSerialized*>(r);
+  args->serialized_device_assignment_deleter = &DeleteRemappedAssignment;
+  return nullptr;
 }
 
 }  // namespace myplugin

@@ -12,20 +12,24 @@
 
 namespace myplugin {
 
+class Client;
+
 class LoadedExecutable {
  public:
   // Takes ownership of `engine_executable`, also on failure.
-  static StatusOr<std::unique_ptr<LoadedExecutable>> Wrap(PJRT_LoadedExecutable* engine_executable);
+  static StatusOr<std::unique_ptr<LoadedExecutable>> Wrap(Client* client, PJRT_LoadedExecutable* engine_executable);
   ~LoadedExecutable();
   LoadedExecutable(const LoadedExecutable&) = delete;
   LoadedExecutable& operator=(const LoadedExecutable&) = delete;
 
   PJRT_LoadedExecutable* engine() const { return engine_; }
+  Client* client() const { return client_; }
   const std::vector<PJRT_Device*>& c_addressable_devices() const { return c_addressable_devices_; }
 
  private:
-  explicit LoadedExecutable(PJRT_LoadedExecutable* engine) : engine_(engine) {}
+  LoadedExecutable(Client* client, PJRT_LoadedExecutable* engine) : client_(client), engine_(engine) {}
 
+  Client* client_;
   PJRT_LoadedExecutable* engine_;
   std::vector<PJRT_Device*> c_addressable_devices_;
 };

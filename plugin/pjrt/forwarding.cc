@@ -88,11 +88,26 @@ PJRT_Error* ClientCreateAliasBuffer(PJRT_Client_CreateAliasBuffer_Args* args) {
     ScopedSwap<PJRT_Client*> client(args->client, EngineClientOf(args)); \
     return MYPLUGIN_CALL_ENGINE(name, args);                             \
   }
-MYPLUGIN_CLIENT_FORWARD(PJRT_Client_DefaultDeviceAssignment)
 MYPLUGIN_CLIENT_FORWARD(PJRT_Client_DmaMap)
 MYPLUGIN_CLIENT_FORWARD(PJRT_Client_DmaUnmap)
 MYPLUGIN_CLIENT_FORWARD(PJRT_Client_FulfillAliasBuffer)
 #undef MYPLUGIN_CLIENT_FORWARD
+
+// The engine answers with its own device ids; jax wants global ones.
+PJRT_Error* ClientDefaultDeviceAssignment(PJRT_Client_DefaultDeviceAssignment_Args* args) {
+  Client* ours = FromC(args->client);
+  {
+    ScopedSwap<PJRT_Client*> client(args->client, EngineClientOf(args));
+    if (PJRT_Error* e = MYPLUGIN_CALL_ENGINE(PJRT_Client_DefaultDeviceAssignment, args)) return e;
+  }
+  if (ours->ids_are_engine_ids()) return nullptr;
+  for (size_t i = 0; i < args->default_assignment_size; ++i) {
+    StatusOr<int64_t> global = ours->GlobalIdOf(args->default_assignment[i]);
+    if (!global.ok()) return ToPjrtError(global.status());
+    args->default_assignment[i] = static_cast<int>(global.value());
+  }
+  return nullptr;
+}
 
 // ---- Buffers: the engine's, with devices and memories mapped to ours ----
 
@@ -201,9 +216,9 @@ void InstallPassThroughEntries(PJRT_Api& api) {
   api.PJRT_Buffer_CopyToDevice = BufferCopyToDevice;
   api.PJRT_Buffer_CopyToMemory = BufferCopyToMemory;
   api.PJRT_AsyncHostToDeviceTransferManager_Device = TransferManagerDevice;
+  api.PJRT_Client_DefaultDeviceAssignment = ClientDefaultDeviceAssignment;
 
 #define MYPLUGIN_INSTALL(name) api.name = Forward_##name
-  MYPLUGIN_INSTALL(PJRT_Client_DefaultDeviceAssignment);
   MYPLUGIN_INSTALL(PJRT_Client_DmaMap);
   MYPLUGIN_INSTALL(PJRT_Client_DmaUnmap);
   MYPLUGIN_INSTALL(PJRT_Client_FulfillAliasBuffer);

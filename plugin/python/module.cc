@@ -138,6 +138,8 @@ nb::bytes Bytes(const std::string& s) { return nb::bytes(s.data(), s.size()); }
 
 namespace coll = myplugin::collectives;
 using Bytes1D = nb::ndarray<uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+// Inputs may be read-only (numpy views of jax arrays are).
+using ConstBytes1D = nb::ndarray<const uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
 
 // The devices of the job: how many each process has, and which process this is.
 struct DeviceLayout {
@@ -156,7 +158,7 @@ DeviceLayout Layout(size_t local_buffers) {
 // Runs one collective on raw bytes, one buffer per local device of the
 // clique; jax_plugin.collectives does the numpy side.
 void RunCollective(const std::string& op, const std::string& reduction_name, const std::string& dtype_name,
-                   std::vector<Bytes1D> sends, std::vector<Bytes1D> recvs, std::vector<int> clique,
+                   std::vector<ConstBytes1D> sends, std::vector<Bytes1D> recvs, std::vector<int> clique,
                    std::vector<std::pair<int, int>> pairs) {
   coll::DataType dtype = ValueOrThrow(coll::ParseDataType(dtype_name));
   coll::Reduction reduction =

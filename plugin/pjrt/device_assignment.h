@@ -1,0 +1,32 @@
+// Device ids inside serialized XLA protos. jax names devices by their
+// global id (process p's local device j is p*D + j); the engine knows only
+// its local devices, numbered 0..D-1. Compile options going to the engine
+// and device assignments coming back are rewritten at the protobuf wire
+// level (no protobuf library): only the ids change, every other byte is
+// copied as it is.
+//
+// Field numbers are those of xla's compile_options.proto / xla_data.proto:
+// CompileOptionsProto.executable_build_options = 3;
+// ExecutableBuildOptionsProto.device_assignment = 9;
+// DeviceAssignmentProto.computation_devices = 3;
+// ComputationDevice.replica_device_ids = 1 (packed int64).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "common/status.h"
+
+namespace myplugin {
+
+using DeviceIdMap = std::function<StatusOr<int64_t>(int64_t)>;
+
+// Rewrites the ids of the device assignment inside serialized compile
+// options. Options without a device assignment come back unchanged.
+StatusOr<std::string> RemapCompileOptionDevices(const std::string& compile_options, const DeviceIdMap& map);
+
+// Rewrites the ids of a serialized DeviceAssignmentProto.
+StatusOr<std::string> RemapDeviceAssignment(const std::string& device_assignment, const DeviceIdMap& map);
+
+}  // namespace myplugin
