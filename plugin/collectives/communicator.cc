@@ -35,7 +35,8 @@ Communicator::Communicator(std::vector<int> clique, int rank, double timeout_s,
       rank_(rank),
       coordination_(std::move(coordination)),
       timeout_s_(timeout_s),
-      clique_hash_(HashInts(std::vector<int64_t>(clique_.begin(), clique_.end()))) {}
+      clique_hash_(HashInts(std::vector<int64_t>(clique_.begin(), clique_.end()))),
+      inline_bytes_(clique_.size() <= 4 ? 16384 : clique_.size() <= 8 ? 4096 : 0) {}
 
 void Communicator::Abort(const Status& why) {
   {
@@ -77,7 +78,8 @@ void Communicator::PeerFinished(int process, double grace_s) {
   }).detach();
 }
 
-StatusOr<uint32_t> Communicator::Begin(Signature& sig) {
+StatusOr<uint32_t> Communicator::Begin(Signature& sig, const void* payload, size_t payload_bytes,
+                                       std::vector<char>* records) {
   sig.clique_hash = clique_hash_;
   {
     std::lock_guard<std::mutex> lock(abort_mu_);
@@ -96,15 +98,20 @@ StatusOr<uint32_t> Communicator::Begin(Signature& sig) {
   }
   sig.sequence = sequence_++;
   const uint32_t tag = static_cast<uint32_t>(sig.sequence * 2);
-  char mine[Signature::kEncodedSize];
-  sig.Encode(mine);
-  std::vector<char> all(Signature::kEncodedSize * clique_.size());
-  Status st = DoAllGatherBytes(mine, all.data(), Signature::kEncodedSize, tag);
+  const size_t record = record_size();
+  std::vector<char> mine(record, 0);
+  sig.Encode(mine.data());
+  if (payload != nullptr && payload_bytes > 0 && payload_bytes <= inline_bytes_) {
+    std::memcpy(mine.data() + Signature::kEncodedSize, payload, payload_bytes);
+  }
+  std::vector<char> all(record * clique_.size());
+  Status st = DoAllGatherBytes(mine.data(), all.data(), record, tag);
   if (!st.ok()) return Explain(sig, st);
   std::vector<Signature> sigs;
-  for (size_t r = 0; r < clique_.size(); ++r) sigs.push_back(Signature::Decode(all.data() + r * Signature::kEncodedSize));
+  for (size_t r = 0; r < clique_.size(); ++r) sigs.push_back(Signature::Decode(all.data() + r * record));
   std::string mismatch = CompareSignatures(sigs, clique_);
   if (!mismatch.empty()) return Status(Code::kFailedPrecondition, mismatch);
+  if (records != nullptr) records->swap(all);
   return tag + 1;
 }
 
@@ -165,10 +172,30 @@ Status Communicator::Explain(const Signature& sig, const Status& backend_error) 
                 what + " failed: " + backend_error.message());
 }
 
+template <typename Finish>
+Status Communicator::RunInline(Signature sig, const void* payload, size_t bytes, Finish&& finish) {
+  std::vector<char> records;
+  StatusOr<uint32_t> tag = Begin(sig, payload, bytes, &records);
+  if (tag.ok() && bytes > 0) finish(records.data(), record_size());
+  std::lock_guard<std::mutex> lock(abort_mu_);
+  in_flight_ = -1;
+  return tag.status();
+}
+
 Status Communicator::AllReduce(const void* send, void* recv, size_t count, DataType type, Reduction reduction) {
   std::lock_guard<std::mutex> lock(call_mu_);
   StatusOr<ReduceFunction> fn = ReduceFunctionFor(type, reduction);
   if (!fn.ok()) return fn.status();
+  const size_t bytes = count * ByteSize(type);
+  if (bytes <= inline_bytes_) {
+    // Every rank reduces the same records in rank order: identical results.
+    return RunInline({CollectiveOp::kAllReduce, reduction, type, count}, send, bytes,
+                     [&](const char* records, size_t record) {
+                       const size_t off = Signature::kEncodedSize;
+                       std::memcpy(recv, records + off, bytes);
+                       for (size_t r = 1; r < clique_.size(); ++r) fn.value()(recv, recv, records + r * record + off, count);
+                     });
+  }
   return Run({CollectiveOp::kAllReduce, reduction, type, count}, count, [&](uint32_t tag) {
     return DoAllReduce(send, recv, count, type, fn.value(), tag);
   });
@@ -176,6 +203,16 @@ Status Communicator::AllReduce(const void* send, void* recv, size_t count, DataT
 
 Status Communicator::AllGather(const void* send, void* recv, size_t count, DataType type) {
   std::lock_guard<std::mutex> lock(call_mu_);
+  const size_t bytes = count * ByteSize(type);
+  if (bytes <= inline_bytes_) {
+    return RunInline({CollectiveOp::kAllGather, Reduction::kNone, type, count}, send, bytes,
+                     [&](const char* records, size_t record) {
+                       for (size_t r = 0; r < clique_.size(); ++r) {
+                         std::memcpy(static_cast<char*>(recv) + r * bytes, records + r * record + Signature::kEncodedSize,
+                                     bytes);
+                       }
+                     });
+  }
   return Run({CollectiveOp::kAllGather, Reduction::kNone, type, count}, count, [&](uint32_t tag) {
     return DoAllGatherBytes(send, recv, count * ByteSize(type), tag);
   });

@@ -76,8 +76,15 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
 
  private:
   // Signature exchange and checks; numbers the call (sig.sequence) and
-  // returns its data tag on agreement.
-  StatusOr<uint32_t> Begin(Signature& sig);
+  // returns its data tag on agreement. Each rank's record is the signature
+  // followed by inline_bytes() of payload: a call whose data fits travels
+  // with its signature (`payload`), and `records` receives every rank's.
+  StatusOr<uint32_t> Begin(Signature& sig, const void* payload = nullptr, size_t payload_bytes = 0,
+                           std::vector<char>* records = nullptr);
+  // A call that fits: one exchange of records, then `finish(records, record_size)`.
+  template <typename Finish>
+  Status RunInline(Signature sig, const void* payload, size_t bytes, Finish&& finish);
+  size_t record_size() const { return Signature::kEncodedSize + inline_bytes_; }
   // Begin, then `body(tag)` unless there is nothing to move; backend errors
   // come back explained.
   template <typename Body>
@@ -90,6 +97,11 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   std::shared_ptr<coordination::CoordinationClient> coordination_;
   const double timeout_s_;
   const uint64_t clique_hash_;
+  // Payload bytes that ride with the signature: small calls then cost one
+  // exchange, not two. Every rank derives the same value from the clique
+  // size alone, so records always match in size; large cliques skip it (each
+  // record reaches every rank).
+  const size_t inline_bytes_;
   std::mutex call_mu_;  // one collective at a time per clique, in program order
   uint64_t sequence_ = 0;
   std::mutex abort_mu_;
