@@ -39,3 +39,25 @@ def test_train_mlp_matches_cpu():
   assert len(losses["myplugin"]) == 6
   np.testing.assert_allclose(losses["myplugin"], losses["cpu"], rtol=1e-4)
   assert losses["myplugin"][-1] < losses["myplugin"][0]
+
+
+def test_data_parallel_across_processes_matches_one_process():
+  """Two processes averaging gradients equal one process on the whole batch."""
+  import sys
+  example = os.path.join(EXAMPLES, "data_parallel_collectives.py")
+  multi = run_python(["-m", "jax_plugin.launcher", "-n", "2", "--devices-per-process", "2", "--", sys.executable,
+                      example], child_env(), timeout=240)
+  assert multi.returncode == 0, multi.output
+  single = run_python(["-m", "jax_plugin.launcher", "-n", "1", "--devices-per-process", "2", "--", sys.executable,
+                       example], child_env(), timeout=240)
+  assert single.returncode == 0, single.output
+  losses = {}
+  for name, r in (("multi", multi), ("single", single)):
+    losses[name] = [float(v) for v in re.findall(r"\[0\] step +\d+ +loss ([0-9.]+)", r.stdout)]
+  assert len(losses["multi"]) == 5
+  # The same gradient, summed in another order: equal to float rounding.
+  np.testing.assert_allclose(losses["multi"], losses["single"], rtol=1e-5)
+  assert losses["multi"][-1] < losses["multi"][0]
+  # Rank 1 saw the same losses as rank 0.
+  assert re.findall(r"\[1\] step +\d+ +loss ([0-9.]+)", multi.stdout) == \
+      re.findall(r"\[0\] step +\d+ +loss ([0-9.]+)", multi.stdout)
