@@ -31,6 +31,14 @@ def test_eight_processes_register_share_kv_and_barriers_and_shut_down():
     assert "failed" not in job.all_output()
 
 
+def _inject(job, rank, sig):
+  """Once every process loops, sends `sig` to `rank`; returns when it did."""
+  job.wait_event("looping")
+  time.sleep(0.5)
+  job.signal(rank, sig)
+  return time.monotonic()
+
+
 def _surviving_exits(job, victim, injected_at, budget):
   survivors = [r for r in range(job.n) if r != victim]
   codes = job.wait(survivors, timeout=budget + 30)
@@ -44,10 +52,7 @@ def _surviving_exits(job, victim, injected_at, budget):
 @pytest.mark.parametrize("victim", [1, 0])  # a worker, and the process that hosts the service
 def test_sigkill_is_detected_and_shared(victim):
   with Job(4, ["loop"], env={"TEST_HEARTBEAT_TIMEOUT": str(HEARTBEAT)}) as job:
-    job.wait_event("looping")
-    time.sleep(0.5)
-    job.signal(victim, signal.SIGKILL)
-    injected = time.monotonic()
+    injected = _inject(job, victim, signal.SIGKILL)
     survivors = _surviving_exits(job, victim, injected, HEARTBEAT + 5)
     for r in survivors:
       out = job.output(r)
@@ -60,10 +65,7 @@ def test_sigkill_is_detected_and_shared(victim):
 
 def test_sigstop_is_detected_by_heartbeat():
   with Job(3, ["loop"], env={"TEST_HEARTBEAT_TIMEOUT": str(HEARTBEAT)}) as job:
-    job.wait_event("looping")
-    time.sleep(0.5)
-    job.signal(2, signal.SIGSTOP)
-    injected = time.monotonic()
+    injected = _inject(job, 2, signal.SIGSTOP)
     survivors = _surviving_exits(job, 2, injected, HEARTBEAT + 5)
     for r in survivors:
       assert "process 2 failed: stopped responding: no heartbeat for 3 s" in job.output(r), job.all_output()
@@ -73,10 +75,7 @@ def test_sigstop_is_detected_by_heartbeat():
 
 def test_sigstop_of_the_service_host_is_detected_by_clients():
   with Job(3, ["loop"], env={"TEST_HEARTBEAT_TIMEOUT": str(HEARTBEAT)}) as job:
-    job.wait_event("looping")
-    time.sleep(0.5)
-    job.signal(0, signal.SIGSTOP)
-    injected = time.monotonic()
+    injected = _inject(job, 0, signal.SIGSTOP)
     survivors = _surviving_exits(job, 0, injected, HEARTBEAT + 5)
     for r in survivors:
       assert "stopped responding" in job.output(r) and "coordinator" in job.output(r), job.all_output()

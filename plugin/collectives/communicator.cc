@@ -92,11 +92,10 @@ StatusOr<uint32_t> Communicator::Begin(Signature& sig, const void* payload, size
                         " has finished (entered shutdown) and issues no more collectives: every process must "
                         "issue the same collectives (did one leave its loop early?)");
     }
-    in_flight_ = static_cast<int64_t>(sequence_);
-    sig.sequence = sequence_;
+    sig.sequence = sequence_++;
+    in_flight_ = static_cast<int64_t>(sig.sequence);
     in_flight_what_ = sig.Describe() + " on processes " + ProcessList(clique_);
   }
-  sig.sequence = sequence_++;
   const uint32_t tag = static_cast<uint32_t>(sig.sequence * 2);
   const size_t record = record_size();
   std::vector<char> mine(record, 0);

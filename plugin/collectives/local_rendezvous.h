@@ -22,7 +22,7 @@ class LocalRendezvous {
   static LocalRendezvous& Get();
 
   // `slot` is this device's position among the clique's `local_count` local
-  // devices; `local_devices` names them for errors.
+  // devices (a timeout names the slots that never came).
   Status Join(const std::vector<int>& clique, int slot, int local_count, const void* send, void* recv,
               const std::function<Status(const DeviceBuffers&)>& op, double timeout_s);
 

@@ -43,6 +43,23 @@ Status ReplyStatus(Reader& r, MessageType expected) {
   return OkStatus();
 }
 
+// A reply that carries nothing but success or an error.
+Status OkReply(const StatusOr<std::string>& reply) {
+  if (!reply.ok()) return reply.status();
+  Reader r(reply.value());
+  return ReplyStatus(r, MessageType::kOk);
+}
+
+// A reply that carries one value.
+StatusOr<std::string> ValueReply(const StatusOr<std::string>& reply) {
+  if (!reply.ok()) return reply.status();
+  Reader r(reply.value());
+  MYPLUGIN_RETURN_IF_ERROR(ReplyStatus(r, MessageType::kValue));
+  std::string value;
+  MYPLUGIN_RETURN_IF_ERROR(r.Bytes(&value));
+  return value;
+}
+
 }  // namespace
 
 StatusOr<std::unique_ptr<CoordinationClient>> CoordinationClient::Connect(const ClientOptions& options) {
@@ -177,40 +194,26 @@ Status CoordinationClient::KeyValueSet(const std::string& key, const std::string
   uint32_t rid = NextRequestId();
   StatusOr<std::string> reply =
       Call("key_value_set '" + key + "'", Writer(MessageType::kKeyValueSet, rid).Bytes(key).Bytes(value).Finish(), rid, 0);
-  if (!reply.ok()) return reply.status();
-  Reader r(reply.value());
-  return ReplyStatus(r, MessageType::kOk);
+  return OkReply(reply);
 }
 
 StatusOr<std::string> CoordinationClient::KeyValueGet(const std::string& key, double timeout_s) {
   uint32_t rid = NextRequestId();
   StatusOr<std::string> reply =
       Call("key_value_get '" + key + "'", Writer(MessageType::kKeyValueGet, rid).Bytes(key).U64(Millis(timeout_s)).Finish(), rid, timeout_s);
-  if (!reply.ok()) return reply.status();
-  Reader r(reply.value());
-  MYPLUGIN_RETURN_IF_ERROR(ReplyStatus(r, MessageType::kValue));
-  std::string value;
-  MYPLUGIN_RETURN_IF_ERROR(r.Bytes(&value));
-  return value;
+  return ValueReply(reply);
 }
 
 StatusOr<std::string> CoordinationClient::KeyValueTryGet(const std::string& key) {
   uint32_t rid = NextRequestId();
   StatusOr<std::string> reply = Call("key_value_try_get '" + key + "'", Writer(MessageType::kKeyValueTryGet, rid).Bytes(key).Finish(), rid, 0);
-  if (!reply.ok()) return reply.status();
-  Reader r(reply.value());
-  MYPLUGIN_RETURN_IF_ERROR(ReplyStatus(r, MessageType::kValue));
-  std::string value;
-  MYPLUGIN_RETURN_IF_ERROR(r.Bytes(&value));
-  return value;
+  return ValueReply(reply);
 }
 
 Status CoordinationClient::KeyValueDelete(const std::string& key) {
   uint32_t rid = NextRequestId();
   StatusOr<std::string> reply = Call("key_value_delete '" + key + "'", Writer(MessageType::kKeyValueDelete, rid).Bytes(key).Finish(), rid, 0);
-  if (!reply.ok()) return reply.status();
-  Reader r(reply.value());
-  return ReplyStatus(r, MessageType::kOk);
+  return OkReply(reply);
 }
 
 StatusOr<std::vector<std::pair<std::string, std::string>>> CoordinationClient::KeyValueList(const std::string& prefix) {
@@ -233,9 +236,7 @@ Status CoordinationClient::Barrier(const std::string& name, double timeout_s) {
   uint32_t rid = NextRequestId();
   StatusOr<std::string> reply =
       Call("barrier '" + name + "'", Writer(MessageType::kBarrier, rid).Bytes(name).U64(Millis(timeout_s)).Finish(), rid, timeout_s);
-  if (!reply.ok()) return reply.status();
-  Reader r(reply.value());
-  return ReplyStatus(r, MessageType::kOk);
+  return OkReply(reply);
 }
 
 Status CoordinationClient::Shutdown(double timeout_s) {
@@ -245,11 +246,7 @@ Status CoordinationClient::Shutdown(double timeout_s) {
   }
   uint32_t rid = NextRequestId();
   StatusOr<std::string> reply = Call("the shutdown barrier", Writer(MessageType::kShutdown, rid).U64(Millis(timeout_s)).Finish(), rid, timeout_s);
-  Status st = reply.status();
-  if (reply.ok()) {
-    Reader r(reply.value());
-    st = ReplyStatus(r, MessageType::kOk);
-  }
+  Status st = OkReply(reply);
   if (st.ok()) {
     {
       std::lock_guard<std::mutex> lock(mu_);
