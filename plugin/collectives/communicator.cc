@@ -38,6 +38,13 @@ Communicator::Communicator(std::vector<int> clique, int rank, double timeout_s,
       clique_hash_(HashInts(std::vector<int64_t>(clique_.begin(), clique_.end()))),
       inline_bytes_(clique_.size() <= 4 ? 16384 : clique_.size() <= 8 ? 4096 : 0) {}
 
+void Communicator::SetDeviceClique(const std::vector<int>& devices) {
+  std::vector<int64_t> ids(clique_.begin(), clique_.end());
+  ids.push_back(-1);
+  ids.insert(ids.end(), devices.begin(), devices.end());
+  clique_hash_ = HashInts(ids);
+}
+
 void Communicator::Abort(const Status& why) {
   {
     std::lock_guard<std::mutex> lock(abort_mu_);

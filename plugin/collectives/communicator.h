@@ -29,6 +29,10 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   Communicator(std::vector<int> clique, int rank, double timeout_s,
                std::shared_ptr<coordination::CoordinationClient> coordination);
   virtual ~Communicator() = default;
+  // The device clique this communicator serves: part of every call's
+  // signature (and of its arrival records), so that communicators over the
+  // same processes never take each other's calls. Set before first use.
+  void SetDeviceClique(const std::vector<int>& devices);
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;
 
@@ -96,7 +100,7 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   const int rank_;
   std::shared_ptr<coordination::CoordinationClient> coordination_;
   const double timeout_s_;
-  const uint64_t clique_hash_;
+  uint64_t clique_hash_;
   // Payload bytes that ride with the signature: small calls then cost one
   // exchange, not two. Every rank derives the same value from the clique
   // size alone, so records always match in size; large cliques skip it (each

@@ -31,7 +31,8 @@ double CommunicatorCache::TimeoutSeconds() { return SecondsFromEnv("MYPLUGIN_COL
 
 double CommunicatorCache::PeerExitGraceSeconds() { return SecondsFromEnv("MYPLUGIN_PEER_EXIT_GRACE_SECONDS", 5); }
 
-StatusOr<std::shared_ptr<Communicator>> CommunicatorCache::ForClique(std::vector<int> clique) {
+StatusOr<std::shared_ptr<Communicator>> CommunicatorCache::ForClique(std::vector<int> clique,
+                                                                     const std::vector<int>& devices) {
   coordination::DistributedRuntime& runtime = coordination::DistributedRuntime::Get();
   std::shared_ptr<coordination::CoordinationClient> client = runtime.client();
   if (!client) {
@@ -49,13 +50,20 @@ StatusOr<std::shared_ptr<Communicator>> CommunicatorCache::ForClique(std::vector
                              " processes: ids must be distinct and in range");
     }
   }
-  std::lock_guard<std::mutex> lock(mu_);
-  if (client_seen_ != client.get()) {  // a new job (initialize after shutdown): old communicators are dead
-    communicators_.clear();
-    client_seen_ = client.get();
+  auto key = std::make_pair(clique, devices);
+  std::shared_ptr<Slot> slot;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (client_seen_ != client.get()) {  // a new job (initialize after shutdown): old communicators are dead
+      communicators_.clear();
+      client_seen_ = client.get();
+    }
+    std::shared_ptr<Slot>& s = communicators_[key];
+    if (!s) s = std::make_shared<Slot>();
+    slot = s;
   }
-  auto it = communicators_.find(clique);
-  if (it != communicators_.end()) return it->second;
+  std::lock_guard<std::mutex> slot_lock(slot->mu);
+  if (slot->comm) return slot->comm;
 
   // Peers on one host talk over loopback; across hosts, by host name.
   std::vector<coordination::ProcessInfo> processes = runtime.processes();
@@ -68,10 +76,13 @@ StatusOr<std::shared_ptr<Communicator>> CommunicatorCache::ForClique(std::vector
   std::string prefix = "myplugin/gloo/";
   for (int p : clique) prefix += std::to_string(p) + ",";
   prefix += "/";
+  for (int d : devices) prefix += std::to_string(d) + ",";
+  prefix += "/";
   StatusOr<std::unique_ptr<GlooCommunicator>> made =
       GlooCommunicator::Create(clique, runtime.process_id(), TimeoutSeconds(), host, client, prefix);
   if (!made.ok()) return made.status();
   std::shared_ptr<Communicator> comm(made.take().release());
+  if (!devices.empty()) comm->SetDeviceClique(devices);
   // A failure reported by the coordination service ends calls in flight.
   std::weak_ptr<Communicator> weak = comm;
   client->AddFailureCallback([weak](const Status& why) {
@@ -82,7 +93,7 @@ StatusOr<std::shared_ptr<Communicator>> CommunicatorCache::ForClique(std::vector
     if (auto c = weak.lock()) c->PeerFinished(process, grace);
   });
   for (int process : client->finished_peers()) comm->PeerFinished(process, grace);
-  communicators_[clique] = comm;
+  slot->comm = comm;
   return comm;
 }
 

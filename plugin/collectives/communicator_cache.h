@@ -17,8 +17,9 @@ class CommunicatorCache {
   static CommunicatorCache& Get();
 
   // The communicator of `clique` (process ids in rank order; empty means all
-  // processes). Every process of the clique must ask for it.
-  StatusOr<std::shared_ptr<Communicator>> ForClique(std::vector<int> clique);
+  // processes) for the device clique `devices` (global device ids; empty
+  // for process-level calls). Every process of the clique must ask for it.
+  StatusOr<std::shared_ptr<Communicator>> ForClique(std::vector<int> clique, const std::vector<int>& devices = {});
 
   // MYPLUGIN_COLLECTIVE_TIMEOUT_SECONDS, default 300.
   static double TimeoutSeconds();
@@ -29,7 +30,13 @@ class CommunicatorCache {
  private:
   CommunicatorCache() = default;
   std::mutex mu_;
-  std::map<std::vector<int>, std::shared_ptr<Communicator>> communicators_;
+  // Made under the slot's own lock, not the cache's: the processes may ask
+  // for different cliques first, and each creation waits for its peers.
+  struct Slot {
+    std::mutex mu;
+    std::shared_ptr<Communicator> comm;
+  };
+  std::map<std::pair<std::vector<int>, std::vector<int>>, std::shared_ptr<Slot>> communicators_;
   const void* client_seen_ = nullptr;  // the coordination client the cache belongs to
 };
 

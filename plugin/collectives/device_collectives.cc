@@ -44,8 +44,12 @@ Status DeviceCollectives::Check(const DeviceBuffers& b) const {
 
 namespace {
 
-StatusOr<std::shared_ptr<Communicator>> ProcessCommunicator(const std::vector<int>& processes) {
-  return CommunicatorCache::Get().ForClique(processes);
+// One communicator per device clique: cliques over the same processes (the
+// columns of a mesh, say) run concurrently from different device threads,
+// and each needs its own ordered stream of calls.
+StatusOr<std::shared_ptr<Communicator>> ProcessCommunicator(const std::vector<int>& processes,
+                                                            const std::vector<int>& devices) {
+  return CommunicatorCache::Get().ForClique(processes, devices);
 }
 
 }  // namespace
@@ -62,7 +66,7 @@ Status DeviceCollectives::AllReduce(const DeviceBuffers& b, size_t count, DataTy
     if (bytes) fn.value()(acc, acc, b.send[i], count);
   }
   if (processes_.size() > 1) {
-    StatusOr<std::shared_ptr<Communicator>> comm = ProcessCommunicator(processes_);
+    StatusOr<std::shared_ptr<Communicator>> comm = ProcessCommunicator(processes_, clique_);
     if (!comm.ok()) return comm.status();
     MYPLUGIN_RETURN_IF_ERROR(comm.value()->AllReduce(acc, acc, count, type, reduction));
   }
@@ -82,7 +86,7 @@ Status DeviceCollectives::AllGather(const DeviceBuffers& b, size_t count, DataTy
     if (bytes) std::memcpy(block.data() + i * bytes, b.send[i], bytes);
   }
   if (processes_.size() > 1) {
-    StatusOr<std::shared_ptr<Communicator>> comm = ProcessCommunicator(processes_);
+    StatusOr<std::shared_ptr<Communicator>> comm = ProcessCommunicator(processes_, clique_);
     if (!comm.ok()) return comm.status();
     MYPLUGIN_RETURN_IF_ERROR(comm.value()->AllGather(block.data(), all.data(), local * count, type));
   } else {
@@ -144,7 +148,7 @@ Status DeviceCollectives::AllToAll(const DeviceBuffers& b, size_t count, DataTyp
     }
   }
   if (np > 1) {
-    StatusOr<std::shared_ptr<Communicator>> comm = ProcessCommunicator(processes_);
+    StatusOr<std::shared_ptr<Communicator>> comm = ProcessCommunicator(processes_, clique_);
     if (!comm.ok()) return comm.status();
     MYPLUGIN_RETURN_IF_ERROR(comm.value()->AllToAll(out.data(), in.data(), np * slot / ByteSize(type), type));
   } else {
@@ -201,7 +205,7 @@ Status DeviceCollectives::CollectivePermute(const DeviceBuffers& b, size_t count
       if (!to[q].empty()) sends.push_back({static_cast<int>(q), to[q].data(), to[q].size()});
       if (!from[q].empty()) recvs.push_back({static_cast<int>(q), from[q].data(), from[q].size()});
     }
-    StatusOr<std::shared_ptr<Communicator>> comm = ProcessCommunicator(processes_);
+    StatusOr<std::shared_ptr<Communicator>> comm = ProcessCommunicator(processes_, clique_);
     if (!comm.ok()) return comm.status();
     MYPLUGIN_RETURN_IF_ERROR(comm.value()->Exchange(sends, recvs, type, count, HashInts(flat)));
   }

@@ -1,6 +1,7 @@
 #include "collectives/ffi_handlers.h"
 
 #include <algorithm>
+#include <cstring>
 #include <string_view>
 
 #include "collectives/communicator_cache.h"
@@ -107,7 +108,7 @@ ffi::Error Grouped(int32_t ordinal, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer
                       });
 }
 
-ffi::Error AllReduceImpl(int32_t ordinal, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y, std::string_view reduction,
+ffi::Error AllReduceImpl(int32_t ordinal, ffi::AnyBuffer x, ffi::RemainingArgs, ffi::Result<ffi::AnyBuffer> y, std::string_view reduction,
                          ffi::Span<const int64_t> groups, int64_t group_size) {
   return Grouped(ordinal, x, y, reduction, groups, group_size,
                  [](DeviceCollectives& dc, const DeviceBuffers& b, size_t n, DataType t, Reduction r) {
@@ -115,7 +116,7 @@ ffi::Error AllReduceImpl(int32_t ordinal, ffi::AnyBuffer x, ffi::Result<ffi::Any
                  });
 }
 
-ffi::Error ReduceScatterImpl(int32_t ordinal, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y,
+ffi::Error ReduceScatterImpl(int32_t ordinal, ffi::AnyBuffer x, ffi::RemainingArgs, ffi::Result<ffi::AnyBuffer> y,
                              std::string_view reduction, ffi::Span<const int64_t> groups, int64_t group_size) {
   return Grouped(ordinal, x, y, reduction, groups, group_size,
                  [](DeviceCollectives& dc, const DeviceBuffers& b, size_t n, DataType t, Reduction r) {
@@ -123,7 +124,7 @@ ffi::Error ReduceScatterImpl(int32_t ordinal, ffi::AnyBuffer x, ffi::Result<ffi:
                  });
 }
 
-ffi::Error AllGatherImpl(int32_t ordinal, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y,
+ffi::Error AllGatherImpl(int32_t ordinal, ffi::AnyBuffer x, ffi::RemainingArgs, ffi::Result<ffi::AnyBuffer> y,
                          ffi::Span<const int64_t> groups, int64_t group_size) {
   return Grouped(ordinal, x, y, "", groups, group_size,
                  [](DeviceCollectives& dc, const DeviceBuffers& b, size_t n, DataType t, Reduction) {
@@ -131,7 +132,7 @@ ffi::Error AllGatherImpl(int32_t ordinal, ffi::AnyBuffer x, ffi::Result<ffi::Any
                  });
 }
 
-ffi::Error AllToAllImpl(int32_t ordinal, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y,
+ffi::Error AllToAllImpl(int32_t ordinal, ffi::AnyBuffer x, ffi::RemainingArgs, ffi::Result<ffi::AnyBuffer> y,
                         ffi::Span<const int64_t> groups, int64_t group_size) {
   return Grouped(ordinal, x, y, "", groups, group_size,
                  [](DeviceCollectives& dc, const DeviceBuffers& b, size_t n, DataType t, Reduction) {
@@ -139,7 +140,7 @@ ffi::Error AllToAllImpl(int32_t ordinal, ffi::AnyBuffer x, ffi::Result<ffi::AnyB
                  });
 }
 
-ffi::Error CollectivePermuteImpl(int32_t ordinal, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y,
+ffi::Error CollectivePermuteImpl(int32_t ordinal, ffi::AnyBuffer x, ffi::RemainingArgs, ffi::Result<ffi::AnyBuffer> y,
                                  ffi::Span<const int64_t> clique_ids, ffi::Span<const int64_t> pairs_flat) {
   StatusOr<DataType> type = FromFfi(x.element_type());
   if (!type.ok()) return ToFfi(type.status());
@@ -166,6 +167,13 @@ ffi::Error DeviceIdImpl(int32_t ordinal, ffi::Result<ffi::AnyBuffer> out, ffi::S
   return ffi::Error::Success();
 }
 
+// Returns `x` (aliased in place by the program) once the operands after it
+// are ready: the multi-process rewrite orders loops after collectives with it.
+ffi::Error OrderFenceImpl(ffi::AnyBuffer x, ffi::RemainingArgs, ffi::Result<ffi::AnyBuffer> y) {
+  if (y->untyped_data() != x.untyped_data()) std::memcpy(y->untyped_data(), x.untyped_data(), x.size_bytes());
+  return ffi::Error::Success();
+}
+
 }  // namespace
 
 // The two bindings of the grouped handlers: with a reduction, and without.
@@ -173,6 +181,7 @@ auto ReducingBinding() {
   return ffi::Ffi::Bind()
       .Ctx<ffi::DeviceOrdinal>()
       .Arg<ffi::AnyBuffer>()
+      .RemainingArgs()
       .Ret<ffi::AnyBuffer>()
       .Attr<std::string_view>("reduction")
       .Attr<ffi::Span<const int64_t>>("replica_groups")
@@ -183,6 +192,7 @@ auto GroupedBinding() {
   return ffi::Ffi::Bind()
       .Ctx<ffi::DeviceOrdinal>()
       .Arg<ffi::AnyBuffer>()
+      .RemainingArgs()
       .Ret<ffi::AnyBuffer>()
       .Attr<ffi::Span<const int64_t>>("replica_groups")
       .Attr<int64_t>("group_size");
@@ -197,6 +207,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginCollectivePermute, CollectivePermuteImpl,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::DeviceOrdinal>()
                                   .Arg<ffi::AnyBuffer>()
+                                  .RemainingArgs()
                                   .Ret<ffi::AnyBuffer>()
                                   .Attr<ffi::Span<const int64_t>>("clique")
                                   .Attr<ffi::Span<const int64_t>>("pairs"));
@@ -207,6 +218,9 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginDeviceId, DeviceIdImpl,
                                   .Ret<ffi::AnyBuffer>()
                                   .Attr<ffi::Span<const int64_t>>("ids"));
 
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginOrderFence, OrderFenceImpl,
+                              ffi::Ffi::Bind().Arg<ffi::AnyBuffer>().RemainingArgs().Ret<ffi::AnyBuffer>());
+
 std::vector<std::pair<std::string, void*>> FfiHandlers() {
   return {
       {"myplugin_all_reduce", reinterpret_cast<void*>(&MypluginAllReduce)},
@@ -216,6 +230,7 @@ std::vector<std::pair<std::string, void*>> FfiHandlers() {
       {"myplugin_collective_permute", reinterpret_cast<void*>(&MypluginCollectivePermute)},
       {"myplugin_partition_id", reinterpret_cast<void*>(&MypluginDeviceId)},
       {"myplugin_replica_id", reinterpret_cast<void*>(&MypluginDeviceId)},
+      {"myplugin_order_fence", reinterpret_cast<void*>(&MypluginOrderFence)},
   };
 }
 

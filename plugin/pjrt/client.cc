@@ -221,10 +221,37 @@ StatusOr<int64_t> Client::EngineIdOf(int64_t global_id) const {
     return Unimplemented("this program uses device " + std::to_string(global_id) + " of process " +
                          std::to_string(d->description().process_index()) + " (this is process " +
                          std::to_string(process_index_) +
-                         "): myplugin does not compile programs that span processes yet; run per-process "
-                         "programs on jax.local_devices() and combine them with jax_plugin.collectives");
+                         ")");
   }
   return d->engine_id();
+}
+
+StatusOr<bool> Client::NeedsMultiProcessCompile(const std::vector<std::vector<int64_t>>& assignment) const {
+  size_t count = 0;
+  bool remote = false;
+  for (const auto& replica : assignment) {
+    for (int64_t id : replica) {
+      Device* d = LookupDevice(static_cast<int>(id));
+      if (d == nullptr) return InvalidArgument("the program's device assignment names device " + std::to_string(id) +
+                                               ", which myplugin does not have");
+      remote = remote || !d->addressable();
+      ++count;
+    }
+  }
+  const char* force = std::getenv("MYPLUGIN_SPMD_REWRITE");
+  return remote || (count > 1 && force != nullptr && std::string(force) == "always");
+}
+
+spmd::MultiProcessCompiler& Client::multiprocess_compiler() {
+  std::call_once(compiler_once_, [this] {
+    std::map<int64_t, int64_t> local;
+    for (const auto& d : devices_) {
+      if (d->addressable()) local[d->id()] = d->engine_id();
+    }
+    compiler_ = std::make_unique<spmd::MultiProcessCompiler>(engine_client_->engine(),
+                                                             static_cast<int>(devices_.size()), std::move(local));
+  });
+  return *compiler_;
 }
 
 StatusOr<int64_t> Client::GlobalIdOf(int64_t engine_id) const {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,7 @@
 #include "pjrt/device.h"
 #include "pjrt/topology.h"
 #include "pjrt_c_api.h"
+#include "spmd/multiprocess_compiler.h"
 
 namespace myplugin {
 
@@ -46,6 +48,14 @@ class Client {
   StatusOr<int64_t> EngineIdOf(int64_t global_id) const;
   StatusOr<int64_t> GlobalIdOf(int64_t engine_id) const;
 
+  // Whether a program with this [replica][partition] device assignment must
+  // go through the multi-process compile: it names another process's
+  // device (or MYPLUGIN_SPMD_REWRITE=always asks for it on any program of
+  // several devices, which tests the path inside one process). An unknown
+  // device id is an error.
+  StatusOr<bool> NeedsMultiProcessCompile(const std::vector<std::vector<int64_t>>& assignment) const;
+  spmd::MultiProcessCompiler& multiprocess_compiler();
+
  private:
   explicit Client(std::unique_ptr<EngineClient> engine_client, int process_index)
       : engine_client_(std::move(engine_client)), process_index_(process_index) {}
@@ -65,6 +75,8 @@ class Client {
   std::vector<PJRT_Memory*> c_memories_;
   std::unique_ptr<Topology> topology_;
   bool ids_are_engine_ids_ = true;
+  std::once_flag compiler_once_;
+  std::unique_ptr<spmd::MultiProcessCompiler> compiler_;
 };
 
 inline PJRT_Client* ToC(Client* c) { return reinterpret_cast<PJRT_Client*>(c); }

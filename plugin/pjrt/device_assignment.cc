@@ -137,6 +137,32 @@ StatusOr<std::string> RemapDeviceAssignment(const std::string& device_assignment
                       [&](const std::string& c) { return RemapComputationDevice(c, map); });
 }
 
+StatusOr<std::vector<std::vector<int64_t>>> ReadCompileOptionDevices(const std::string& compile_options) {
+  std::vector<std::vector<int64_t>> computations;  // [computation][replica]
+  auto record = [&](int64_t id) -> StatusOr<int64_t> {
+    computations.back().push_back(id);
+    return id;
+  };
+  StatusOr<std::string> walked = RewriteField(compile_options, kExecutableBuildOptions, [&](const std::string& build) {
+    return RewriteField(build, kDeviceAssignment, [&](const std::string& da) {
+      return RewriteField(da, kComputationDevices, [&](const std::string& c) {
+        computations.emplace_back();
+        return RemapComputationDevice(c, record);
+      });
+    });
+  });
+  if (!walked.ok()) return walked.status();
+  std::vector<std::vector<int64_t>> by_replica;
+  for (size_t c = 0; c < computations.size(); ++c) {
+    if (computations[c].size() != computations[0].size()) return Malformed("ragged device assignment");
+    for (size_t r = 0; r < computations[c].size(); ++r) {
+      if (by_replica.size() <= r) by_replica.emplace_back();
+      by_replica[r].push_back(computations[c][r]);
+    }
+  }
+  return by_replica;
+}
+
 StatusOr<std::string> RemapCompileOptionDevices(const std::string& compile_options, const DeviceIdMap& map) {
   return RewriteField(compile_options, kExecutableBuildOptions, [&](const std::string& build) {
     return RewriteField(build, kDeviceAssignment, [&](const std::string& da) { return RemapDeviceAssignment(da, map); });

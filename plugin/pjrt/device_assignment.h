@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 
@@ -25,6 +26,10 @@ using DeviceIdMap = std::function<StatusOr<int64_t>(int64_t)>;
 // Rewrites the ids of the device assignment inside serialized compile
 // options. Options without a device assignment come back unchanged.
 StatusOr<std::string> RemapCompileOptionDevices(const std::string& compile_options, const DeviceIdMap& map);
+
+// The device assignment inside serialized compile options, as
+// [replica][computation] device ids; empty when the options carry none.
+StatusOr<std::vector<std::vector<int64_t>>> ReadCompileOptionDevices(const std::string& compile_options);
 
 // Rewrites the ids of a serialized DeviceAssignmentProto.
 StatusOr<std::string> RemapDeviceAssignment(const std::string& device_assignment, const DeviceIdMap& map);

@@ -6,9 +6,11 @@
 
 namespace myplugin {
 
-StatusOr<std::unique_ptr<LoadedExecutable>> LoadedExecutable::Wrap(Client* client,
-                                                                   PJRT_LoadedExecutable* engine_executable) {
+StatusOr<std::unique_ptr<LoadedExecutable>> LoadedExecutable::Wrap(
+    Client* client, PJRT_LoadedExecutable* engine_executable,
+    std::shared_ptr<const spmd::PartitionedProgram> partitioned) {
   std::unique_ptr<LoadedExecutable> exec(new LoadedExecutable(client, engine_executable));
+  exec->partitioned_ = std::move(partitioned);
   MYPLUGIN_PJRT_ARGS(PJRT_LoadedExecutable_AddressableDevices_Args, args);
   args.executable = engine_executable;
   MYPLUGIN_RETURN_IF_ERROR(Engine().Consume(Engine().api()->PJRT_LoadedExecutable_AddressableDevices(&args)));
@@ -16,6 +18,20 @@ StatusOr<std::unique_ptr<LoadedExecutable>> LoadedExecutable::Wrap(Client* clien
     Device* device = DeviceOfEngine(args.addressable_devices[i]);
     if (device == nullptr) return Internal("the XLA engine compiled for a device that myplugin does not know");
     exec->c_addressable_devices_.push_back(ToC(device));
+  }
+  if (exec->partitioned_) {
+    // The engine compiled replicas in this order; jax must see the same.
+    const auto& order = exec->partitioned_->local.device_order;
+    if (order.size() != exec->c_addressable_devices_.size()) {
+      return Internal("the local part of a multi-process program has " +
+                      std::to_string(exec->c_addressable_devices_.size()) + " devices, expected " +
+                      std::to_string(order.size()));
+    }
+    for (size_t i = 0; i < order.size(); ++i) {
+      if (FromC(exec->c_addressable_devices_[i])->id() != order[i]) {
+        return Internal("the local part of a multi-process program runs its devices in an unexpected order");
+      }
+    }
   }
   return exec;
 }
@@ -28,8 +44,9 @@ LoadedExecutable::~LoadedExecutable() {
 
 namespace {
 
-PJRT_Error* WrapInto(Client* client, PJRT_LoadedExecutable*& slot) {
-  StatusOr<std::unique_ptr<LoadedExecutable>> exec = LoadedExecutable::Wrap(client, slot);
+PJRT_Error* WrapInto(Client* client, PJRT_LoadedExecutable*& slot,
+                     std::shared_ptr<const spmd::PartitionedProgram> partitioned = nullptr) {
+  StatusOr<std::unique_ptr<LoadedExecutable>> exec = LoadedExecutable::Wrap(client, slot, std::move(partitioned));
   if (!exec.ok()) {
     slot = nullptr;
     return ToPjrtError(exec.status());
@@ -38,10 +55,43 @@ PJRT_Error* WrapInto(Client* client, PJRT_LoadedExecutable*& slot) {
   return nullptr;
 }
 
+// A program over other processes' devices too: partition it on the shadow
+// engine, then compile this process's rewritten part on the real one.
+PJRT_Error* CompileAcrossProcesses(Client* ours, PJRT_Client_Compile_Args* args, const std::string& options,
+                                   const std::vector<std::vector<int64_t>>& assignment) {
+  StatusOr<std::shared_ptr<const spmd::PartitionedProgram>> partitioned =
+      ours->multiprocess_compiler().Partition(*args->program, options, assignment);
+  if (!partitioned.ok()) return ToPjrtError(partitioned.status());
+  const spmd::LocalProgram& local = partitioned.value()->local;
+  static constexpr char kHlo[] = "hlo";
+  PJRT_Program program{};
+  program.struct_size = PJRT_Program_STRUCT_SIZE;
+  program.code = const_cast<char*>(local.hlo_module_proto.data());
+  program.code_size = local.hlo_module_proto.size();
+  program.format = kHlo;
+  program.format_size = sizeof(kHlo) - 1;
+  {
+    ScopedSwap<PJRT_Client*> client(args->client, ours->engine_client().get());
+    ScopedSwap<const PJRT_Program*> prog(args->program, &program);
+    ScopedSwap<const char*> opts(args->compile_options, local.compile_options.data());
+    ScopedSwap<size_t> size(args->compile_options_size, local.compile_options.size());
+    if (PJRT_Error* e = MYPLUGIN_CALL_ENGINE(PJRT_Client_Compile, args)) return e;
+  }
+  return WrapInto(ours, args->executable, partitioned.take());
+}
+
 }  // namespace
 
 PJRT_Error* PjrtClientCompile(PJRT_Client_Compile_Args* args) {
   Client* ours = FromC(args->client);
+  {
+    std::string raw(args->compile_options, args->compile_options_size);
+    StatusOr<std::vector<std::vector<int64_t>>> assignment = ReadCompileOptionDevices(raw);
+    if (!assignment.ok()) return ToPjrtError(assignment.status());
+    StatusOr<bool> across = ours->NeedsMultiProcessCompile(assignment.value());
+    if (!across.ok()) return ToPjrtError(across.status());
+    if (across.value()) return CompileAcrossProcesses(ours, args, raw, assignment.value());
+  }
   // In a multi-process job jax names devices by global id; the engine by its own.
   std::string options;
   if (!ours->ids_are_engine_ids()) {
@@ -77,7 +127,9 @@ PJRT_Error* PjrtLoadedExecutableDestroy(PJRT_LoadedExecutable_Destroy_Args* args
 }
 
 PJRT_Error* PjrtLoadedExecutableGetExecutable(PJRT_LoadedExecutable_GetExecutable_Args* args) {
-  ScopedSwap<PJRT_LoadedExecutable*> exec(args->loaded_executable, FromC(args->loaded_executable)->engine());
+  LoadedExecutable* ours = FromC(args->loaded_executable);
+  PJRT_LoadedExecutable* global = ours->global_program();
+  ScopedSwap<PJRT_LoadedExecutable*> exec(args->loaded_executable, global ? global : ours->engine());
   return MYPLUGIN_CALL_ENGINE(PJRT_LoadedExecutable_GetExecutable, args);
 }
 
@@ -133,8 +185,11 @@ void DeleteRemappedAssignment(PJRT_DeviceAssignmentSerialized* p) {
 PJRT_Error* PjrtLoadedExecutableGetDeviceAssignment(PJRT_LoadedExecutable_GetDeviceAssignment_Args* args) {
   LoadedExecutable* exec = FromC(args->executable);
   {
-    ScopedSwap<PJRT_LoadedExecutable*> engine_exec(args->executable, exec->engine());
+    // The shadow engine's device ids are the global ids.
+    PJRT_LoadedExecutable* global = exec->global_program();
+    ScopedSwap<PJRT_LoadedExecutable*> engine_exec(args->executable, global ? global : exec->engine());
     if (PJRT_Error* e = MYPLUGIN_CALL_ENGINE(PJRT_LoadedExecutable_GetDeviceAssignment, args)) return e;
+    if (global) return nullptr;
   }
   Client* client = exec->client();
   if (client->ids_are_engine_ids()) return nullptr;

@@ -1,7 +1,7 @@
 // Our loaded executables: the engine's compiled program, plus the list of
-// addressable devices in our objects. Wrapping the loaded executable (and
-// not only mapping its devices) is where multi-process execution will hook
-// in: it decides what runs locally.
+// addressable devices in our objects. A program that spans processes runs
+// its rewritten local part (see spmd/multiprocess_compiler.h), and answers
+// questions about the whole program from the shadow compile.
 #pragma once
 
 #include <memory>
@@ -9,6 +9,7 @@
 
 #include "common/status.h"
 #include "pjrt_c_api.h"
+#include "spmd/multiprocess_compiler.h"
 
 namespace myplugin {
 
@@ -17,7 +18,10 @@ class Client;
 class LoadedExecutable {
  public:
   // Takes ownership of `engine_executable`, also on failure.
-  static StatusOr<std::unique_ptr<LoadedExecutable>> Wrap(Client* client, PJRT_LoadedExecutable* engine_executable);
+  // `partitioned`: set for the local part of a multi-process program.
+  static StatusOr<std::unique_ptr<LoadedExecutable>> Wrap(
+      Client* client, PJRT_LoadedExecutable* engine_executable,
+      std::shared_ptr<const spmd::PartitionedProgram> partitioned = nullptr);
   ~LoadedExecutable();
   LoadedExecutable(const LoadedExecutable&) = delete;
   LoadedExecutable& operator=(const LoadedExecutable&) = delete;
@@ -25,6 +29,8 @@ class LoadedExecutable {
   PJRT_LoadedExecutable* engine() const { return engine_; }
   Client* client() const { return client_; }
   const std::vector<PJRT_Device*>& c_addressable_devices() const { return c_addressable_devices_; }
+  // The whole program as compiled on the shadow engine, or null.
+  PJRT_LoadedExecutable* global_program() const { return partitioned_ ? partitioned_->shadow->get() : nullptr; }
 
  private:
   LoadedExecutable(Client* client, PJRT_LoadedExecutable* engine) : client_(client), engine_(engine) {}
@@ -32,6 +38,7 @@ class LoadedExecutable {
   Client* client_;
   PJRT_LoadedExecutable* engine_;
   std::vector<PJRT_Device*> c_addressable_devices_;
+  std::shared_ptr<const spmd::PartitionedProgram> partitioned_;
 };
 
 inline PJRT_LoadedExecutable* ToC(LoadedExecutable* e) { return reinterpret_cast<PJRT_LoadedExecutable*>(e); }

@@ -10,6 +10,8 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/unique_ptr.h>
 #include <nanobind/stl/vector.h>
+#include <nanobind/stl/map.h>
+#include <nanobind/stl/tuple.h>
 
 #include <memory>
 #include <string>
@@ -25,6 +27,7 @@
 #include "coordination/wire.h"
 
 #include "pjrt/ffi_extension.h"
+#include "spmd/program_hooks.h"
 #include "pjrt_c_api.h"
 
 namespace nb = nanobind;
@@ -374,6 +377,61 @@ void BindCoordination(nb::module_& m) {
   m.attr("PROTOCOL_VERSION") = coord::kProtocolVersion;
 }
 
+// The multi-process compile's Python steps (jax_plugin/spmd/compile_hooks.py),
+// called from the PJRT library's compile, which jaxlib runs without the GIL.
+// A Python exception becomes the compile's error; UnsupportedProgram (a
+// construct we cannot run across processes) is reported as UNIMPLEMENTED.
+myplugin::Status FromPythonError(nb::python_error& e, const char* step) {
+  std::string type = nb::cast<std::string>(nb::handle(e.type()).attr("__name__"));
+  std::string message = nb::cast<std::string>(nb::str(e.value()));
+  auto code = type == "UnsupportedProgram" ? myplugin::Code::kUnimplemented : myplugin::Code::kInternal;
+  return myplugin::Status(code, std::string(step) + ": " + message);
+}
+
+void SetProgramHooks(nb::callable shadow_options, nb::callable local_program) {
+  namespace spmd = myplugin::spmd;
+  // Shared, released with the GIL held: the hooks may be replaced or dropped
+  // from any thread.
+  auto keep = [](nb::callable fn) {
+    return std::shared_ptr<nb::object>(new nb::object(std::move(fn)), [](nb::object* o) {
+      nb::gil_scoped_acquire gil;
+      delete o;
+    });
+  };
+  auto shadow_fn = keep(std::move(shadow_options));
+  auto local_fn = keep(std::move(local_program));
+  spmd::ProgramHooks hooks;
+  hooks.shadow_options = [shadow_fn](const std::string& options,
+                                     const std::string& dump_dir) -> myplugin::StatusOr<std::string> {
+    nb::gil_scoped_acquire gil;
+    try {
+      nb::object out = (*shadow_fn)(nb::bytes(options.data(), options.size()), dump_dir);
+      nb::bytes b = nb::cast<nb::bytes>(out);
+      return std::string(b.c_str(), b.size());
+    } catch (nb::python_error& e) {
+      return FromPythonError(e, "preparing the partition step");
+    }
+  };
+  hooks.local_program = [local_fn](const spmd::LocalProgramRequest& r) -> myplugin::StatusOr<spmd::LocalProgram> {
+    nb::gil_scoped_acquire gil;
+    try {
+      nb::object out = (*local_fn)(r.dump_dir, nb::bytes(r.compile_options.data(), r.compile_options.size()),
+                                   r.assignment, r.num_devices, r.local_engine_ids);
+      auto t = nb::cast<std::tuple<nb::bytes, nb::bytes, std::vector<int64_t>>>(out);
+      spmd::LocalProgram p;
+      p.hlo_module_proto.assign(std::get<0>(t).c_str(), std::get<0>(t).size());
+      p.compile_options.assign(std::get<1>(t).c_str(), std::get<1>(t).size());
+      p.device_order = std::get<2>(t);
+      return p;
+    } catch (nb::python_error& e) {
+      return FromPythonError(e, "rewriting the partitioned program");
+    } catch (std::exception& e) {
+      return myplugin::Internal(std::string("rewriting the partitioned program: ") + e.what());
+    }
+  };
+  spmd::SetProgramHooks(std::move(hooks));
+}
+
 }  // namespace
 
 NB_MODULE(_myplugin, m) {
@@ -383,4 +441,6 @@ NB_MODULE(_myplugin, m) {
         nb::arg("fn"), nb::arg("platform"), nb::arg("api_version") = 1, nb::arg("traits") = 0,
         "Registers a typed XLA FFI handler with the engine behind a myplugin PJRT_Api capsule.");
   BindCoordination(m);
+  m.def("set_program_hooks", &SetProgramHooks, nb::arg("shadow_options"), nb::arg("local_program"),
+        "Installs the Python steps of the multi-process compile.");
 }

@@ -1,0 +1,215 @@
+"""Just enough of XLA's HLO text format to find and replace instructions.
+
+An HLO module prints one instruction per line:
+
+    [ROOT ]%name = <shape> <opcode>(<operands>)[, attr=value, ...]
+
+The rewrite only needs the instruction's name, shape, opcode, operand names
+and attributes, and which computation each one sits in. jaxlib's own parser
+(`hlo.hlo_module_from_text`) checks the edited text afterwards, so a line we
+misread becomes a parse error there, never a silently different program.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+_ASSIGN = re.compile(r"^(\s*)(ROOT\s+)?(%?[^\s=]+)\s*=\s*(.*)$")
+_ARRAY_SHAPE = re.compile(r"^([a-z]+[0-9]*)\[([0-9,]*)\](\{[^}]*\})?$")
+_COMPUTATION = re.compile(r"^(ENTRY\s+)?(%?[^\s(]+)\s*(\(.*)?\{\s*$")
+
+OPENERS = {"(": ")", "[": "]", "{": "}"}
+CLOSERS = {v: k for k, v in OPENERS.items()}
+
+
+class HloTextError(ValueError):
+  pass
+
+
+def matching(text: str, start: int) -> int:
+  """Index just past the bracket that closes the one at `start`."""
+  depth = 0
+  quoted = False
+  i = start
+  while i < len(text):
+    c = text[i]
+    if quoted:
+      if c == "\\":
+        i += 1
+      elif c == '"':
+        quoted = False
+    elif c == '"':
+      quoted = True
+    elif c in OPENERS:
+      depth += 1
+    elif c in CLOSERS:
+      depth -= 1
+      if depth == 0:
+        return i + 1
+    i += 1
+  raise HloTextError(f"unbalanced brackets in: {text[:200]}")
+
+
+def split_top_level(text: str, sep: str = ",") -> list[str]:
+  """Splits at `sep` outside brackets and strings."""
+  parts, depth, quoted, start, i = [], 0, False, 0, 0
+  while i < len(text):
+    c = text[i]
+    if quoted:
+      if c == "\\":
+        i += 1
+      elif c == '"':
+        quoted = False
+    elif c == '"':
+      quoted = True
+    elif c in OPENERS:
+      depth += 1
+    elif c in CLOSERS:
+      depth -= 1
+    elif c == sep and depth == 0:
+      parts.append(text[start:i].strip())
+      start = i + 1
+    i += 1
+  tail = text[start:].strip()
+  if tail:
+    parts.append(tail)
+  return parts
+
+
+@dataclasses.dataclass(frozen=True)
+class ArrayShape:
+  dtype: str
+  dims: tuple[int, ...]
+
+  def text(self, dims: tuple[int, ...] | None = None) -> str:
+    """The shape with a row-major (descending) layout: the layout our handlers read."""
+    d = self.dims if dims is None else dims
+    if not d:
+      return f"{self.dtype}[]"
+    layout = ",".join(str(i) for i in reversed(range(len(d))))
+    return f"{self.dtype}[{','.join(str(x) for x in d)}]{{{layout}}}"
+
+
+def parse_shape(text: str) -> ArrayShape | list[ArrayShape]:
+  """An array shape, or the elements of a (non-nested) tuple shape."""
+  text = text.strip()
+  if text.startswith("("):
+    return [parse_shape(t) for t in split_top_level(text[1:-1])]
+  m = _ARRAY_SHAPE.match(text)
+  if not m:
+    raise HloTextError(f"unsupported shape {text!r} (dynamic or nested shapes are not rewritten)")
+  dims = tuple(int(d) for d in m.group(2).split(",") if d)
+  return ArrayShape(m.group(1), dims)
+
+
+@dataclasses.dataclass
+class Instruction:
+  indent: str
+  root: bool
+  name: str
+  shape_text: str
+  opcode: str
+  operands: list[str]
+  attrs: list[str]
+
+  def attr(self, key: str) -> str | None:
+    for a in self.attrs:
+      k, _, v = a.partition("=")
+      if k.strip() == key:
+        return v.strip()
+    return None
+
+  @property
+  def shape(self):
+    return parse_shape(self.shape_text)
+
+  def line(self) -> str:
+    tail = "".join(", " + a for a in self.attrs)
+    return (f"{self.indent}{'ROOT ' if self.root else ''}{self.name} = {self.shape_text} "
+            f"{self.opcode}({', '.join(self.operands)}){tail}")
+
+
+def parse_instruction(line: str) -> Instruction | None:
+  """The instruction on `line`, or None for a line that holds none."""
+  m = _ASSIGN.match(line)
+  if not m or line.lstrip().startswith(("HloModule", "ENTRY")):
+    return None
+  indent, root, name, rest = m.group(1), bool(m.group(2)), m.group(3), m.group(4)
+  if rest.startswith("("):
+    end = matching(rest, 0)
+  else:
+    end = rest.find(" ")
+    if end < 0:
+      return None
+  shape_text, rest = rest[:end], rest[end:].lstrip()
+  om = re.match(r"^([a-z][\w\-]*)\(", rest)
+  if not om:
+    return None
+  open_at = om.end() - 1
+  close = matching(rest, open_at)
+  # Older printers put each operand's shape before its name: keep the name.
+  operands = [o.split()[-1] for o in split_top_level(rest[open_at + 1:close - 1])]
+  tail = rest[close:].strip()
+  if tail and not tail.startswith(","):
+    raise HloTextError(f"cannot read the attributes of: {line.strip()[:200]}")
+  attrs = split_top_level(tail[1:]) if tail else []
+  return Instruction(indent, root, name, shape_text, om.group(1), operands, attrs)
+
+
+@dataclasses.dataclass
+class Computation:
+  name: str
+  entry: bool
+  first_line: int  # index of the header line
+  root_opcode: str | None = None
+  opcodes: set[str] = dataclasses.field(default_factory=set)
+  callees: set[str] = dataclasses.field(default_factory=set)
+
+
+_CALLEE_ATTRS = ("body", "condition", "to_apply", "true_computation", "false_computation", "branch_computations",
+                 "calls")
+
+
+def computation_header(line: str) -> str | None:
+  """The name of the computation that `line` opens, if it opens one."""
+  stripped = line.strip()
+  if stripped.startswith("HloModule"):
+    return None
+  m = _COMPUTATION.match(stripped)
+  return m.group(2) if m else None
+
+
+def callees(inst: Instruction) -> list[str]:
+  """The computations an instruction calls (loop bodies, branches, reducers)."""
+  out = []
+  for key in _CALLEE_ATTRS:
+    v = inst.attr(key)
+    if v:
+      out += [c.strip() for c in v.strip("{}").split(",") if c.strip()]
+  return out
+
+
+def computations(lines: list[str]) -> dict[str, Computation]:
+  """The computations of a module, by name, with their root instruction."""
+  found: dict[str, Computation] = {}
+  current: Computation | None = None
+  for i, line in enumerate(lines):
+    stripped = line.strip()
+    if current is None:
+      name = computation_header(line)
+      if name:
+        current = Computation(name, stripped.startswith("ENTRY"), i)
+      continue
+    if stripped == "}":
+      found[current.name] = current
+      current = None
+      continue
+    inst = parse_instruction(line)
+    if inst is None:
+      continue
+    current.opcodes.add(inst.opcode)
+    current.callees.update(callees(inst))
+    if inst.root:
+      current.root_opcode = inst.opcode
+  return found

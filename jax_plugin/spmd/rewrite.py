@@ -1,0 +1,331 @@
+"""The rewrite: a partitioned (per-device) HLO module whose collectives,
+partition-id and replica-id become calls of myplugin's FFI handlers.
+
+The engine's own collectives only meet inside one process. After the
+rewrite, every collective is a typed-FFI custom call whose attributes say
+everything it needs (reduction, and the groups as global device ids), so the
+same module, compiled for this process's devices alone, exchanges data with
+the other processes through our communicators. The attribute schema is the
+one in the README (section "Collectives").
+
+Replica-group semantics follow XLA's collective modes (XLA:
+xla/service/collective_ops_utils.cc, GetCollectiveOpGroupMode): no channel
+id means groups of replica ids; a channel id with use_global_device_ids
+means flattened ids (replica * partitions + partition); a channel id alone
+means replica groups across every partition, or for all-to-all and
+collective-permute, groups of partition ids.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from jax_plugin.spmd import replica_groups as rg
+from jax_plugin.spmd.hlo_text import (ArrayShape, HloTextError, Instruction, callees, computation_header,
+                                      computations, parse_instruction, split_top_level)
+
+_REDUCTIONS = {"add": "sum", "multiply": "product", "maximum": "max", "minimum": "min", "and": "and", "or": "or"}
+
+# Collectives the rewrite does not handle. Left in place, the engine would run
+# them among this process's devices only: wrong numbers, so refuse instead.
+_REFUSED = {
+    "all-reduce-start", "all-reduce-done", "all-gather-start", "all-gather-done", "collective-permute-start",
+    "collective-permute-done", "collective-broadcast", "ragged-all-to-all", "send", "send-done", "recv",
+    "recv-done", "reduce-scatter-start", "async-start",
+}
+
+
+_COLLECTIVES = {"all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute"}
+
+
+class UnsupportedProgram(HloTextError):
+  """A construct of the program that the multi-process path cannot run."""
+
+
+def _dense(values) -> str:
+  values = [int(v) for v in values]
+  return f"dense<[{', '.join(str(v) for v in values)}]> : tensor<{len(values)}xi64>"
+
+
+class _Rewriter:
+
+  def __init__(self, lines: list[str], assignment: np.ndarray, num_devices: int):
+    self.assignment = assignment  # [replicas, partitions] -> global device id
+    self.num_devices = num_devices
+    self.computations = computations(lines)
+    self.counter = 0
+    self.communicates = {name: self._communicates(name, set()) for name in self.computations}
+    self.last: str | None = None  # the latest collective of the current computation
+
+  def _communicates(self, name: str, seen: set[str]) -> bool:
+    comp = self.computations.get(name)
+    if comp is None or name in seen:
+      return False
+    seen.add(name)
+    return bool(comp.opcodes & _COLLECTIVES) or any(self._communicates(c, seen) for c in comp.callees)
+
+  # -- groups -------------------------------------------------------------
+
+  def device_groups(self, inst: Instruction) -> list[list[int]]:
+    da = self.assignment
+    replicas, partitions = da.shape
+    groups = rg.parse(inst.attr("replica_groups"))
+    has_channel = inst.attr("channel_id") is not None
+    flattened = inst.attr("use_global_device_ids") == "true"
+    if inst.opcode in ("all-to-all",) and has_channel:
+      mode = "partition"
+    elif not has_channel:
+      mode = "replica"
+    elif flattened:
+      mode = "flattened"
+    else:
+      mode = "replica_and_partition"
+    out: list[list[int]] = []
+    if mode == "flattened":
+      for g in groups if groups is not None else [list(range(replicas * partitions))]:
+        out.append([int(da[f // partitions, f % partitions]) for f in g])
+    elif mode == "replica":
+      for p in range(partitions):
+        for g in groups if groups is not None else [list(range(replicas))]:
+          out.append([int(da[r, p]) for r in g])
+    elif mode == "partition":
+      for r in range(replicas):
+        for g in groups if groups is not None else [list(range(partitions))]:
+          out.append([int(da[r, p]) for p in g])
+    else:
+      for g in groups if groups is not None else [list(range(replicas))]:
+        out.append([int(da[r, p]) for r in g for p in range(partitions)])
+    sizes = {len(g) for g in out}
+    if len(sizes) != 1:
+      raise UnsupportedProgram(f"{inst.opcode} {inst.name} has replica groups of different sizes")
+    return out
+
+  # -- emitting -----------------------------------------------------------
+
+  def fresh(self, base: str) -> str:
+    self.counter += 1
+    return f"{base}.myplugin.{self.counter}"
+
+  def custom_call(self, indent, name, shape: ArrayShape, dims, operand, operand_shape: ArrayShape, target,
+                  config: dict[str, str], root=False) -> str:
+    """A collective call. It also reads the previous collective's result, which
+    orders it after that one: XLA's CPU runtime runs thunks that share no
+    buffer concurrently, and collectives must run in one order everywhere."""
+    operands, shapes = [], []
+    if operand:
+      operands.append(operand)
+      shapes.append(operand_shape.text())
+    if self.last is not None and operand:
+      operands.append(self.last)
+      shapes.append(self.shapes[self.last].text())
+    if operand:
+      self.last = name
+    self.shapes[name] = ArrayShape(shape.dtype, shape.dims if dims is None else tuple(dims))
+    layouts = f", operand_layout_constraints={{{', '.join(shapes)}}}" if operands else ""
+    cfg = ", ".join(f"{k} = {v}" for k, v in sorted(config.items()))
+    return (f"{indent}{'ROOT ' if root else ''}{name} = {shape.text(dims)} custom-call({', '.join(operands)}), "
+            f"custom_call_target=\"{target}\"{layouts}, api_version=API_VERSION_TYPED_FFI, "
+            f"backend_config={{{cfg}}}")
+
+  def transpose(self, indent, name, operand, shape: ArrayShape, src_dims, perm, root=False) -> str:
+    dims = tuple(src_dims[p] for p in perm)
+    return (f"{indent}{'ROOT ' if root else ''}{name} = {shape.text(dims)} transpose({operand}), "
+            f"dimensions={{{','.join(str(p) for p in perm)}}}")
+
+  def along_dim(self, inst, operand, operand_shape: ArrayShape, result_shape: ArrayShape, dim: int, target,
+                config, name, root) -> list[str]:
+    """A handler that works on axis 0, applied along `dim`: transpose there and back."""
+    if dim == 0 or len(operand_shape.dims) <= 1:
+      return [self.custom_call(inst.indent, name, result_shape, None, operand, operand_shape, target, config, root)]
+    rank = len(operand_shape.dims)
+    perm = [dim] + [i for i in range(rank) if i != dim]
+    inverse = [int(i) for i in np.argsort(perm)]
+    moved = self.fresh(inst.name)
+    called = self.fresh(inst.name)
+    moved_dims = tuple(operand_shape.dims[p] for p in perm)
+    moved_shape = ArrayShape(operand_shape.dtype, moved_dims)
+    result_moved = tuple(result_shape.dims[p] for p in perm)
+    return [
+        self.transpose(inst.indent, moved, operand, operand_shape, operand_shape.dims, perm),
+        self.custom_call(inst.indent, called, result_shape, result_moved, moved, moved_shape, target, config),
+        self.transpose(inst.indent, name, called, result_shape, result_moved, inverse, root),
+    ]
+
+  def per_operand(self, inst: Instruction, emit) -> list[str]:
+    """Variadic collectives: one call per operand, then a tuple of the results."""
+    shape = inst.shape
+    if not isinstance(shape, list):
+      return emit(inst.operands[0], self.operand_shape(inst, 0, shape), shape, inst.name, inst.root)
+    lines, names = [], []
+    for i, (operand, result) in enumerate(zip(inst.operands, shape)):
+      name = self.fresh(inst.name)
+      names.append(name)
+      lines += emit(operand, self.operand_shape(inst, i, result), result, name, False)
+    lines.append(f"{inst.indent}{'ROOT ' if inst.root else ''}{inst.name} = {inst.shape_text} "
+                 f"tuple({', '.join(names)})")
+    return lines
+
+  def operand_shape(self, inst: Instruction, i: int, result: ArrayShape) -> ArrayShape:
+    shape = self.shapes.get(inst.operands[i])
+    if not isinstance(shape, ArrayShape):
+      raise UnsupportedProgram(f"{inst.opcode} {inst.name} has an operand that is not an array")
+    return shape
+
+  # -- per opcode ---------------------------------------------------------
+
+  def reduction(self, inst: Instruction) -> str:
+    comp = self.computations.get(inst.attr("to_apply") or "")
+    kind = _REDUCTIONS.get(comp.root_opcode if comp else "")
+    if kind is None:
+      raise UnsupportedProgram(
+          f"{inst.opcode} {inst.name} reduces with {comp.root_opcode if comp else '?'}; "
+          f"myplugin's collectives reduce with {', '.join(sorted(_REDUCTIONS))}")
+    return kind
+
+  def grouped_config(self, inst: Instruction) -> dict[str, str]:
+    groups = self.device_groups(inst)
+    return {"replica_groups": _dense([d for g in groups for d in g]), "group_size": f"{len(groups[0])} : i64"}
+
+  def rewrite(self, inst: Instruction) -> list[str] | None:
+    op = inst.opcode
+    if op == "all-reduce":
+      config = self.grouped_config(inst)
+      config["reduction"] = f'"{self.reduction(inst)}"'
+      return self.per_operand(inst, lambda x, xs, ys, name, root: [
+          self.custom_call(inst.indent, name, ys, None, x, xs, "myplugin_all_reduce", config, root)])
+    if op in ("all-gather", "reduce-scatter"):
+      config = self.grouped_config(inst)
+      target = "myplugin_all_gather"
+      if op == "reduce-scatter":
+        config["reduction"] = f'"{self.reduction(inst)}"'
+        target = "myplugin_reduce_scatter"
+      dim = int((inst.attr("dimensions") or "{0}").strip("{}"))
+      return self.per_operand(inst, lambda x, xs, ys, name, root: self.along_dim(
+          inst, x, xs, ys, dim, target, config, name, root))
+    if op == "all-to-all":
+      dims = inst.attr("dimensions")
+      if dims is None or len(inst.operands) != 1:
+        raise UnsupportedProgram(f"all-to-all {inst.name} is the tuple form, which myplugin does not rewrite")
+      config = self.grouped_config(inst)
+      dim = int(dims.strip("{}"))
+      shape = inst.shape
+      return self.along_dim(inst, inst.operands[0], self.operand_shape(inst, 0, shape), shape, dim,
+                            "myplugin_all_to_all", config, inst.name, inst.root)
+    if op == "collective-permute":
+      return [self.collective_permute(inst)]
+    if op in ("partition-id", "replica-id"):
+      axis = 1 if op == "partition-id" else 0
+      ids = [-1] * self.num_devices
+      for index, device in np.ndenumerate(self.assignment):
+        ids[int(device)] = index[axis]
+      config = {"ids": _dense(ids)}
+      return [self.custom_call(inst.indent, inst.name, inst.shape, None, None, None,
+                               f"myplugin_{op.replace('-', '_')}", config, inst.root)]
+    if op in _REFUSED or (op.startswith("all-") and op not in ("all-reduce", "all-gather", "all-to-all")):
+      raise UnsupportedProgram(f"the program uses {op} ({inst.name}), which myplugin cannot run across processes")
+    return None
+
+  def collective_permute(self, inst: Instruction) -> str:
+    if len(inst.operands) != 1:
+      raise UnsupportedProgram(f"collective-permute {inst.name} has {len(inst.operands)} operands")
+    da = self.assignment
+    replicas, partitions = da.shape
+    cross_partition = inst.attr("channel_id") is not None
+    if cross_partition and replicas == 1:
+      clique = da[0, :]
+    elif not cross_partition and partitions == 1:
+      clique = da[:, 0]
+    else:
+      raise UnsupportedProgram(f"collective-permute {inst.name} over {replicas} replicas x {partitions} partitions")
+    pairs = rg.parse_pairs(inst.attr("source_target_pairs"))
+    config = {"clique": _dense(clique), "pairs": _dense([i for p in pairs for i in p])}
+    shape = inst.shape
+    return self.custom_call(inst.indent, inst.name, shape, None, inst.operands[0], self.operand_shape(inst, 0, shape),
+                            "myplugin_collective_permute", config, inst.root)
+
+  def ordered_call(self, inst: Instruction) -> list[str]:
+    """A loop, branch or call whose computations communicate: it starts after
+    the collectives before it (a fence on its first operand), and the ones
+    after it wait for its result."""
+    out: list[str] = []
+    if self.last is not None and inst.operands:
+      first = inst.operands[0]
+      shape = self.shapes.get(first)
+      if isinstance(shape, ArrayShape):
+        fenced = self.fresh(first)
+        out.append(self.fence(inst.indent, fenced, first, shape))
+        inst.operands[0] = fenced
+      elif isinstance(shape, list) and shape and all(isinstance(e, ArrayShape) for e in shape):
+        parts = []
+        for i, e in enumerate(shape):
+          part = self.fresh(first)
+          out.append(f"{inst.indent}{part} = {e.text()} get-tuple-element({first}), index={i}")
+          parts.append(part)
+        fenced = self.fresh(first)
+        out.append(self.fence(inst.indent, fenced, parts[0], shape[0]))
+        parts[0] = fenced
+        rebuilt = self.fresh(first)
+        out.append(f"{inst.indent}{rebuilt} = ({', '.join(e.text() for e in shape)}) tuple({', '.join(parts)})")
+        inst.operands[0] = rebuilt
+    out.append(inst.line())
+    result = self.shapes.get(inst.name)
+    if isinstance(result, ArrayShape):
+      self.last = inst.name
+    elif isinstance(result, list) and result and isinstance(result[0], ArrayShape):
+      element = self.fresh(inst.name)
+      out.append(f"{inst.indent}{element} = {result[0].text()} get-tuple-element({inst.name}), index=0")
+      self.shapes[element] = result[0]
+      self.last = element
+    return out
+
+  def fence(self, indent, name, operand, shape: ArrayShape) -> str:
+    """`operand`, in place, once the latest collective has finished."""
+    self.shapes[name] = shape
+    return (f"{indent}{name} = {shape.text()} custom-call({operand}, {self.last}), "
+            f"custom_call_target=\"myplugin_order_fence\", "
+            f"operand_layout_constraints={{{shape.text()}, {self.shapes[self.last].text()}}}, "
+            f"output_to_operand_aliasing={{{{}}: (0, {{}})}}, api_version=API_VERSION_TYPED_FFI, backend_config={{}}")
+
+  def run(self, lines: list[str]) -> list[str]:
+    self.shapes: dict[str, ArrayShape] = {}
+    out: list[str] = []
+    for line in lines:
+      if line.startswith("HloModule"):
+        out.append(_local_header(line))
+        continue
+      if computation_header(line):
+        self.last = None
+      inst = parse_instruction(line)
+      if inst is None:
+        out.append(line)
+        continue
+      inst.attrs = [a for a in inst.attrs if not a.startswith("sharding=")]
+      try:
+        self.shapes[inst.name] = inst.shape
+      except HloTextError:
+        pass  # tokens, dynamic or nested shapes: never a collective's operand we rewrite
+      if inst.opcode in ("while", "conditional", "call") and any(self.communicates.get(c) for c in callees(inst)):
+        out.extend(self.ordered_call(inst))
+        continue
+      replaced = self.rewrite(inst)
+      out.extend(replaced if replaced is not None else [inst.line()])
+    return out
+
+
+def _local_header(line: str) -> str:
+  """The module header without the partitioning it no longer has."""
+  parts = split_top_level(line[len("HloModule"):])
+  drop = ("num_partitions=", "replica_count=", "allow_spmd_sharding_propagation_to_output=",
+          "allow_spmd_sharding_propagation_to_parameters=")
+  return "HloModule " + ", ".join(p for p in parts if not p.startswith(drop))
+
+
+def rewrite_module(text: str, assignment, num_devices: int) -> str:
+  """`text` (a partitioned module) with myplugin's collectives.
+
+  assignment: [replicas][partitions] global device ids, as compiled.
+  num_devices: the number of global devices in the job.
+  """
+  lines = text.splitlines()
+  da = np.asarray(assignment, dtype=np.int64).reshape(len(assignment), -1)
+  return "\n".join(_Rewriter(lines, da, num_devices).run(lines)) + "\n"

@@ -1,0 +1,73 @@
+// Multi-process compile by partition, then rewrite (see the README section
+// "Multi-process programs"). jax hands every process the same global
+// program; the engine can neither run other processes' devices nor
+// collectives between processes, so:
+//   1. a shadow engine client with every global device compiles the program
+//      and dumps it right after SPMD partitioning (per-device HLO);
+//   2. the Python hook rewrites its collectives into our FFI calls and
+//      makes compile options for this process's devices alone;
+//   3. the caller compiles that module on the real engine client.
+// Steps 1 and 2 are cached by the exact program and options.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "common/status.h"
+#include "engine/engine_client.h"
+#include "spmd/program_hooks.h"
+
+namespace myplugin::spmd {
+
+// An engine loaded executable, owned.
+class EngineExecutable {
+ public:
+  EngineExecutable(const EngineLibrary& engine, PJRT_LoadedExecutable* executable)
+      : engine_(engine), executable_(executable) {}
+  ~EngineExecutable();
+  EngineExecutable(const EngineExecutable&) = delete;
+  EngineExecutable& operator=(const EngineExecutable&) = delete;
+  PJRT_LoadedExecutable* get() const { return executable_; }
+
+ private:
+  const EngineLibrary& engine_;
+  PJRT_LoadedExecutable* executable_;
+};
+
+struct PartitionedProgram {
+  LocalProgram local;
+  // The global program as the shadow compiled it: what jax asks about the
+  // executable (shardings, device assignment, partitions) is answered by it.
+  std::unique_ptr<EngineExecutable> shadow;
+};
+
+class MultiProcessCompiler {
+ public:
+  MultiProcessCompiler(const EngineLibrary& engine, int num_devices, std::map<int64_t, int64_t> local_engine_ids)
+      : engine_(engine), num_devices_(num_devices), local_engine_ids_(std::move(local_engine_ids)) {}
+
+  // `assignment` is [replica][partition] global device ids.
+  StatusOr<std::shared_ptr<const PartitionedProgram>> Partition(const PJRT_Program& program,
+                                                                const std::string& options,
+                                                                const std::vector<std::vector<int64_t>>& assignment);
+
+ private:
+  StatusOr<EngineClient*> Shadow();
+  StatusOr<std::shared_ptr<const PartitionedProgram>> PartitionUncached(
+      const PJRT_Program& program, const std::string& options, const std::vector<std::vector<int64_t>>& assignment);
+
+  const EngineLibrary& engine_;
+  const int num_devices_;
+  const std::map<int64_t, int64_t> local_engine_ids_;
+  std::mutex mu_;  // one partition at a time: they share the shadow client and the cache
+  std::unique_ptr<EngineClient> shadow_;
+  std::unordered_map<std::string, std::shared_ptr<const PartitionedProgram>> cache_;
+};
+
+}  // namespace myplugin::spmd

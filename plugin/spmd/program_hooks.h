@@ -1,0 +1,41 @@
+// The two steps of a multi-process compile that run in jaxlib's Python side
+// (jax_plugin/spmd/compile_hooks.py): C++ has no HLO parser, jaxlib does.
+// The Python module installs them at registration; this registry lives in
+// the shared runtime library so that the PJRT library sees the same one.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace myplugin::spmd {
+
+struct LocalProgramRequest {
+  std::string dump_dir;         // where the shadow compile dumped its module
+  std::string compile_options;  // the caller's, serialized CompileOptionsProto
+  std::vector<std::vector<int64_t>> assignment;  // [replica][partition] global ids
+  int num_devices = 0;                           // global devices in the job
+  std::map<int64_t, int64_t> local_engine_ids;   // this process: global id -> engine id
+};
+
+struct LocalProgram {
+  std::string hlo_module_proto;          // the rewritten module
+  std::string compile_options;           // for this process's devices alone
+  std::vector<int64_t> device_order;     // global ids, in execution order
+};
+
+struct ProgramHooks {
+  // The caller's compile options plus the shadow compile's dump options.
+  std::function<StatusOr<std::string>(const std::string& options, const std::string& dump_dir)> shadow_options;
+  std::function<StatusOr<LocalProgram>(const LocalProgramRequest&)> local_program;
+};
+
+void SetProgramHooks(ProgramHooks hooks);
+// Empty hooks (both null) until the Python package installed them.
+ProgramHooks GetProgramHooks();
+
+}  // namespace myplugin::spmd
