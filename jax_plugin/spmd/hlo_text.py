@@ -149,7 +149,9 @@ def parse_instruction(line: str) -> Instruction | None:
   open_at = om.end() - 1
   close = matching(rest, open_at)
   # Older printers put each operand's shape before its name: keep the name.
-  operands = [o.split()[-1] for o in split_top_level(rest[open_at + 1:close - 1])]
+  # (A constant's "operand" is its literal: kept as it is.)
+  operands = [o.split()[-1] if " " in o and o.split()[-1].startswith("%") else o
+              for o in split_top_level(rest[open_at + 1:close - 1])]
   tail = rest[close:].strip()
   if tail and not tail.startswith(","):
     raise HloTextError(f"cannot read the attributes of: {line.strip()[:200]}")

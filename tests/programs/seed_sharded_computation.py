@@ -1,9 +1,10 @@
 """The examples of the seed document "sharded computation" (jit, sharding
 constraints, shard_map), verbatim in substance. It knows nothing of
 myplugin: the test runs it under JAX_PLATFORMS=myplugin and under jax's CPU
-backend with 8 host devices, and compares what it saves.
+backend with 8 host devices, and compares what it saves. In a job of
+several processes (8 devices in all), each saves the shards it holds.
 
-usage: python seed_sharded_computation.py OUT.npz
+usage: python seed_sharded_computation.py OUT.npz   ({rank} in OUT is the process index)
 """
 import sys
 from functools import partial
@@ -19,7 +20,12 @@ results = {}
 
 
 def save(name, array, show=False):
-  results[name] = np.asarray(array)
+  if getattr(array, "is_fully_addressable", True):
+    results[name] = np.asarray(array)
+  else:  # other processes hold the rest
+    for s in array.addressable_shards:
+      results[f"{name}.shard.{s.device.id}"] = np.asarray(s.data)
+      results[f"{name}.index.{s.device.id}"] = np.array(repr(s.index))
   # Where each shard lives, as (device id, index) pairs: must agree too.
   if hasattr(array, "addressable_shards"):
     layout = sorted((s.device.id, str(s.index)) for s in array.addressable_shards)
@@ -120,9 +126,12 @@ def layer(x, weights, bias):
 
 
 rng = np.random.default_rng(0)
-x = rng.normal(size=(32,))
-weights = rng.normal(size=(32, 4))
-bias = rng.normal(size=(4,))
+# float32 from the start (jax would convert them anyway): in a job of several
+# processes, jax.device_put checks that every process passes the same value
+# by comparing the float32 copies it gathered with the float64 original.
+x = rng.normal(size=(32,)).astype(np.float32)
+weights = rng.normal(size=(32, 4)).astype(np.float32)
+bias = rng.normal(size=(4,)).astype(np.float32)
 save("layer", layer(x, weights, bias))
 
 sharding = jax.sharding.NamedSharding(mesh, P("x"))
@@ -148,7 +157,7 @@ def layer_sharded(x, weights, bias):
 
 
 save("layer_shard_map", layer_sharded(x, weights, bias))
-print(results["layer_shard_map"])
+print(results.get("layer_shard_map", "layer_shard_map: sharded over processes"))
 
-np.savez(sys.argv[1], **results)
+np.savez(sys.argv[1].format(rank=jax.process_index()), **results)
 print("saved", len(results), "results")
