@@ -1,5 +1,7 @@
-"""The pmap example of the multi-process seed, on one process:
+"""The pmap example of the multi-process seed: every process runs it, and
+the psum adds over the devices of all of them.
 
+  myplugin-run -n 4 --devices-per-process 2 -- python examples/pmap_psum.py
   JAX_PLATFORMS=myplugin MYPLUGIN_NUM_DEVICES=8 python examples/pmap_psum.py
 """
 import jax

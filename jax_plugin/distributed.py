@@ -14,6 +14,7 @@ from __future__ import annotations
 import atexit
 import ipaddress
 import os
+import sys
 import socket
 
 from jax_plugin import _myplugin, cluster
@@ -235,10 +236,15 @@ def _shutdown_at_exit() -> None:
     _myplugin.report_error(f"exited with an uncaught exception: {_uncaught[-1]}"[:2000])
     return
   if _myplugin.failure() is None:
-    shutdown()
-  elif _fate_sharing:
+    try:
+      shutdown()
+      return
+    except RuntimeError as e:
+      if not _fate_sharing:
+        raise
+      print(f"myplugin: {e}", file=sys.stderr)
+  if _fate_sharing:
     # The job failed while this process was finishing: it must not exit 0.
-    import sys
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(_myplugin.FATE_SHARING_EXIT_CODE)

@@ -31,12 +31,22 @@ def test_pmap_psum_example():
   assert "[8. 8. 8. 8. 8. 8. 8. 8.]" in out
 
 
+def test_pmap_psum_example_across_four_processes():
+  import sys
+  r = run_python(["-m", "jax_plugin.launcher", "-n", "4", "--devices-per-process", "2", "--", sys.executable,
+                  os.path.join(EXAMPLES, "pmap_psum.py")], child_env(), timeout=240)
+  assert r.returncode == 0, r.output
+  for rank in range(4):
+    assert f"[{rank}] global devices: 8 local devices: 2 process {rank} of 4" in r.stdout
+    assert f"[{rank}] [8. 8.]" in r.stdout
+
+
 def test_train_mlp_matches_cpu():
   losses = {}
   for platform, env in {"myplugin": {"MYPLUGIN_NUM_DEVICES": "8"}, "cpu": {"JAX_NUM_CPU_DEVICES": "8"}}.items():
     out = run_example("train_mlp.py", JAX_PLATFORMS=platform, **env)
     losses[platform] = np.array([float(v) for v in re.findall(r"loss ([0-9.]+)", out)])
-  assert len(losses["myplugin"]) == 6
+  assert len(losses["myplugin"]) == 20
   np.testing.assert_allclose(losses["myplugin"], losses["cpu"], rtol=1e-4)
   assert losses["myplugin"][-1] < losses["myplugin"][0]
 

@@ -1,11 +1,13 @@
 #include "pjrt/device_assignment.h"
 
+#include <algorithm>
 #include <vector>
 
 namespace myplugin {
 namespace {
 
 constexpr int kExecutableBuildOptions = 3;  // in CompileOptionsProto
+constexpr int kDebugOptions = 3;            // in ExecutableBuildOptionsProto
 constexpr int kDeviceAssignment = 9;        // in ExecutableBuildOptionsProto
 constexpr int kComputationDevices = 3;      // in DeviceAssignmentProto
 constexpr int kReplicaDeviceIds = 1;        // in ComputationDevice
@@ -75,6 +77,32 @@ StatusOr<std::string> RewriteField(const std::string& message, int field,
   return out;
 }
 
+// The encoded fields of `message`, each with its key, in wire order.
+StatusOr<std::vector<std::string>> SplitFields(const std::string& message) {
+  std::vector<std::string> fields;
+  size_t pos = 0;
+  while (pos < message.size()) {
+    size_t start = pos;
+    uint64_t key;
+    if (!ReadVarint(message, &pos, &key)) return Malformed("bad field key");
+    int wire = static_cast<int>(key & 7);
+    uint64_t v;
+    if (wire == kVarint) {
+      if (!ReadVarint(message, &pos, &v)) return Malformed("bad varint");
+    } else if (wire == kLengthDelimited) {
+      if (!ReadVarint(message, &pos, &v) || v > message.size() - pos) return Malformed("bad length");
+      pos += v;
+    } else if (wire == kFixed64 || wire == kFixed32) {
+      pos += wire == kFixed64 ? 8 : 4;
+      if (pos > message.size()) return Malformed("truncated fixed field");
+    } else {
+      return Malformed("unsupported wire type");
+    }
+    fields.push_back(message.substr(start, pos - start));
+  }
+  return fields;
+}
+
 StatusOr<std::string> RemapComputationDevice(const std::string& computation, const DeviceIdMap& map) {
   // replica_device_ids: packed (the proto3 default) or one varint each.
   std::string out;
@@ -135,6 +163,19 @@ StatusOr<std::string> RemapComputationDevice(const std::string& computation, con
 StatusOr<std::string> RemapDeviceAssignment(const std::string& device_assignment, const DeviceIdMap& map) {
   return RewriteField(device_assignment, kComputationDevices,
                       [&](const std::string& c) { return RemapComputationDevice(c, map); });
+}
+
+StatusOr<std::string> CanonicalCompileOptions(const std::string& compile_options) {
+  return RewriteField(compile_options, kExecutableBuildOptions, [&](const std::string& build) {
+    return RewriteField(build, kDebugOptions, [&](const std::string& debug) -> StatusOr<std::string> {
+      StatusOr<std::vector<std::string>> fields = SplitFields(debug);
+      if (!fields.ok()) return fields.status();
+      std::sort(fields.value().begin(), fields.value().end());
+      std::string out;
+      for (const auto& f : fields.value()) out += f;
+      return out;
+    });
+  });
 }
 
 StatusOr<std::vector<std::vector<int64_t>>> ReadCompileOptionDevices(const std::string& compile_options) {

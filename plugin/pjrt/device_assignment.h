@@ -9,7 +9,8 @@
 // CompileOptionsProto.executable_build_options = 3;
 // ExecutableBuildOptionsProto.device_assignment = 9;
 // DeviceAssignmentProto.computation_devices = 3;
-// ComputationDevice.replica_device_ids = 1 (packed int64).
+// ComputationDevice.replica_device_ids = 1 (packed int64);
+// ExecutableBuildOptionsProto.debug_options = 3.
 #pragma once
 
 #include <cstdint>
@@ -30,6 +31,11 @@ StatusOr<std::string> RemapCompileOptionDevices(const std::string& compile_optio
 // The device assignment inside serialized compile options, as
 // [replica][computation] device ids; empty when the options carry none.
 StatusOr<std::vector<std::vector<int64_t>>> ReadCompileOptionDevices(const std::string& compile_options);
+
+// The compile options with the fields of their DebugOptions in a fixed
+// order: jaxlib serializes DebugOptions' map fields in hash order, so equal
+// options can differ byte for byte. A cache key, never sent to the engine.
+StatusOr<std::string> CanonicalCompileOptions(const std::string& compile_options);
 
 // Rewrites the ids of a serialized DeviceAssignmentProto.
 StatusOr<std::string> RemapDeviceAssignment(const std::string& device_assignment, const DeviceIdMap& map);

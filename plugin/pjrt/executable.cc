@@ -59,8 +59,10 @@ PJRT_Error* WrapInto(Client* client, PJRT_LoadedExecutable*& slot,
 // engine, then compile this process's rewritten part on the real one.
 PJRT_Error* CompileAcrossProcesses(Client* ours, PJRT_Client_Compile_Args* args, const std::string& options,
                                    const std::vector<std::vector<int64_t>>& assignment) {
+  StatusOr<std::string> key = CanonicalCompileOptions(options);
+  if (!key.ok()) return ToPjrtError(key.status());
   StatusOr<std::shared_ptr<const spmd::PartitionedProgram>> partitioned =
-      ours->multiprocess_compiler().Partition(*args->program, options, assignment);
+      ours->multiprocess_compiler().Partition(*args->program, options, key.value(), assignment);
   if (!partitioned.ok()) return ToPjrtError(partitioned.status());
   const spmd::LocalProgram& local = partitioned.value()->local;
   static constexpr char kHlo[] = "hlo";

@@ -70,10 +70,11 @@ StatusOr<EngineClient*> MultiProcessCompiler::Shadow() {
 }
 
 StatusOr<std::shared_ptr<const PartitionedProgram>> MultiProcessCompiler::Partition(
-    const PJRT_Program& program, const std::string& options, const std::vector<std::vector<int64_t>>& assignment) {
+    const PJRT_Program& program, const std::string& options, const std::string& cache_key,
+    const std::vector<std::vector<int64_t>>& assignment) {
   std::string key(program.format, program.format_size);
   key.push_back('\0');
-  key.append(options);
+  key.append(cache_key);
   key.push_back('\0');
   key.append(program.code, program.code_size);
   std::lock_guard<std::mutex> lock(mu_);

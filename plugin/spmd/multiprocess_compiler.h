@@ -52,9 +52,11 @@ class MultiProcessCompiler {
   MultiProcessCompiler(const EngineLibrary& engine, int num_devices, std::map<int64_t, int64_t> local_engine_ids)
       : engine_(engine), num_devices_(num_devices), local_engine_ids_(std::move(local_engine_ids)) {}
 
-  // `assignment` is [replica][partition] global device ids.
+  // `assignment` is [replica][partition] global device ids; `cache_key`
+  // identifies the options (equal options, equal key).
   StatusOr<std::shared_ptr<const PartitionedProgram>> Partition(const PJRT_Program& program,
                                                                 const std::string& options,
+                                                                const std::string& cache_key,
                                                                 const std::vector<std::vector<int64_t>>& assignment);
 
  private:

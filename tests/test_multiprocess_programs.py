@@ -1,0 +1,168 @@
+"""Unmodified multi-process JAX programs (jit over a global mesh, shard_map,
+pmap) on myplugin, launched with myplugin-run, against jax's own CPU backend
+running the same program in one process with 8 devices."""
+from __future__ import annotations
+
+import ast
+import os
+import re
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from proc import child_env, run_python
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PROGRAMS = os.path.join(HERE, "programs")
+EXAMPLES = os.path.join(os.path.dirname(HERE), "examples")
+LAYOUTS = [(2, 4), (4, 2)]
+
+
+def launch(n, d, program, *args, timeout=300, **env):
+  """`myplugin-run -n N --devices-per-process D -- python PROGRAM ARGS`."""
+  r = run_python(["-m", "jax_plugin.launcher", "-n", str(n), "--devices-per-process", str(d), "--",
+                  sys.executable, program, *args], child_env(**env), timeout=timeout)
+  assert r.returncode == 0, r.output
+  return r
+
+
+def on_cpu(program, *args):
+  r = run_python([program, *args], child_env(JAX_PLATFORMS="cpu", JAX_NUM_CPU_DEVICES="8"), timeout=240)
+  assert r.returncode == 0, r.output
+  return r
+
+
+def load(path):
+  return dict(np.load(path))
+
+
+@pytest.fixture(scope="module")
+def seed_reference(tmp_path_factory):
+  out = tmp_path_factory.mktemp("cpu") / "seed.npz"
+  on_cpu(os.path.join(PROGRAMS, "seed_sharded_computation.py"), str(out))
+  return load(out)
+
+
+def test_seed_pmap_four_processes_of_two_devices(tmp_path):
+  out = str(tmp_path / "pmap.{rank}.npz")
+  launch(4, 2, os.path.join(PROGRAMS, "seed_pmap.py"), out)
+  for rank in range(4):
+    got = load(out.format(rank=rank))
+    # device_count, local_device_count, process_index, process_count
+    np.testing.assert_array_equal(got["counts"], [8, 2, rank, 4])
+    np.testing.assert_array_equal(got["psum"], [8.0, 8.0])
+    assert str(got["platform"]) == "myplugin"
+
+
+@pytest.mark.parametrize("n,d", LAYOUTS)
+def test_sharded_computation_seed_across_processes(tmp_path, seed_reference, n, d):
+  """Every example of the seed on a global 8-device mesh: each process's
+  shards equal the single-process result at the same index."""
+  out = str(tmp_path / "seed.{rank}.npz")
+  r = launch(n, d, os.path.join(PROGRAMS, "seed_sharded_computation.py"), out)
+  assert "shardings match: True" in r.stdout
+  checked = set()
+  for rank in range(n):
+    got = load(out.format(rank=rank))
+    local = {rank * d + j for j in range(d)}
+    for key, value in got.items():
+      if key.endswith(".layout"):
+        name = key[:-len(".layout")]
+        if not any(k.startswith(name + ".shard.") for k in got):
+          continue  # an array of this process alone (on its first device): compared by value below
+        ref_layout = [t for t in ast.literal_eval(str(seed_reference[key])) if t[0] in local]
+        assert ast.literal_eval(str(value)) == ref_layout, key
+        continue
+      m = re.fullmatch(r"(.*)\.shard\.(\d+)", key)
+      if m:
+        name, device = m.group(1), int(m.group(2))
+        assert device in local, key
+        index = eval(str(got[f"{name}.index.{device}"]), {"slice": slice})  # e.g. (slice(0, 2, None),)
+        np.testing.assert_allclose(value, seed_reference[name][index], rtol=1e-6, atol=1e-6, err_msg=key)
+        checked.add(name)
+      elif ".index." not in key:
+        np.testing.assert_allclose(value, seed_reference[key], rtol=1e-6, atol=1e-6, err_msg=key)
+        checked.add(key)
+  # Every example was compared, sharded ones included.
+  expected = {k for k in seed_reference if not k.endswith(".layout") and k != "local_shape"}
+  assert expected <= checked, expected - checked
+  assert {"f_contract", "f_contract_2", "shard_map_psum", "layer_shard_map", "layer_auto"} <= checked
+
+
+@pytest.mark.parametrize("n,d", LAYOUTS)
+def test_shard_map_collectives_across_processes(tmp_path, n, d):
+  example = os.path.join(EXAMPLES, "shard_map_collectives.py")
+  ref_path = tmp_path / "ref.npz"
+  on_cpu(example, "--save", str(ref_path))
+  ref = load(ref_path)
+  out = str(tmp_path / "sm.{rank}.npz")
+  launch(n, d, example, "--save", out)
+  seen = set()
+  for rank in range(n):
+    got = load(out.format(rank=rank))
+    for key, value in got.items():
+      np.testing.assert_allclose(value, ref[key], rtol=1e-6, err_msg=f"rank {rank}: {key}")
+      seen.add(key.split(".")[0])
+  assert seen == {k.split(".")[0] for k in ref}
+  assert {"psum", "pmean", "pmax", "pmin", "all_gather", "psum_scatter", "ppermute", "all_to_all", "axis_index",
+          "grid_psum_a", "loop"} <= seen
+
+
+def test_data_parallel_training_matches_one_process():
+  """20 steps, batch over both processes' devices, parameters replicated."""
+  example = os.path.join(EXAMPLES, "train_mlp.py")
+  ref = [float(v) for v in re.findall(r"loss ([0-9.]+)", on_cpu(example).stdout)]
+  r = launch(2, 4, example)
+  assert len(ref) == 20
+  for rank in range(2):
+    losses = [float(v) for v in re.findall(rf"\[{rank}\] step +\d+ +loss ([0-9.]+)", r.stdout)]
+    np.testing.assert_allclose(losses, ref, rtol=1e-5, err_msg=f"rank {rank}")
+  assert ref[-1] < ref[0]
+
+
+def test_partition_step_is_cached(tmp_path):
+  """The same program compiled twice is partitioned once."""
+  prog = tmp_path / "twice.py"
+  prog.write_text(
+      "import jax, jax.numpy as jnp, numpy as np\n"
+      "from jax.sharding import Mesh, NamedSharding, PartitionSpec as P\n"
+      "mesh = Mesh(np.array(jax.devices()), ('i',))\n"
+      "x = jax.make_array_from_callback((8,), NamedSharding(mesh, P('i')), lambda i: np.arange(8.0)[i])\n"
+      "for _ in range(2):\n"
+      "  print('sum', float(jax.jit(lambda v: v.sum()).lower(x).compile()(x)))\n")
+  r = launch(2, 4, str(prog), MYPLUGIN_SPMD_LOG="1")
+  assert r.stdout.count("sum 28.0") == 4, r.output
+  for rank in range(2):
+    lines = [l for l in r.output.splitlines() if l.startswith(f"[{rank}] myplugin: multi-process compile")]
+    assert len(lines) == 2 and "partitioned for 8 devices" in lines[0] and "cache" in lines[1], r.output
+
+
+HEARTBEAT = 3
+
+
+@pytest.mark.parametrize("mode,cause", [
+    ("shapes", "collective mismatch"),
+    ("programs", "collective mismatch"),
+    ("last_batch", "did one leave its loop early?"),
+])
+def test_pitfalls_end_every_process_with_the_cause(mode, cause):
+  """The seed documents' pitfalls: an error on every process, never a hang."""
+  from job import Job
+  env = {"JAX_PLATFORMS": "myplugin", "MYPLUGIN_NUM_DEVICES": "2", "MYPLUGIN_HEARTBEAT_TIMEOUT": str(HEARTBEAT)}
+  with Job(2, [mode], program="pitfalls_worker.py", env=env) as job:
+    job.wait_event("started")
+    t0 = time.monotonic()
+    codes = job.wait(timeout=10 + HEARTBEAT + 60)
+    out = job.all_output()
+    assert codes[0] != 0 and codes[1] != 0, out
+    for rank in range(2):
+      assert cause in job.output(rank), out
+      assert job.exit_times[rank] - t0 < 10 + HEARTBEAT, out
+    errors = [job.event(r, "error") for r in range(2) if job.event(r, "error")]
+    if mode == "last_batch":
+      assert "process 1" in job.output(0), out  # the one that left
+    else:  # both raise, and each is told what the other issued
+      assert len(errors) == 2, out
+      assert all("process 0" in e["error"] and "process 1" in e["error"] for e in errors), out
