@@ -20,6 +20,10 @@ def check_joined(job, n, devices_per_process):
     assert j["local_ids"] == list(range(r * devices_per_process, (r + 1) * devices_per_process))
     assert j["platform"] == "myplugin"
     assert j["peers"] == list(range(n))
+    # Programs over every process's devices run.
+    total = n * devices_per_process
+    assert j["psum"] == [float(total)] * devices_per_process
+    assert j["jit_sum"] == float(total * (total - 1))
 
 
 @pytest.mark.parametrize("mode", ["ours", "none", "jax"])

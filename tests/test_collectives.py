@@ -58,9 +58,8 @@ def test_sigkill_during_64mb_all_reduces():
     for r in (0, 1):
       assert codes[r] != 0
       assert job.exit_times[r] - t0 < HEARTBEAT + 5, job.all_output()
-      # Every survivor says who died: as the error of the interrupted
-      # all-reduce, or (when Gloo's wait outlives the abort) in the
-      # fate-sharing line before it exits.
+      # Every survivor names who died; the interrupted all-reduce raises
+      # (a Gloo wait that outlives the abort ends in the fate-sharing exit).
       assert f"process 2 failed: lost its connection" in job.output(r), job.all_output()
       e = job.event(r, "error")
       if e:

@@ -1,5 +1,7 @@
 #include "collectives/gloo_communicator.h"
 
+#include <dlfcn.h>
+
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
 #include <gloo/alltoall.h>
@@ -170,6 +172,41 @@ Status GlooCommunicator::DoExchange(const std::vector<PeerBuffer>& sends, const 
   });
 }
 
-void GlooCommunicator::DoAbort() { context_->closeConnections(); }
+namespace {
+
+// Gloo's TCP pair can fail every pending send and receive on it
+// (tcp::Pair::signalExceptionExternal, what Gloo does itself when a wait
+// times out), but Debian's libgloo-dev ships tcp/pair.h without a header it
+// includes, so the method is found by its symbol. Itanium C++ ABI: a
+// non-virtual member function returning a class by value takes the result
+// slot first, then `this`, exactly like this free function.
+using SignalPairFn = std::exception_ptr (*)(void* pair, const std::string& message);
+
+SignalPairFn SignalPair() {
+  static SignalPairFn fn = reinterpret_cast<SignalPairFn>(dlsym(
+      RTLD_DEFAULT,
+      "_ZN4gloo9transport3tcp4Pair23signalExceptionExternalERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEE"));
+  return fn;
+}
+
+}  // namespace
+
+// Gloo's closeConnections() only sets SO_LINGER on the sockets: a wait in
+// progress stays asleep (the survivors of a dead peer then left only through
+// the fate-sharing exit). Failing every pair wakes every wait, so the call
+// returns our error, which names the failed process.
+void GlooCommunicator::DoAbort() {
+  if (SignalPairFn signal = SignalPair()) {
+    for (int i = 0; i < context_->size; ++i) {
+      if (i == context_->rank) continue;
+      try {
+        if (gloo::transport::Pair* pair = context_->getPair(i).get()) signal(pair, "myplugin aborted the collective");
+      } catch (const std::exception&) {
+        // A pair that never connected has nothing to wake.
+      }
+    }
+  }
+  context_->closeConnections();
+}
 
 }  // namespace myplugin::collectives

@@ -1,0 +1,129 @@
+"""Multi-process JAX programs: myplugin against jax's own CPU backend in
+multi-process mode over Gloo (jax.distributed.initialize +
+jax_cpu_collectives_implementation='gloo'), same processes and devices,
+jobs interleaved round by round:
+
+  - a psum over processes (shard_map over one device per process), 4 KB to
+    256 MB: bus bandwidth as nccl-tests defines it, busbw = bytes / time *
+    2 (n - 1) / n;
+  - a data-parallel training step (jit, NamedSharding): its time, and its
+    compile time (for myplugin, partition on the shadow engine + rewrite +
+    local compile).
+
+usage: python bench/multiprocess.py [--processes 2] [--rounds 3] [--max-mb 256] [--plot out.png]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from procs import free_port, kill_groups  # noqa: E402
+
+
+def run_job(backend: str, n: int, sizes: list[int], timeout=1800) -> dict:
+  port = free_port()
+  base = {k: v for k, v in os.environ.items() if not k.startswith(("MYPLUGIN_", "JAX_", "BENCH_"))}
+  envs = []
+  for r in range(n):
+    if backend == "myplugin":
+      envs.append(dict(base, JAX_PLATFORMS="myplugin", MYPLUGIN_COORDINATOR_ADDRESS=f"127.0.0.1:{port}",
+                       MYPLUGIN_NUM_PROCESSES=str(n), MYPLUGIN_PROCESS_ID=str(r), MYPLUGIN_NUM_DEVICES="1"))
+    else:
+      envs.append(dict(base, JAX_PLATFORMS="cpu", JAX_NUM_CPU_DEVICES="1", BENCH_JAX_COORDINATOR=f"127.0.0.1:{port}",
+                       BENCH_NUM_PROCESSES=str(n), BENCH_PROCESS_ID=str(r)))
+  argv = [sys.executable, os.path.join(HERE, "multiprocess_worker.py"), ",".join(map(str, sizes))]
+  procs = [subprocess.Popen(argv, env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True) for e in envs]
+  try:
+    out, err = procs[0].communicate(timeout=timeout)
+    for p in procs[1:]:
+      p.wait(timeout=120)
+    if procs[0].returncode != 0:
+      raise RuntimeError(f"{backend} job failed:\n{err[-3000:]}")
+    res = {"psum": {}}
+    for line in out.splitlines():
+      parts = line.split()
+      if line.startswith("RESULT psum"):
+        res["psum"][int(parts[2])] = (float(parts[3]), float(parts[4]))
+      elif line.startswith("RESULT compile"):
+        res["compile"] = float(parts[2])
+      elif line.startswith("RESULT step"):
+        res["step"] = (float(parts[2]), float(parts[3]))
+    return res
+  finally:
+    kill_groups(procs)
+
+
+def label(b: int) -> str:
+  return f"{b >> 20} MB" if b >= 1 << 20 else f"{b >> 10} KB"
+
+
+def main():
+  parser = argparse.ArgumentParser()
+  parser.add_argument("--processes", type=int, default=2)
+  parser.add_argument("--rounds", type=int, default=3)
+  parser.add_argument("--max-mb", type=int, default=256)
+  parser.add_argument("--plot")
+  args = parser.parse_args()
+  n = args.processes
+  sizes, s = [], 4096
+  while s <= args.max_mb << 20:
+    sizes.append(s)
+    s *= 4
+  runs = {"myplugin": [], "jax": []}
+  for _ in range(args.rounds):
+    for backend in runs:
+      runs[backend].append(run_job(backend, n, sizes))
+  factor = 2 * (n - 1) / n
+  bw = lambda b, t: b / t * factor / 1e9
+  print(f"{n} processes x 1 device, {args.rounds} rounds interleaved; best / median over rounds of each job's "
+        "best and median call")
+  print("\n| psum size | myplugin busbw GB/s | jax+Gloo busbw GB/s | speedup (best, median) |")
+  print("|---|---|---|---|")
+  curves = {"myplugin": [], "jax": []}
+  for b in sizes:
+    cells = {}
+    for backend, rs in runs.items():
+      best = min(r["psum"][b][0] for r in rs)
+      med = statistics.median(r["psum"][b][1] for r in rs)
+      cells[backend] = (best, med)
+      curves[backend].append(bw(b, best))
+    (ob, om), (jb, jm) = cells["myplugin"], cells["jax"]
+    print(f"| {label(b)} | {bw(b, ob):.3f} / {bw(b, om):.3f} ({ob * 1e6:.0f} us) | {bw(b, jb):.3f} / "
+          f"{bw(b, jm):.3f} ({jb * 1e6:.0f} us) | {jb / ob:.2f}, {jm / om:.2f} |", flush=True)
+  step = {k: (min(r["step"][0] for r in rs), statistics.median(r["step"][1] for r in rs)) for k, rs in runs.items()}
+  comp = {k: (min(r["compile"] for r in rs), statistics.median(r["compile"] for r in rs)) for k, rs in runs.items()}
+  print("\n| training step | myplugin | jax+Gloo | speedup (best, median) |")
+  print("|---|---|---|---|")
+  print(f"| step time | {step['myplugin'][0] * 1e3:.2f} / {step['myplugin'][1] * 1e3:.2f} ms | "
+        f"{step['jax'][0] * 1e3:.2f} / {step['jax'][1] * 1e3:.2f} ms | {step['jax'][0] / step['myplugin'][0]:.2f}, "
+        f"{step['jax'][1] / step['myplugin'][1]:.2f} |")
+  print(f"| compile time | {comp['myplugin'][0] * 1e3:.0f} / {comp['myplugin'][1] * 1e3:.0f} ms | "
+        f"{comp['jax'][0] * 1e3:.0f} / {comp['jax'][1] * 1e3:.0f} ms | {comp['jax'][0] / comp['myplugin'][0]:.2f}, "
+        f"{comp['jax'][1] / comp['myplugin'][1]:.2f} |")
+  if args.plot:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(7, 4))
+    mb = [b / (1 << 20) for b in sizes]
+    ax.plot(mb, curves["myplugin"], "o-", label="myplugin")
+    ax.plot(mb, curves["jax"], "s-", label="jax CPU + Gloo")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("psum size (MB)")
+    ax.set_ylabel("bus bandwidth (GB/s, best)")
+    ax.set_title(f"psum over {n} processes")
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(args.plot, dpi=110)
+    print(f"\nplot: {args.plot}")
+
+
+if __name__ == "__main__":
+  main()

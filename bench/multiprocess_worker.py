@@ -1,0 +1,80 @@
+"""One process of a bench/multiprocess.py job: a psum over processes at
+each size, then a data-parallel training step (compile time and step
+time). Runs on myplugin (MYPLUGIN_* variables set) or on jax's CPU backend
+over Gloo (BENCH_JAX_COORDINATOR set). Process 0 prints RESULT lines:
+
+  RESULT psum BYTES BEST_S MEDIAN_S
+  RESULT compile SECONDS
+  RESULT step BEST_S MEDIAN_S
+"""
+import os
+import statistics
+import sys
+import time
+
+import jax
+
+if os.environ.get("BENCH_JAX_COORDINATOR"):
+  jax.config.update("jax_cpu_collectives_implementation", "gloo")
+  jax.distributed.initialize(os.environ["BENCH_JAX_COORDINATOR"], int(os.environ["BENCH_NUM_PROCESSES"]),
+                             int(os.environ["BENCH_PROCESS_ID"]))
+
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # noqa: E402
+
+sizes = [int(s) for s in sys.argv[1].split(",")]
+me = jax.process_index()
+mesh = Mesh(np.array(jax.devices()), ("d",))
+n = len(jax.devices())
+
+
+def timed(fn, reps):
+  fn()  # warm up (and compile)
+  times = []
+  for _ in range(reps):
+    t0 = time.perf_counter()
+    fn()
+    times.append(time.perf_counter() - t0)
+  return min(times), statistics.median(times)
+
+
+psum = jax.jit(jax.shard_map(lambda v: jax.lax.psum(v, "d"), mesh=mesh, in_specs=P("d"), out_specs=P("d")))
+for nbytes in sizes:
+  count = max(nbytes // 4, 1)
+  x = jax.make_array_from_callback((n * count,), NamedSharding(mesh, P("d")),
+                                   lambda i: np.ones(count, np.float32))
+  reps = max(3, min(30, (64 << 20) // nbytes))
+  best, med = timed(lambda: psum(x).block_until_ready(), reps)
+  if me == 0:
+    print(f"RESULT psum {nbytes} {best} {med}", flush=True)
+
+# The data-parallel training step of examples/train_mlp.py, with a wider model.
+rng = np.random.default_rng(0)
+xb = rng.normal(size=(4096, 256)).astype(np.float32)
+yb = np.sin(xb[:, :1]).astype(np.float32)
+params = {"w1": (rng.normal(size=(256, 512)) / 16).astype(np.float32), "b1": np.zeros(512, np.float32),
+          "w2": (rng.normal(size=(512, 1)) / 22).astype(np.float32), "b2": np.zeros(1, np.float32)}
+params = jax.device_put(params, NamedSharding(mesh, P()))
+batch = NamedSharding(mesh, P("d"))
+xs = jax.make_array_from_callback(xb.shape, batch, lambda i: xb[i])
+ys = jax.make_array_from_callback(yb.shape, batch, lambda i: yb[i])
+
+
+def loss_fn(p, x, y):
+  h = jax.nn.gelu(x @ p["w1"] + p["b1"])
+  return jnp.mean((h @ p["w2"] + p["b2"] - y) ** 2)
+
+
+def step(p, x, y):
+  loss, grads = jax.value_and_grad(loss_fn)(p, x, y)
+  return jax.tree.map(lambda a, g: a - 0.01 * g, p, grads), loss
+
+
+t0 = time.perf_counter()
+compiled = jax.jit(step).lower(params, xs, ys).compile()
+compile_s = time.perf_counter() - t0
+best, med = timed(lambda: jax.block_until_ready(compiled(params, xs, ys)), 20)
+if me == 0:
+  print(f"RESULT compile {compile_s}", flush=True)
+  print(f"RESULT step {best} {med}", flush=True)
