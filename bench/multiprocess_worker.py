@@ -23,7 +23,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # noqa: E402
 
-sizes = [int(s) for s in sys.argv[1].split(",")]
+sizes = [int(s) for s in sys.argv[1].split(",") if s]
 me = jax.process_index()
 mesh = Mesh(np.array(jax.devices()), ("d",))
 n = len(jax.devices())
