@@ -7,6 +7,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -76,6 +77,17 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   virtual Status DoAllToAllBytes(const void* send, void* recv, size_t bytes_per_rank, uint32_t tag) = 0;
   virtual Status DoExchange(const std::vector<PeerBuffer>& sends, const std::vector<PeerBuffer>& recvs,
                             uint32_t tag) = 0;
+  // Exchanges the fixed-size `record` (into `records`, rank-major) and, in
+  // the same round trip, `bytes` of payload (into `payloads`, rank-major):
+  // the payload leaves at once but is received only after `check(records)`
+  // approved the records, so a peer whose payload differs in size is never
+  // read. When `check` fails, the backend is left aborted. Backends without
+  // it return Unimplemented, and the call takes two exchanges.
+  virtual Status DoSignedExchange(const char* record, size_t record_bytes, char* records, const void* payload,
+                                  size_t bytes, char* payloads, const std::function<Status(const char*)>& check,
+                                  uint32_t tag) {
+    return Unimplemented("no signed exchange");
+  }
   virtual void DoAbort() = 0;
 
  private:
@@ -83,8 +95,18 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   // returns its data tag on agreement. Each rank's record is the signature
   // followed by inline_bytes() of payload: a call whose data fits travels
   // with its signature (`payload`), and `records` receives every rank's.
+  // With `staged`, the call's data (`staged_bytes`) leaves with the
+  // signature and lands in `staged_out` (rank-major) once they agree.
   StatusOr<uint32_t> Begin(Signature& sig, const void* payload = nullptr, size_t payload_bytes = 0,
-                           std::vector<char>* records = nullptr);
+                           std::vector<char>* records = nullptr, const void* staged = nullptr,
+                           size_t staged_bytes = 0, char* staged_out = nullptr);
+  // Mid-size calls: signature and data in one round trip (DoSignedExchange);
+  // `payloads` receives every rank's `bytes` of data, rank-major. Falls back
+  // to two exchanges where the backend cannot.
+  Status RunSigned(Signature sig, const void* payload, size_t bytes, char* payloads);
+  // The largest call that goes through RunSigned: every rank receives every
+  // other rank's data, which beats a ring while round trips dominate.
+  size_t signed_bytes() const;
   // A call that fits: one exchange of records, then `finish(records, record_size)`.
   template <typename Finish>
   Status RunInline(Signature sig, const void* payload, size_t bytes, Finish&& finish);

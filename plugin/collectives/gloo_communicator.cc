@@ -172,6 +172,59 @@ Status GlooCommunicator::DoExchange(const std::vector<PeerBuffer>& sends, const 
   });
 }
 
+Status GlooCommunicator::DoSignedExchange(const char* record, size_t record_bytes, char* records, const void* payload,
+                                          size_t bytes, char* payloads,
+                                          const std::function<Status(const char*)>& check, uint32_t tag) {
+  // The payload's slot lies above every 32-bit tag of ours and below the
+  // prefixed slots of Gloo's own algorithms.
+  const uint64_t payload_slot = (uint64_t{1} << 32) | tag;
+  const int n = context_->size, me = context_->rank;
+  std::memcpy(records + me * record_bytes, record, record_bytes);
+  if (bytes) std::memcpy(payloads + me * bytes, payload, bytes);
+  Status check_status;
+  Status st = Guarded([&] {
+    std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> record_in, record_out, data_in, data_out;
+    for (int peer = 0; peer < n; ++peer) {
+      if (peer == me) continue;
+      record_in.push_back(context_->createUnboundBuffer(records + peer * record_bytes, record_bytes));
+      record_in.back()->recv(peer, tag);
+      record_out.push_back(context_->createUnboundBuffer(const_cast<char*>(record), record_bytes));
+      record_out.back()->send(peer, tag);
+      if (bytes) {
+        data_out.push_back(context_->createUnboundBuffer(const_cast<void*>(payload), bytes));
+        data_out.back()->send(peer, payload_slot);
+      }
+    }
+    for (auto& b : record_in) {
+      if (!b->waitRecv(Millis(timeout_s()))) throw std::runtime_error("receive aborted");
+    }
+    check_status = check(records);
+    if (!check_status.ok()) {
+      // Our payload may be on its way to a peer that will never take it.
+      DoAbort();
+      return;
+    }
+    if (bytes) {
+      for (int peer = 0; peer < n; ++peer) {
+        if (peer == me) continue;
+        data_in.push_back(context_->createUnboundBuffer(payloads + peer * bytes, bytes));
+        data_in.back()->recv(peer, payload_slot);
+      }
+    }
+    for (auto& b : record_out) {
+      if (!b->waitSend(Millis(timeout_s()))) throw std::runtime_error("send aborted");
+    }
+    for (auto& b : data_out) {
+      if (!b->waitSend(Millis(timeout_s()))) throw std::runtime_error("send aborted");
+    }
+    for (auto& b : data_in) {
+      if (!b->waitRecv(Millis(timeout_s()))) throw std::runtime_error("receive aborted");
+    }
+  });
+  if (!check_status.ok()) return check_status;
+  return st;
+}
+
 namespace {
 
 // Gloo's TCP pair can fail every pending send and receive on it
