@@ -99,8 +99,12 @@ def _initialize(coordinator_address, num_processes, process_id, local_device_ids
     local_device_ids = [local_device_ids]
   if local_device_ids is not None:
     num_devices = len(local_device_ids)
+    # On GPUs the ids are CUDA ordinals, as CUDA_VISIBLE_DEVICES counts them.
+    os.environ["MYPLUGIN_VISIBLE_DEVICES"] = ",".join(str(int(i)) for i in local_device_ids)
+  elif os.environ.get("MYPLUGIN_NUM_DEVICES"):
+    num_devices = int(os.environ["MYPLUGIN_NUM_DEVICES"])
   else:
-    num_devices = int(os.environ.get("MYPLUGIN_NUM_DEVICES", "1") or "1")
+    num_devices = _default_device_count()
   if num_devices < 1:
     raise ValueError(f"each process needs at least one device, got {num_devices}")
   # The PJRT client reads the count back from the registered topology.
@@ -248,6 +252,18 @@ def _shutdown_at_exit() -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(_myplugin.FATE_SHARING_EXIT_CODE)
+
+
+def _default_device_count() -> int:
+  """One device on the CPU engine (like jax's CPU backend); every GPU on the CUDA engine."""
+  from jax_plugin import engine_selection
+  try:
+    engine = engine_selection.select()
+  except engine_selection.EngineSelectionError:
+    return 1  # the backend reports the error when it starts
+  if engine.kind == "cuda":
+    return max(1, engine_selection.probe_gpus()[0])
+  return 1
 
 
 def process_id() -> int:

@@ -32,13 +32,14 @@ def enable_donation() -> None:
     platforms.append(PLATFORM)
 
 
-def install_lowering_rules() -> None:
+def install_lowering_rules(engine_kind: str = "cpu") -> None:
+  """jax's rules for the engine's own platform ("cpu" or "cuda") serve myplugin."""
   from jax._src.interpreters import mlir
 
   rules = getattr(mlir, "_platform_specific_lowerings", None)
   if rules is None:
     raise RuntimeError("this jax keeps no per-platform lowering rules; myplugin cannot lower for its engine")
-  for prim, rule in rules.get("cpu", {}).items():
+  for prim, rule in rules.get(engine_kind, {}).items():
     rules[PLATFORM].setdefault(prim, rule)
   _install_callback_errors(mlir)
 
@@ -62,11 +63,21 @@ def _install_callback_errors(mlir) -> None:
     mlir.register_lowering(prim, rule, platform=PLATFORM)
 
 
-def register_collective_targets() -> None:
-  """Our collectives' FFI handlers (myplugin_all_reduce, …), for compiled programs."""
+def register_collective_targets(engine_kind: str = "cpu") -> None:
+  """Our collectives' FFI handlers (myplugin_all_reduce, …), for compiled
+  programs: host memory and Gloo on the CPU engine, NCCL on the CUDA one."""
   import jax
   from jax_plugin import _myplugin
-  for name, capsule in _myplugin.ffi_targets().items():
+  targets = _myplugin.ffi_targets()
+  if engine_kind == "cuda":
+    nccl = _myplugin.nccl_ffi_targets()
+    if nccl is None:
+      raise RuntimeError("this myplugin was built without NCCL's headers, so it cannot run collectives on GPUs: "
+                         "reinstall with pip install 'myplugin[cuda12]'")
+    # The host handlers read and write host memory: none of them serves the GPU.
+    targets = {}
+    targets.update(nccl)
+  for name, capsule in targets.items():
     jax.ffi.register_ffi_target(name, capsule, platform=PLATFORM)
 
 

@@ -9,7 +9,6 @@ debug level and then call the platform unknown) and then re-raised.
 from __future__ import annotations
 
 import functools
-import importlib.util
 import logging
 import os
 
@@ -17,8 +16,6 @@ logger = logging.getLogger("jax_plugin")
 
 PLATFORM = "myplugin"
 _LIBRARY_NAME = "libmyplugin_pjrt.so"
-_ENGINE_PACKAGE = "lammps_jax_pjrt_cpu"
-_ENGINE_FILE = "pjrt_c_api_cpu_plugin.so"
 
 _c_api = None
 
@@ -29,14 +26,9 @@ def library_path() -> str:
 
 
 def engine_path() -> str | None:
-  """The XLA engine library: $MYPLUGIN_ENGINE_PATH, else the installed engine package."""
-  override = os.environ.get("MYPLUGIN_ENGINE_PATH")
-  if override:
-    return override
-  spec = importlib.util.find_spec(_ENGINE_PACKAGE)
-  if spec is None or not spec.submodule_search_locations:
-    return None
-  return os.path.join(list(spec.submodule_search_locations)[0], _ENGINE_FILE)
+  """The XLA engine library that myplugin would load here (see engine_selection)."""
+  from jax_plugin import engine_selection
+  return engine_selection.select().path
 
 
 def c_api():
@@ -62,13 +54,24 @@ def _initialize() -> None:
   lib = library_path()
   if not os.path.exists(lib):
     raise RuntimeError(f"the myplugin PJRT library is missing: {lib} (reinstall the package)")
-  engine = engine_path()
-  if engine is None:
-    logger.warning(
-        "myplugin: no XLA engine found: install %s or set MYPLUGIN_ENGINE_PATH", _ENGINE_PACKAGE.replace("_", "-"))
+  from jax_plugin import engine_selection
+  engine = engine_selection.select()
+  kind = engine.kind
+  if kind == "cuda":
+    nccl = engine_selection.package_file("nvidia.nccl", "lib/libnccl.so.2")
+    if nccl is not None:
+      os.environ.setdefault("MYPLUGIN_NCCL_LIBRARY", nccl)
+  if engine.path is None:
+    logger.warning("myplugin: no XLA engine found: install lammps-jax-pjrt-cpu or set MYPLUGIN_ENGINE")
   else:
-    # The C++ side reads the engine path from here when it first needs it.
-    os.environ.setdefault("MYPLUGIN_ENGINE_PATH", engine)
+    # The C++ side reads the engine from here when it first needs it.
+    os.environ["MYPLUGIN_ENGINE_PATH"] = engine.path
+    os.environ["MYPLUGIN_ENGINE_KIND"] = engine.kind
+    # Multi-process programs are partitioned on XLA's CPU engine, whatever runs them.
+    cpu = engine_selection.package_file(engine_selection.CPU_PACKAGE, engine_selection.CPU_FILE)
+    if cpu is not None:
+      os.environ.setdefault("MYPLUGIN_SHADOW_ENGINE_PATH", cpu)
+    logger.info("myplugin: engine %s (%s): %s", engine.kind, engine.reason, engine.path)
 
   # jax warns that every plugin outside this list is "experimental"; myplugin
   # is tested against jax's CPU backend, so it asks to be left out of that.
@@ -89,12 +92,13 @@ def _initialize() -> None:
   _install_custom_call_handler(_c_api)
   _myplugin.set_program_hooks(compile_hooks.shadow_options, compile_hooks.local_program)
   lowering.enable_donation()
-  lowering.install_lowering_rules()
-  lowering.register_collective_targets()
-  try:
-    lowering.register_lapack_targets(_c_api)
-  except Exception as e:  # the backend itself may still work; say what is lost
-    logger.warning("myplugin: jnp.linalg decompositions (LAPACK) will not run: %s", e)
+  lowering.install_lowering_rules(kind)
+  lowering.register_collective_targets(kind)
+  if kind == "cpu":
+    try:
+      lowering.register_lapack_targets(_c_api)
+    except Exception as e:  # the backend itself may still work; say what is lost
+      logger.warning("myplugin: jnp.linalg decompositions (LAPACK) will not run: %s", e)
 
 
 def _client_options() -> dict:

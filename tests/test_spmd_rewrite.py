@@ -112,13 +112,20 @@ def test_collectives_are_chained_in_program_order():
   assert "custom-call(%q, %a)" in b  # b also reads a's result: it runs after a
 
 
-def test_partition_and_replica_ids_map_every_global_device():
+def test_partition_and_replica_ids_look_up_the_local_replica():
+  """The local program's replica r runs global device local_order[r]: the
+  global program's ids come from a table indexed by the local replica id."""
   text = module("  %p = f32[] parameter(0)\n  ROOT %i = u32[] partition-id()", params="p: f32[]")
-  out = rewrite_module(text, [[5, 4, 7, 6]], 8)
+  out = rewrite_module(text, [[5, 4, 7, 6]], 8, local_order=[7, 6])
   parses(out)
-  line = next(l for l in out.splitlines() if "custom-call" in l)
-  assert 'custom_call_target="myplugin_partition_id"' in line
-  assert attr_ids(line, "ids") == [-1, -1, -1, -1, 1, 0, 3, 2]
+  lines = entry_lines(out)
+  assert any("replica-id()" in l for l in lines)
+  assert any("u32[2]{0} constant({2, 3})" in l for l in lines), out
+  assert lines[-2].startswith("ROOT %i = u32[] reshape(")
+  pmap = module("  %p = f32[] parameter(0)\n  ROOT %i = u32[] replica-id()", params="p: f32[]")
+  out = rewrite_module(pmap, [[3], [2], [1], [0]], 4, local_order=[1, 0])
+  parses(out)
+  assert any("u32[2]{0} constant({2, 3})" in l for l in entry_lines(out)), out
 
 
 @pytest.mark.parametrize("body,what", [

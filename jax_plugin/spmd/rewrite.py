@@ -49,9 +49,12 @@ def _dense(values) -> str:
 
 class _Rewriter:
 
-  def __init__(self, lines: list[str], assignment: np.ndarray, num_devices: int):
+  def __init__(self, lines: list[str], assignment: np.ndarray, num_devices: int, local_order: list[int],
+               fences: bool):
     self.assignment = assignment  # [replicas, partitions] -> global device id
     self.num_devices = num_devices
+    self.local_order = local_order  # the local program's replica r is global device local_order[r]
+    self.fences = fences
     self.computations = computations(lines)
     self.counter = 0
     self.communicates = {name: self._communicates(name, set()) for name in self.computations}
@@ -214,16 +217,25 @@ class _Rewriter:
     if op == "collective-permute":
       return [self.collective_permute(inst)]
     if op in ("partition-id", "replica-id"):
-      axis = 1 if op == "partition-id" else 0
-      ids = [-1] * self.num_devices
-      for index, device in np.ndenumerate(self.assignment):
-        ids[int(device)] = index[axis]
-      config = {"ids": _dense(ids)}
-      return [self.custom_call(inst.indent, inst.name, inst.shape, None, None, None,
-                               f"myplugin_{op.replace('-', '_')}", config, inst.root)]
+      return self.device_id(inst)
     if op in _REFUSED or (op.startswith("all-") and op not in ("all-reduce", "all-gather", "all-to-all")):
       raise UnsupportedProgram(f"the program uses {op} ({inst.name}), which myplugin cannot run across processes")
     return None
+
+  def device_id(self, inst: Instruction) -> list[str]:
+    """partition-id / replica-id of the global program: a table lookup by the
+    local program's own replica id (its replica r runs local_order[r])."""
+    axis = 1 if inst.opcode == "partition-id" else 0
+    where = {int(d): index[axis] for index, d in np.ndenumerate(self.assignment)}
+    table = [where[d] for d in self.local_order]
+    rid, values, sliced = self.fresh(inst.name), self.fresh(inst.name), self.fresh(inst.name)
+    n = len(table)
+    return [
+        f"{inst.indent}{rid} = u32[] replica-id()",
+        f"{inst.indent}{values} = u32[{n}]{{0}} constant({{{', '.join(str(v) for v in table)}}})",
+        f"{inst.indent}{sliced} = u32[1]{{0}} dynamic-slice({values}, {rid}), dynamic_slice_sizes={{1}}",
+        f"{inst.indent}{'ROOT ' if inst.root else ''}{inst.name} = {inst.shape_text} reshape({sliced})",
+    ]
 
   def collective_permute(self, inst: Instruction) -> str:
     if len(inst.operands) != 1:
@@ -248,7 +260,7 @@ class _Rewriter:
     the collectives before it (a fence on its first operand), and the ones
     after it wait for its result."""
     out: list[str] = []
-    if self.last is not None and inst.operands:
+    if self.last is not None and inst.operands and self.fences:
       first = inst.operands[0]
       shape = self.shapes.get(first)
       if isinstance(shape, ArrayShape):
@@ -320,12 +332,18 @@ def _local_header(line: str) -> str:
   return "HloModule " + ", ".join(p for p in parts if not p.startswith(drop))
 
 
-def rewrite_module(text: str, assignment, num_devices: int) -> str:
+def rewrite_module(text: str, assignment, num_devices: int, local_order=None, fences: bool = True) -> str:
   """`text` (a partitioned module) with myplugin's collectives.
 
   assignment: [replicas][partitions] global device ids, as compiled.
   num_devices: the number of global devices in the job.
+  local_order: the global devices this process runs, in the order of the
+    local program's replicas (default: all of them, in assignment order).
+  fences: order loops and branches after earlier collectives (the CPU
+    runtime runs independent work concurrently; the GPU one runs a stream in
+    order and needs none).
   """
   lines = text.splitlines()
   da = np.asarray(assignment, dtype=np.int64).reshape(len(assignment), -1)
-  return "\n".join(_Rewriter(lines, da, num_devices).run(lines)) + "\n"
+  order = [int(d) for d in da.reshape(-1)] if local_order is None else [int(d) for d in local_order]
+  return "\n".join(_Rewriter(lines, da, num_devices, order, fences).run(lines)) + "\n"

@@ -239,9 +239,17 @@ Status Communicator::AllReduce(const void* send, void* recv, size_t count, DataT
     std::vector<char> all(bytes * clique_.size());
     Status st = RunSigned({CollectiveOp::kAllReduce, reduction, type, count}, send, bytes, all.data());
     if (!st.ok()) return st;
-    // Every rank reduces in rank order: identical results everywhere.
-    std::memcpy(recv, all.data(), bytes);
-    for (size_t r = 1; r < clique_.size(); ++r) fn.value()(recv, recv, all.data() + r * bytes, count);
+    // Every rank reduces in rank order: identical results everywhere. This
+    // rank's own data is read where it is, unless the result overwrites it.
+    auto data = [&](size_t r) -> const void* {
+      return static_cast<int>(r) == rank_ && send != recv ? send : all.data() + r * bytes;
+    };
+    if (clique_.size() == 1) {
+      if (recv != send) std::memcpy(recv, send, bytes);
+      return OkStatus();
+    }
+    fn.value()(recv, data(0), data(1), count);
+    for (size_t r = 2; r < clique_.size(); ++r) fn.value()(recv, recv, data(r), count);
     return OkStatus();
   }
   return Run({CollectiveOp::kAllReduce, reduction, type, count}, count, [&](uint32_t tag) {
@@ -311,6 +319,13 @@ Status Communicator::Exchange(const std::vector<PeerBuffer>& sends, const std::v
   sig.extra = pairs_hash;
   // Every rank takes part in the signature exchange, even one that moves nothing.
   return Run(sig, sends.size() + recvs.size(), [&](uint32_t tag) { return DoExchange(sends, recvs, tag); });
+}
+
+Status Communicator::Agree(CollectiveOp op, Reduction reduction, DataType type, size_t count, uint64_t extra) {
+  std::lock_guard<std::mutex> lock(call_mu_);
+  Signature sig{op, reduction, type, count};
+  sig.extra = extra;
+  return Run(sig, 0, [](uint32_t) { return OkStatus(); });
 }
 
 Status Communicator::Barrier() {

@@ -60,6 +60,9 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   Status Exchange(const std::vector<PeerBuffer>& sends, const std::vector<PeerBuffer>& recvs, DataType type,
                   size_t count, uint64_t pairs_hash);
   Status Barrier();
+  // The signature exchange alone: the participants agree on a call whose
+  // data moves elsewhere (NCCL, on the GPUs), or fail as any call would.
+  Status Agree(CollectiveOp op, Reduction reduction, DataType type, size_t count, uint64_t extra = 0);
 
   // Ends every call in flight and every later one with `why`.
   void Abort(const Status& why);

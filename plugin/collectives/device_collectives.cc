@@ -54,6 +54,13 @@ StatusOr<std::shared_ptr<Communicator>> ProcessCommunicator(const std::vector<in
 
 }  // namespace
 
+Status DeviceCollectives::Agree(CollectiveOp op, Reduction reduction, DataType type, size_t count, uint64_t extra) {
+  if (processes_.size() <= 1) return OkStatus();
+  StatusOr<std::shared_ptr<Communicator>> comm = ProcessCommunicator(processes_, clique_);
+  if (!comm.ok()) return comm.status();
+  return comm.value()->Agree(op, reduction, type, count, extra);
+}
+
 Status DeviceCollectives::AllReduce(const DeviceBuffers& b, size_t count, DataType type, Reduction reduction) {
   MYPLUGIN_RETURN_IF_ERROR(Check(b));
   StatusOr<ReduceFunction> fn = ReduceFunctionFor(type, reduction);

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "collectives/dtype.h"
+#include "collectives/signature.h"
 #include "common/status.h"
 
 namespace myplugin::collectives {
@@ -41,6 +42,9 @@ class DeviceCollectives {
   // pairs: (source rank, target rank) in the clique; a rank with no source gets zeros.
   Status CollectivePermute(const DeviceBuffers& b, size_t count, DataType type,
                            const std::vector<std::pair<int, int>>& pairs);
+  // The processes of the clique agree that they issue this call (whose data
+  // moves elsewhere), or fail with a mismatch, a timeout or an abort.
+  Status Agree(CollectiveOp op, Reduction reduction, DataType type, size_t count, uint64_t extra = 0);
 
  private:
   Status Check(const DeviceBuffers& b) const;

@@ -6,6 +6,7 @@
 
 #include "collectives/communicator_cache.h"
 #include "collectives/device_collectives.h"
+#include "collectives/ffi_common.h"
 #include "collectives/local_rendezvous.h"
 #include "coordination/runtime.h"
 #include "xla/ffi/api/ffi.h"
@@ -14,63 +15,6 @@ namespace ffi = xla::ffi;
 
 namespace myplugin::collectives {
 namespace {
-
-StatusOr<DataType> FromFfi(ffi::DataType t) {
-  switch (t) {
-    case ffi::DataType::PRED: return DataType::kPred;
-    case ffi::DataType::S8: return DataType::kS8;
-    case ffi::DataType::S16: return DataType::kS16;
-    case ffi::DataType::S32: return DataType::kS32;
-    case ffi::DataType::S64: return DataType::kS64;
-    case ffi::DataType::U8: return DataType::kU8;
-    case ffi::DataType::U16: return DataType::kU16;
-    case ffi::DataType::U32: return DataType::kU32;
-    case ffi::DataType::U64: return DataType::kU64;
-    case ffi::DataType::F16: return DataType::kF16;
-    case ffi::DataType::BF16: return DataType::kBF16;
-    case ffi::DataType::F32: return DataType::kF32;
-    case ffi::DataType::F64: return DataType::kF64;
-    case ffi::DataType::C64: return DataType::kC64;
-    case ffi::DataType::C128: return DataType::kC128;
-    default: return Unimplemented("myplugin collectives do not support XLA element type " +
-                                  std::to_string(static_cast<int>(t)));
-  }
-}
-
-ffi::Error ToFfi(const Status& st) {
-  if (st.ok()) return ffi::Error::Success();
-  return ffi::Error(static_cast<ffi::ErrorCode>(st.code()), "myplugin: " + st.message());
-}
-
-// Where this device stands: its global id, and the job's device layout.
-struct Place {
-  int global_id;
-  int process;
-  int devices_per_process;
-};
-
-Place PlaceOf(int32_t ordinal) {
-  auto& rt = coordination::DistributedRuntime::Get();
-  if (!rt.initialized()) return {ordinal, 0, 1 << 20};  // one process: every device is local
-  int dpp = rt.processes()[rt.process_id()].num_devices;
-  return {rt.process_id() * dpp + ordinal, rt.process_id(), dpp};
-}
-
-// The group (clique) of `replica_groups` that holds `device`.
-StatusOr<std::vector<int>> GroupOf(ffi::Span<const int64_t> groups, int64_t group_size, int device) {
-  if (group_size <= 0 || groups.size() % group_size != 0) {
-    return InvalidArgument("replica_groups of " + std::to_string(groups.size()) + " ids do not split into groups of " +
-                           std::to_string(group_size));
-  }
-  for (size_t start = 0; start < groups.size(); start += group_size) {
-    for (int64_t i = 0; i < group_size; ++i) {
-      if (groups[start + i] == device) {
-        return std::vector<int>(groups.begin() + start, groups.begin() + start + group_size);
-      }
-    }
-  }
-  return InvalidArgument("device " + std::to_string(device) + " is in no replica group");
-}
 
 // Runs `op` for this device's group, meeting the group's other local devices first.
 template <typename Op>

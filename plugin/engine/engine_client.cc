@@ -20,9 +20,19 @@ PJRT_NamedValue Int64Option(const char* name, int64_t value) {
 
 StatusOr<std::unique_ptr<EngineClient>> EngineClient::Create(const EngineLibrary& engine,
                                                              const EngineClientOptions& options) {
-  std::vector<PJRT_NamedValue> create_options = {
-      Int64Option("cpu_device_count", options.num_devices),
-  };
+  std::vector<PJRT_NamedValue> create_options;
+  if (options.cpu) {
+    create_options.push_back(Int64Option("cpu_device_count", options.num_devices));
+  } else if (!options.visible_devices.empty()) {
+    PJRT_NamedValue v{};
+    v.struct_size = PJRT_NamedValue_STRUCT_SIZE;
+    v.name = "visible_devices";
+    v.name_size = std::strlen(v.name);
+    v.type = PJRT_NamedValue_kInt64List;
+    v.int64_array_value = options.visible_devices.data();
+    v.value_size = options.visible_devices.size();
+    create_options.push_back(v);
+  }
   MYPLUGIN_PJRT_ARGS(PJRT_Client_Create_Args, args);
   args.create_options = create_options.data();
   args.num_options = create_options.size();
@@ -32,7 +42,12 @@ StatusOr<std::unique_ptr<EngineClient>> EngineClient::Create(const EngineLibrary
   }
   std::unique_ptr<EngineClient> client(new EngineClient(engine, args.client));
   MYPLUGIN_RETURN_IF_ERROR(client->ReadTopology());
-  if (static_cast<int>(client->devices_.size()) != options.num_devices) {
+  if (static_cast<int>(client->devices_.size()) != options.num_devices && !(options.num_devices == 0 && !options.cpu)) {
+    if (!options.cpu) {
+      return InvalidArgument("the CUDA engine sees " + std::to_string(client->devices_.size()) +
+                             " GPUs, but this process registered " + std::to_string(options.num_devices) +
+                             " devices (set MYPLUGIN_NUM_DEVICES or local_device_ids to match)");
+    }
     return Internal("asked the XLA engine for " + std::to_string(options.num_devices) +
                     " devices and got " + std::to_string(client->devices_.size()));
   }

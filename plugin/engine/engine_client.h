@@ -13,6 +13,11 @@ namespace myplugin {
 
 struct EngineClientOptions {
   int num_devices = 1;
+  // The CPU engine makes `num_devices` devices; the CUDA engine has one per
+  // GPU it sees, restricted to `visible_devices` (CUDA ordinals) if given,
+  // and must match `num_devices` unless that is 0.
+  bool cpu = true;
+  std::vector<int64_t> visible_devices;
 };
 
 class EngineClient {

@@ -99,8 +99,24 @@ StatusOr<std::unique_ptr<Client>> Client::Create(const ClientOptions& options) {
   if (!job.ok()) return job.status();
   EngineClientOptions engine_options;
   engine_options.num_devices = job.value().processes[job.value().process_index].num_devices;
+  engine_options.cpu = CurrentEngineKind() == EngineKind::kCpu;
+  if (const char* visible = std::getenv("MYPLUGIN_VISIBLE_DEVICES")) {  // local_device_ids, on GPUs
+    std::string list(visible);
+    for (size_t start = 0; start < list.size();) {
+      size_t end = list.find(',', start);
+      if (end == std::string::npos) end = list.size();
+      if (end > start) engine_options.visible_devices.push_back(std::atoll(list.substr(start, end - start).c_str()));
+      start = end + 1;
+    }
+  }
+  // One process on GPUs, no count asked for: every GPU the engine sees.
+  const bool engine_decides = !engine_options.cpu && job.value().processes.size() == 1 && !options.num_devices_given;
+  if (engine_decides) engine_options.num_devices = 0;
   StatusOr<std::unique_ptr<EngineClient>> engine_client = EngineClient::Create(Engine(), engine_options);
   if (!engine_client.ok()) return engine_client.status();
+  if (engine_decides) {
+    job.value().processes[0].num_devices = static_cast<int>(engine_client.value()->addressable_devices().size());
+  }
   std::unique_ptr<Client> client(new Client(engine_client.take(), job.value().process_index));
   MYPLUGIN_RETURN_IF_ERROR(client->BuildDevices(job.value().processes));
   return client;
@@ -248,8 +264,8 @@ spmd::MultiProcessCompiler& Client::multiprocess_compiler() {
     for (const auto& d : devices_) {
       if (d->addressable()) local[d->id()] = d->engine_id();
     }
-    compiler_ = std::make_unique<spmd::MultiProcessCompiler>(engine_client_->engine(),
-                                                             static_cast<int>(devices_.size()), std::move(local));
+    compiler_ = std::make_unique<spmd::MultiProcessCompiler>(&ShadowEngine, static_cast<int>(devices_.size()),
+                                                             std::move(local));
   });
   return *compiler_;
 }

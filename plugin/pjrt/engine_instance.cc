@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <memory>
 #include <mutex>
+#include <string>
 
 namespace myplugin {
 namespace {
@@ -34,5 +35,35 @@ LoadedEngine& Instance() {
 Status EnsureEngineLoaded() { return Instance().status; }
 
 const EngineLibrary& Engine() { return *Instance().library; }
+
+EngineKind CurrentEngineKind() {
+  const char* kind = std::getenv("MYPLUGIN_ENGINE_KIND");
+  return kind != nullptr && std::string(kind) == "cuda" ? EngineKind::kCuda : EngineKind::kCpu;
+}
+
+StatusOr<const EngineLibrary*> ShadowEngine() {
+  if (CurrentEngineKind() == EngineKind::kCpu) {
+    MYPLUGIN_RETURN_IF_ERROR(EnsureEngineLoaded());
+    return &Engine();
+  }
+  static LoadedEngine* shadow = [] {
+    auto* e = new LoadedEngine;
+    const char* path = std::getenv("MYPLUGIN_SHADOW_ENGINE_PATH");
+    if (path == nullptr || *path == '\0') {
+      e->status = FailedPrecondition("multi-process programs on the CUDA engine are partitioned on XLA's CPU "
+                                     "engine: install lammps-jax-pjrt-cpu (or set MYPLUGIN_SHADOW_ENGINE_PATH)");
+      return e;
+    }
+    StatusOr<std::unique_ptr<EngineLibrary>> lib = EngineLibrary::Load(path);
+    if (lib.ok()) {
+      e->library = lib.take();
+    } else {
+      e->status = lib.status();
+    }
+    return e;
+  }();
+  if (!shadow->status.ok()) return shadow->status;
+  return shadow->library.get();
+}
 
 }  // namespace myplugin

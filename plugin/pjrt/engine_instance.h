@@ -16,4 +16,13 @@ Status EnsureEngineLoaded();
 // take engine objects can only be reached through objects made after that.
 const EngineLibrary& Engine();
 
+// What the engine is (MYPLUGIN_ENGINE_KIND, set by jax_plugin's engine
+// selection): it decides the client options and the FFI platform.
+enum class EngineKind { kCpu, kCuda };
+EngineKind CurrentEngineKind();
+
+// The CPU engine that partitions multi-process programs: the engine itself
+// when it is the CPU one, else MYPLUGIN_SHADOW_ENGINE_PATH, loaded once.
+StatusOr<const EngineLibrary*> ShadowEngine();
+
 }  // namespace myplugin

@@ -130,8 +130,12 @@ PJRT_Error* PjrtLoadedExecutableDestroy(PJRT_LoadedExecutable_Destroy_Args* args
 
 PJRT_Error* PjrtLoadedExecutableGetExecutable(PJRT_LoadedExecutable_GetExecutable_Args* args) {
   LoadedExecutable* ours = FromC(args->loaded_executable);
-  PJRT_LoadedExecutable* global = ours->global_program();
-  ScopedSwap<PJRT_LoadedExecutable*> exec(args->loaded_executable, global ? global : ours->engine());
+  // The whole program's executable answers jax's questions (shardings,
+  // partitions) when it comes from the engine that our table forwards to;
+  // a shadow on another engine (the CPU one under the CUDA engine) cannot.
+  const spmd::EngineExecutable* global = ours->global_program();
+  bool use_global = global != nullptr && &global->engine() == &Engine();
+  ScopedSwap<PJRT_LoadedExecutable*> exec(args->loaded_executable, use_global ? global->get() : ours->engine());
   return MYPLUGIN_CALL_ENGINE(PJRT_LoadedExecutable_GetExecutable, args);
 }
 
@@ -186,12 +190,15 @@ void DeleteRemappedAssignment(PJRT_DeviceAssignmentSerialized* p) {
 
 PJRT_Error* PjrtLoadedExecutableGetDeviceAssignment(PJRT_LoadedExecutable_GetDeviceAssignment_Args* args) {
   LoadedExecutable* exec = FromC(args->executable);
-  {
+  if (const spmd::EngineExecutable* global = exec->global_program()) {
     // The shadow engine's device ids are the global ids.
-    PJRT_LoadedExecutable* global = exec->global_program();
-    ScopedSwap<PJRT_LoadedExecutable*> engine_exec(args->executable, global ? global : exec->engine());
+    ScopedSwap<PJRT_LoadedExecutable*> engine_exec(args->executable, global->get());
+    return ToPjrtError(global->engine().Consume(
+        global->engine().api()->PJRT_LoadedExecutable_GetDeviceAssignment(args)));
+  }
+  {
+    ScopedSwap<PJRT_LoadedExecutable*> engine_exec(args->executable, exec->engine());
     if (PJRT_Error* e = MYPLUGIN_CALL_ENGINE(PJRT_LoadedExecutable_GetDeviceAssignment, args)) return e;
-    if (global) return nullptr;
   }
   Client* client = exec->client();
   if (client->ids_are_engine_ids()) return nullptr;

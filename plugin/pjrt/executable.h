@@ -30,7 +30,7 @@ class LoadedExecutable {
   Client* client() const { return client_; }
   const std::vector<PJRT_Device*>& c_addressable_devices() const { return c_addressable_devices_; }
   // The whole program as compiled on the shadow engine, or null.
-  PJRT_LoadedExecutable* global_program() const { return partitioned_ ? partitioned_->shadow->get() : nullptr; }
+  const spmd::EngineExecutable* global_program() const { return partitioned_ ? partitioned_->shadow.get() : nullptr; }
 
  private:
   LoadedExecutable(Client* client, PJRT_LoadedExecutable* engine) : client_(client), engine_(engine) {}

@@ -51,8 +51,8 @@ PJRT_Error* RegisterHandler(FfiRegisterHandlerArgs* args) {
 
 }  // namespace
 
-// The CPU engine runs custom calls on platform "Host".
-const char* EngineFfiPlatform() { return "Host"; }
+// XLA's CPU engine runs custom calls on platform "Host", its CUDA engine on "CUDA".
+const char* EngineFfiPlatform() { return CurrentEngineKind() == EngineKind::kCuda ? "CUDA" : "Host"; }
 
 PJRT_Extension_Base* OurFfiExtension() {
   static FfiExtension extension = [] {

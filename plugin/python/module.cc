@@ -20,6 +20,9 @@
 #include "collectives/communicator_cache.h"
 #include "collectives/device_collectives.h"
 #include "collectives/ffi_handlers.h"
+#ifdef MYPLUGIN_HAVE_NCCL
+#include "collectives/nccl_ffi_handlers.h"
+#endif
 #include "collectives/dtype.h"
 #include "common/status.h"
 #include "coordination/runtime.h"
@@ -219,6 +222,15 @@ void BindCollectives(nb::module_& m) {
     for (const auto& [name, handler] : coll::FfiHandlers()) out[name.c_str()] = nb::capsule(handler);
     return out;
   }, "The collectives' XLA FFI handlers, as capsules for jax.ffi.register_ffi_target.");
+  m.def("nccl_ffi_targets", []() -> std::optional<nb::dict> {
+#ifdef MYPLUGIN_HAVE_NCCL
+    nb::dict out;
+    for (const auto& [name, handler] : coll::NcclFfiHandlers()) out[name.c_str()] = nb::capsule(handler);
+    return out;
+#else
+    return std::nullopt;
+#endif
+  }, "The NCCL handlers for the CUDA engine (None when built without NCCL's headers).");
 }
 
 void BindCoordination(nb::module_& m) {

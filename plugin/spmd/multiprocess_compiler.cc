@@ -57,9 +57,12 @@ EngineExecutable::~EngineExecutable() {
 
 StatusOr<EngineClient*> MultiProcessCompiler::Shadow() {
   if (!shadow_) {
+    StatusOr<const EngineLibrary*> library = shadow_engine_();
+    if (!library.ok()) return library.status();
+    engine_ = library.value();
     EngineClientOptions options;
     options.num_devices = num_devices_;
-    StatusOr<std::unique_ptr<EngineClient>> client = EngineClient::Create(engine_, options);
+    StatusOr<std::unique_ptr<EngineClient>> client = EngineClient::Create(*engine_, options);
     if (!client.ok()) {
       return Status(client.status().code(), "cannot create the shadow engine client that partitions multi-process "
                                             "programs: " + client.status().message());
@@ -110,11 +113,11 @@ StatusOr<std::shared_ptr<const PartitionedProgram>> MultiProcessCompiler::Partit
   compile.program = &shadow_program;
   compile.compile_options = shadow_options.value().data();
   compile.compile_options_size = shadow_options.value().size();
-  Status st = engine_.Consume(engine_.api()->PJRT_Client_Compile(&compile));
+  Status st = engine_->Consume(engine_->api()->PJRT_Client_Compile(&compile));
   if (!st.ok()) return Status(st.code(), "partitioning the program for " + std::to_string(num_devices_) +
                                              " devices failed: " + st.message());
   auto result = std::make_shared<PartitionedProgram>();
-  result->shadow = std::make_unique<EngineExecutable>(engine_, compile.executable);
+  result->shadow = std::make_unique<EngineExecutable>(*engine_, compile.executable);
   double shadow_seconds = Seconds(start);
 
   LocalProgramRequest request;

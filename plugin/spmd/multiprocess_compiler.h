@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -30,6 +31,7 @@ class EngineExecutable {
  public:
   EngineExecutable(const EngineLibrary& engine, PJRT_LoadedExecutable* executable)
       : engine_(engine), executable_(executable) {}
+  const EngineLibrary& engine() const { return engine_; }
   ~EngineExecutable();
   EngineExecutable(const EngineExecutable&) = delete;
   EngineExecutable& operator=(const EngineExecutable&) = delete;
@@ -49,8 +51,13 @@ struct PartitionedProgram {
 
 class MultiProcessCompiler {
  public:
-  MultiProcessCompiler(const EngineLibrary& engine, int num_devices, std::map<int64_t, int64_t> local_engine_ids)
-      : engine_(engine), num_devices_(num_devices), local_engine_ids_(std::move(local_engine_ids)) {}
+  // `shadow_engine` gives the (CPU) engine library that partitions, loaded
+  // on first need.
+  MultiProcessCompiler(std::function<StatusOr<const EngineLibrary*>()> shadow_engine, int num_devices,
+                       std::map<int64_t, int64_t> local_engine_ids)
+      : shadow_engine_(std::move(shadow_engine)),
+        num_devices_(num_devices),
+        local_engine_ids_(std::move(local_engine_ids)) {}
 
   // `assignment` is [replica][partition] global device ids; `cache_key`
   // identifies the options (equal options, equal key).
@@ -64,7 +71,8 @@ class MultiProcessCompiler {
   StatusOr<std::shared_ptr<const PartitionedProgram>> PartitionUncached(
       const PJRT_Program& program, const std::string& options, const std::vector<std::vector<int64_t>>& assignment);
 
-  const EngineLibrary& engine_;
+  std::function<StatusOr<const EngineLibrary*>()> shadow_engine_;
+  const EngineLibrary* engine_ = nullptr;  // the shadow's, once loaded
   const int num_devices_;
   const std::map<int64_t, int64_t> local_engine_ids_;
   std::mutex mu_;  // one partition at a time: they share the shadow client and the cache

@@ -1,0 +1,273 @@
+#include "collectives/nccl_ffi_handlers.h"
+
+#include <condition_variable>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string_view>
+
+#include "collectives/communicator_cache.h"
+#include "collectives/device_collectives.h"
+#include "collectives/ffi_common.h"
+#include "collectives/local_rendezvous.h"
+#include "coordination/runtime.h"
+
+namespace ffi = xla::ffi;
+
+namespace myplugin::collectives {
+
+// ---------------------------------------------------------------------------
+// Communicators: one NCCL rank per device, per clique.
+
+BootstrapStore InProcessStore() {
+  struct Shared {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::map<std::string, std::string> values;
+  };
+  static Shared* shared = new Shared;
+  BootstrapStore store;
+  store.set = [](const std::string& key, const std::string& value) {
+    std::lock_guard<std::mutex> lock(shared->mu);
+    shared->values[key] = value;
+    shared->cv.notify_all();
+    return OkStatus();
+  };
+  store.get = [](const std::string& key, double timeout_s) -> StatusOr<std::string> {
+    std::unique_lock<std::mutex> lock(shared->mu);
+    bool found = shared->cv.wait_for(lock, std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)),
+                                     [&] { return shared->values.count(key) > 0; });
+    if (!found) return Status(Code::kDeadlineExceeded, "no value for '" + key + "'");
+    return shared->values[key];
+  };
+  return store;
+}
+
+NcclCliques::NcclCliques(NcclApi api, BootstrapStore store, double timeout_s)
+    : api_(std::move(api)), store_(std::move(store)), timeout_s_(timeout_s) {}
+
+StatusOr<NcclCommunicator*> NcclCliques::ForDevice(const std::vector<int>& clique, int device) {
+  int rank = -1;
+  for (size_t i = 0; i < clique.size(); ++i) {
+    if (clique[i] == device) rank = static_cast<int>(i);
+  }
+  if (rank < 0) return InvalidArgument("device " + std::to_string(device) + " is not in its clique");
+  std::shared_ptr<Slot> slot;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::shared_ptr<Slot>& s = slots_[{clique, device}];
+    if (!s) s = std::make_shared<Slot>();
+    slot = s;
+  }
+  // Made under the slot's lock only: every rank's creation waits for the
+  // others (ncclCommInitRank), and they come from different threads.
+  std::lock_guard<std::mutex> lock(slot->mu);
+  if (slot->comm) return slot->comm.get();
+  std::string key = "myplugin/nccl/";
+  for (int d : clique) key += std::to_string(d) + ",";
+  StatusOr<std::unique_ptr<NcclCommunicator>> made =
+      NcclCommunicator::Create(api_, rank, static_cast<int>(clique.size()), store_, key, timeout_s_);
+  if (!made.ok()) return made.status();
+  slot->comm = made.take();
+  return slot->comm.get();
+}
+
+void NcclCliques::AbortAll(const Status& why) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [key, slot] : slots_) {
+    if (slot->comm) slot->comm->Abort(why);
+  }
+}
+
+namespace {
+
+// The process's cliques: libnccl from MYPLUGIN_NCCL_LIBRARY (jax_plugin
+// points it at the nvidia-nccl-cu12 wheel), the unique ids through our
+// key-value store (or in memory for a job of one process), and every
+// communicator aborted when the coordination service reports a failure.
+StatusOr<NcclCliques*> Cliques() {
+  static std::once_flag once;
+  static NcclCliques* cliques = nullptr;
+  static Status* error = new Status();
+  std::call_once(once, [] {
+    const char* path = std::getenv("MYPLUGIN_NCCL_LIBRARY");
+    StatusOr<NcclApi> api = NcclApi::Load(path != nullptr && *path ? path : "libnccl.so.2");
+    if (!api.ok()) {
+      *error = api.status();
+      return;
+    }
+    auto& runtime = coordination::DistributedRuntime::Get();
+    BootstrapStore store = InProcessStore();
+    if (auto client = runtime.client()) {
+      store.set = [client](const std::string& k, const std::string& v) { return client->KeyValueSet(k, v); };
+      store.get = [client](const std::string& k, double t) { return client->KeyValueGet(k, t); };
+      cliques = new NcclCliques(api.take(), std::move(store), CommunicatorCache::TimeoutSeconds());
+      client->AddFailureCallback([](const Status& why) { cliques->AbortAll(why); });
+    } else {
+      cliques = new NcclCliques(api.take(), std::move(store), CommunicatorCache::TimeoutSeconds());
+    }
+  });
+  if (cliques == nullptr) return *error;
+  return cliques;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// One call: the local devices of the clique meet, the processes agree on
+// the signature (over Gloo, host side), then each device enqueues its NCCL
+// operation on its own stream.
+
+Status RunNccl(const NcclCallSite& call, const std::function<Status(NcclCommunicator&)>& enqueue,
+               NcclCliques* cliques) {
+  Place place = PlaceOf(call.ordinal);
+  DeviceCollectives dc(call.clique, place.process, place.devices_per_process);
+  const auto& local = dc.local_ranks();
+  int slot = -1;
+  for (size_t i = 0; i < local.size(); ++i) {
+    if (call.clique[local[i]] == place.global_id) slot = static_cast<int>(i);
+  }
+  if (slot < 0) return Internal("device is not in its own clique");
+  MYPLUGIN_RETURN_IF_ERROR(LocalRendezvous::Get().Join(
+      call.clique, slot, static_cast<int>(local.size()), nullptr, nullptr,
+      [&](const DeviceBuffers&) { return dc.Agree(call.op, call.reduction, call.type, call.count, call.extra); },
+      CommunicatorCache::TimeoutSeconds()));
+  if (cliques == nullptr) {
+    StatusOr<NcclCliques*> found = Cliques();
+    if (!found.ok()) return found.status();
+    cliques = found.value();
+  }
+  StatusOr<NcclCommunicator*> comm = cliques->ForDevice(call.clique, place.global_id);
+  if (!comm.ok()) return comm.status();
+  return enqueue(*comm.value());
+}
+
+namespace {
+
+template <typename Enqueue>
+ffi::Error Grouped(cudaStream_t stream, int32_t ordinal, ffi::AnyBuffer x, CollectiveOp op,
+                   std::string_view reduction, ffi::Span<const int64_t> groups, int64_t group_size, Enqueue enqueue) {
+  StatusOr<DataType> type = FromFfi(x.element_type());
+  if (!type.ok()) return ToFfi(type.status());
+  StatusOr<Reduction> red = reduction.empty() ? StatusOr<Reduction>(Reduction::kNone)
+                                              : ParseReduction(std::string(reduction));
+  if (!red.ok()) return ToFfi(red.status());
+  StatusOr<std::vector<int>> clique = GroupOf(groups, group_size, PlaceOf(ordinal).global_id);
+  if (!clique.ok()) return ToFfi(clique.status());
+  NcclCallSite call{ordinal, clique.value(), op, red.value(), type.value(), x.element_count(), 0};
+  return ToFfi(RunNccl(call, [&](NcclCommunicator& comm) {
+    return enqueue(comm, type.value(), red.value(), x.element_count(), clique.value().size());
+  }));
+}
+
+ffi::Error AllReduceImpl(cudaStream_t stream, int32_t ordinal, ffi::AnyBuffer x, ffi::RemainingArgs,
+                         ffi::Result<ffi::AnyBuffer> y, std::string_view reduction, ffi::Span<const int64_t> groups,
+                         int64_t group_size) {
+  return Grouped(stream, ordinal, x, CollectiveOp::kAllReduce, reduction, groups, group_size,
+                 [&](NcclCommunicator& c, DataType t, Reduction r, size_t n, size_t) {
+                   return c.AllReduce(x.untyped_data(), y->untyped_data(), n, t, r, stream);
+                 });
+}
+
+ffi::Error ReduceScatterImpl(cudaStream_t stream, int32_t ordinal, ffi::AnyBuffer x, ffi::RemainingArgs,
+                             ffi::Result<ffi::AnyBuffer> y, std::string_view reduction,
+                             ffi::Span<const int64_t> groups, int64_t group_size) {
+  return Grouped(stream, ordinal, x, CollectiveOp::kReduceScatter, reduction, groups, group_size,
+                 [&](NcclCommunicator& c, DataType t, Reduction r, size_t n, size_t size) {
+                   return c.ReduceScatter(x.untyped_data(), y->untyped_data(), n / size, t, r, stream);
+                 });
+}
+
+ffi::Error AllGatherImpl(cudaStream_t stream, int32_t ordinal, ffi::AnyBuffer x, ffi::RemainingArgs,
+                         ffi::Result<ffi::AnyBuffer> y, ffi::Span<const int64_t> groups, int64_t group_size) {
+  return Grouped(stream, ordinal, x, CollectiveOp::kAllGather, "", groups, group_size,
+                 [&](NcclCommunicator& c, DataType t, Reduction, size_t n, size_t) {
+                   return c.AllGather(x.untyped_data(), y->untyped_data(), n, t, stream);
+                 });
+}
+
+ffi::Error AllToAllImpl(cudaStream_t stream, int32_t ordinal, ffi::AnyBuffer x, ffi::RemainingArgs,
+                        ffi::Result<ffi::AnyBuffer> y, ffi::Span<const int64_t> groups, int64_t group_size) {
+  return Grouped(stream, ordinal, x, CollectiveOp::kAllToAll, "", groups, group_size,
+                 [&](NcclCommunicator& c, DataType t, Reduction, size_t n, size_t size) {
+                   return c.AllToAll(x.untyped_data(), y->untyped_data(), n / size, t, stream);
+                 });
+}
+
+ffi::Error CollectivePermuteImpl(cudaStream_t stream, int32_t ordinal, ffi::AnyBuffer x, ffi::RemainingArgs,
+                                 ffi::Result<ffi::AnyBuffer> y, ffi::Span<const int64_t> clique_ids,
+                                 ffi::Span<const int64_t> pairs_flat) {
+  StatusOr<DataType> type = FromFfi(x.element_type());
+  if (!type.ok()) return ToFfi(type.status());
+  if (pairs_flat.size() % 2) return ToFfi(InvalidArgument("pairs must hold (source, target) pairs"));
+  std::vector<int> clique(clique_ids.begin(), clique_ids.end());
+  const int me = PlaceOf(ordinal).global_id;
+  int my_rank = -1;
+  for (size_t i = 0; i < clique.size(); ++i) {
+    if (clique[i] == me) my_rank = static_cast<int>(i);
+  }
+  int send_to = -1, recv_from = -1;
+  std::vector<int64_t> pattern(pairs_flat.begin(), pairs_flat.end());
+  for (size_t i = 0; i < pairs_flat.size(); i += 2) {
+    if (pairs_flat[i] == my_rank) send_to = static_cast<int>(pairs_flat[i + 1]);
+    if (pairs_flat[i + 1] == my_rank) recv_from = static_cast<int>(pairs_flat[i]);
+  }
+  NcclCallSite call{ordinal, clique, CollectiveOp::kCollectivePermute, Reduction::kNone, type.value(),
+                    x.element_count(), HashInts(pattern)};
+  return ToFfi(RunNccl(call, [&](NcclCommunicator& c) {
+    return c.CollectivePermute(x.untyped_data(), y->untyped_data(), x.element_count(), type.value(), send_to,
+                               recv_from, stream);
+  }));
+}
+
+auto Reducing() {
+  return ffi::Ffi::Bind()
+      .Ctx<ffi::PlatformStream<cudaStream_t>>()
+      .Ctx<ffi::DeviceOrdinal>()
+      .Arg<ffi::AnyBuffer>()
+      .RemainingArgs()
+      .Ret<ffi::AnyBuffer>()
+      .Attr<std::string_view>("reduction")
+      .Attr<ffi::Span<const int64_t>>("replica_groups")
+      .Attr<int64_t>("group_size");
+}
+
+auto Plain() {
+  return ffi::Ffi::Bind()
+      .Ctx<ffi::PlatformStream<cudaStream_t>>()
+      .Ctx<ffi::DeviceOrdinal>()
+      .Arg<ffi::AnyBuffer>()
+      .RemainingArgs()
+      .Ret<ffi::AnyBuffer>()
+      .Attr<ffi::Span<const int64_t>>("replica_groups")
+      .Attr<int64_t>("group_size");
+}
+
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginNcclAllReduce, AllReduceImpl, Reducing());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginNcclReduceScatter, ReduceScatterImpl, Reducing());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginNcclAllGather, AllGatherImpl, Plain());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginNcclAllToAll, AllToAllImpl, Plain());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginNcclCollectivePermute, CollectivePermuteImpl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()
+                                  .Ctx<ffi::DeviceOrdinal>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .RemainingArgs()
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Attr<ffi::Span<const int64_t>>("clique")
+                                  .Attr<ffi::Span<const int64_t>>("pairs"));
+
+std::vector<std::pair<std::string, void*>> NcclFfiHandlers() {
+  return {
+      {"myplugin_all_reduce", reinterpret_cast<void*>(&MypluginNcclAllReduce)},
+      {"myplugin_reduce_scatter", reinterpret_cast<void*>(&MypluginNcclReduceScatter)},
+      {"myplugin_all_gather", reinterpret_cast<void*>(&MypluginNcclAllGather)},
+      {"myplugin_all_to_all", reinterpret_cast<void*>(&MypluginNcclAllToAll)},
+      {"myplugin_collective_permute", reinterpret_cast<void*>(&MypluginNcclCollectivePermute)},
+  };
+}
+
+}  // namespace myplugin::collectives

@@ -1,0 +1,70 @@
+// Typed XLA FFI handlers for the CUDA engine: the same targets and
+// attributes as ffi_handlers.h, with the data moved by NCCL, enqueued on the
+// handler's CUDA stream (the FFI PlatformStream), one NCCL rank per device.
+// Before a device enqueues, the clique's local devices meet and the
+// processes agree on the call's signature over the host (Gloo), so a
+// mismatch is an error on every process, never a hung kernel; a failure
+// that the coordination service reports aborts every communicator.
+//
+// Built wherever NCCL's and CUDA's headers are; never run on this
+// project's machines (no GPU): the call logic is unit-tested against a fake
+// NCCL (tests/cpp/nccl_unit_tests.cc).
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "collectives/nccl_communicator.h"
+#include "collectives/signature.h"
+
+namespace myplugin::collectives {
+
+// The communicators of the process: one per (device clique, device),
+// created on first use; the unique id of each clique goes through `store`.
+class NcclCliques {
+ public:
+  NcclCliques(NcclApi api, BootstrapStore store, double timeout_s);
+  StatusOr<NcclCommunicator*> ForDevice(const std::vector<int>& clique, int device);
+  void AbortAll(const Status& why);
+
+ private:
+  struct Slot {
+    std::mutex mu;
+    std::unique_ptr<NcclCommunicator> comm;
+  };
+  NcclApi api_;
+  BootstrapStore store_;
+  double timeout_s_;
+  std::mutex mu_;
+  std::map<std::pair<std::vector<int>, int>, std::shared_ptr<Slot>> slots_;
+};
+
+// A key-value store inside this process (a job of one process has no
+// coordination service).
+BootstrapStore InProcessStore();
+
+struct NcclCallSite {
+  int ordinal;               // the engine's device ordinal
+  std::vector<int> clique;   // global device ids, rank order
+  CollectiveOp op;
+  Reduction reduction;
+  DataType type;
+  size_t count;              // elements this device sends
+  uint64_t extra;            // the permute pattern, hashed
+};
+
+// Meets the clique's local devices, agrees on the signature across
+// processes, then `enqueue`s on this device's communicator (from `cliques`,
+// or the process's own when null).
+Status RunNccl(const NcclCallSite& call, const std::function<Status(NcclCommunicator&)>& enqueue,
+               NcclCliques* cliques = nullptr);
+
+// (target name, XLA_FFI_Handler*) of every handler.
+std::vector<std::pair<std::string, void*>> NcclFfiHandlers();
+
+}  // namespace myplugin::collectives
