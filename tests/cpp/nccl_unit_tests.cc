@@ -7,12 +7,16 @@
 bool RunNcclTests() { return false; }
 #else
 
+#include <algorithm>
 #include <cstring>
 #include <map>
+#include <mutex>
+#include <thread>
 #include <string>
 #include <vector>
 
 #include "collectives/nccl_communicator.h"
+#include "collectives/nccl_ffi_handlers.h"
 
 namespace coll = myplugin::collectives;
 
@@ -191,6 +195,69 @@ void TestLoadErrors() {
   CHECK(!not_nccl.ok() && not_nccl.status().message().find("has no ncclGetUniqueId") != std::string::npos);
 }
 
+// The handlers' call path: two devices of one process, each on its own
+// thread as XLA runs them, meet, make one NCCL rank each (the unique id
+// through the store), and enqueue on their own communicator.
+std::mutex init_mu;
+std::vector<int> init_ranks;
+ncclResult_t FakeCommInitRankLocked(ncclComm_t* comm, int nranks, ncclUniqueId, int rank) {
+  std::lock_guard<std::mutex> lock(init_mu);
+  init_ranks.push_back(rank * 10 + nranks);
+  *comm = reinterpret_cast<ncclComm_t>(static_cast<intptr_t>(0x100 + rank));
+  return ncclSuccess;
+}
+ncclResult_t FakeGetUniqueIdQuiet(ncclUniqueId* id) {
+  std::memset(id->internal, 5, NCCL_UNIQUE_ID_BYTES);
+  return ncclSuccess;
+}
+ncclResult_t FakeAbortQuiet(ncclComm_t) {
+  std::lock_guard<std::mutex> lock(init_mu);
+  init_ranks.push_back(-1);
+  return ncclSuccess;
+}
+
+void TestFfiCallPath() {
+  coll::NcclApi api = FakeApi();
+  api.CommInitRank = FakeCommInitRankLocked;
+  api.GetUniqueId = FakeGetUniqueIdQuiet;
+  api.CommAbort = FakeAbortQuiet;
+  coll::NcclCliques cliques(api, coll::InProcessStore(), 5.0);
+  std::vector<int> ranks(2, -1);
+  std::vector<myplugin::Status> results(2);
+  std::vector<std::thread> devices;
+  for (int ordinal = 0; ordinal < 2; ++ordinal) {
+    devices.emplace_back([&, ordinal] {
+      coll::NcclCallSite call{ordinal, {0, 1}, coll::CollectiveOp::kAllReduce, coll::Reduction::kSum,
+                              coll::DataType::kF32, 8, 0};
+      results[ordinal] = coll::RunNccl(call, [&](coll::NcclCommunicator& comm) {
+        ranks[ordinal] = comm.rank();
+        return myplugin::OkStatus();
+      }, &cliques);
+    });
+  }
+  for (auto& t : devices) t.join();
+  CHECK(results[0].ok() && results[1].ok());
+  CHECK(ranks[0] == 0 && ranks[1] == 1);
+  std::sort(init_ranks.begin(), init_ranks.end());
+  CHECK((init_ranks == std::vector<int>{2, 12}));  // ranks 0 and 1 of 2
+  // The second call reuses the communicators.
+  init_ranks.clear();
+  std::thread again([&] {
+    coll::NcclCallSite call{0, {0}, coll::CollectiveOp::kAllGather, coll::Reduction::kNone, coll::DataType::kS32, 4,
+                            0};
+    results[0] = coll::RunNccl(call, [](coll::NcclCommunicator&) { return myplugin::OkStatus(); }, &cliques);
+  });
+  again.join();
+  CHECK(results[0].ok() && init_ranks == std::vector<int>{1});  // a new clique {0}: rank 0 of 1
+  // A device outside its clique is an error, not a hang.
+  coll::NcclCallSite stray{1, {0}, coll::CollectiveOp::kAllReduce, coll::Reduction::kSum, coll::DataType::kF32, 1, 0};
+  CHECK(!coll::RunNccl(stray, [](coll::NcclCommunicator&) { return myplugin::OkStatus(); }, &cliques).ok());
+  // A reported failure aborts every communicator made.
+  init_ranks.clear();
+  cliques.AbortAll(myplugin::Status(myplugin::Code::kAborted, "process 1 failed"));
+  CHECK(init_ranks.size() == 3);
+}
+
 }  // namespace
 
 bool RunNcclTests() {
@@ -198,6 +265,7 @@ bool RunNcclTests() {
   TestMapping();
   TestCalls();
   TestLoadErrors();
+  TestFfiCallPath();
   return true;
 }
 

@@ -1,0 +1,77 @@
+"""Which engine myplugin loads: the rules with fakes at the driver and
+package boundaries, and on this machine (no GPU) for real."""
+import pytest
+
+from jax_plugin import engine_selection as es
+from proc import child_env, run_python
+
+CPU, CUDA = "/pkgs/cpu/engine.so", "/pkgs/cuda/xla_cuda_plugin.so"
+
+
+def find_both(package, name):
+  return {es.CPU_PACKAGE: CPU, es.CUDA_PACKAGE: CUDA}[package]
+
+
+def find_cpu_only(package, name):
+  return CPU if package == es.CPU_PACKAGE else None
+
+
+def no_gpu():
+  return 0, "no NVIDIA driver (no /proc/driver/nvidia)"
+
+
+def two_gpus():
+  return 2, "2 NVIDIA GPU(s)"
+
+
+def test_default_is_cuda_only_with_gpus_and_the_cuda_engine():
+  assert es.select({}, probe=two_gpus, find=find_both) == es.Engine("cuda", CUDA, "2 NVIDIA GPU(s)")
+  cpu = es.select({}, probe=no_gpu, find=find_both)
+  assert (cpu.kind, cpu.path) == ("cpu", CPU) and "no NVIDIA driver" in cpu.reason
+  no_package = es.select({}, probe=two_gpus, find=find_cpu_only)
+  assert (no_package.kind, no_package.path) == ("cpu", CPU) and "jax-cuda12-pjrt is not installed" in no_package.reason
+
+
+def test_explicit_choices():
+  assert es.select({"MYPLUGIN_ENGINE": "cpu"}, probe=two_gpus, find=find_both).path == CPU
+  assert es.select({"MYPLUGIN_ENGINE": "cuda"}, probe=two_gpus, find=find_both).path == CUDA
+  custom = es.select({"MYPLUGIN_ENGINE": "/opt/my_cuda_engine.so"}, probe=no_gpu, find=find_both)
+  assert (custom.kind, custom.path) == ("cuda", "/opt/my_cuda_engine.so")
+  legacy = es.select({"MYPLUGIN_ENGINE_PATH": "/opt/engine.so", "MYPLUGIN_ENGINE_KIND": "cpu"}, probe=two_gpus,
+                     find=find_both)
+  assert (legacy.kind, legacy.path) == ("cpu", "/opt/engine.so")
+
+
+def test_cuda_that_cannot_run_names_what_is_missing():
+  with pytest.raises(es.EngineSelectionError, match="no CUDA driver/GPU found: no NVIDIA driver"):
+    es.select({"MYPLUGIN_ENGINE": "cuda"}, probe=no_gpu, find=find_both)
+  with pytest.raises(es.EngineSelectionError, match=r"pip install 'myplugin\[cuda12\]'"):
+    es.select({"MYPLUGIN_ENGINE": "cuda"}, probe=two_gpus, find=find_cpu_only)
+
+
+def test_gpu_probe_never_initializes_cuda(tmp_path):
+  """The probe counts the driver's GPUs and only dlopen()s libcuda."""
+  gpus = tmp_path / "gpus"
+  assert es.probe_gpus(str(gpus), load=lambda name: None)[0] == 0  # no driver directory
+  gpus.mkdir()
+  assert es.probe_gpus(str(gpus), load=lambda name: None) == (0, "the NVIDIA driver sees no GPU")
+  (gpus / "0000:17:00.0").mkdir()
+  (gpus / "0000:65:00.0").mkdir()
+  loaded = []
+  assert es.probe_gpus(str(gpus), load=loaded.append) == (2, "2 NVIDIA GPU(s)")
+  assert loaded == ["libcuda.so.1"]
+
+  def broken(name):
+    raise OSError("libcuda.so.1: cannot open shared object file")
+  count, why = es.probe_gpus(str(gpus), load=broken)
+  assert count == 0 and "does not load" in why
+
+
+def test_this_machine_picks_the_cpu_engine_and_refuses_cuda():
+  r = run_python(["-c", "import jax; print(jax.devices()[0].platform, jax.devices()[0].device_kind)"],
+                 child_env(JAX_PLATFORMS="myplugin"), timeout=120)
+  assert r.returncode == 0 and r.stdout.startswith("myplugin"), r.output
+  r = run_python(["-c", "import jax; jax.devices()"], child_env(JAX_PLATFORMS="myplugin", MYPLUGIN_ENGINE="cuda"),
+                 timeout=120)
+  assert r.returncode != 0
+  assert "MYPLUGIN_ENGINE=cuda, but no CUDA driver/GPU found" in r.output, r.output
