@@ -33,6 +33,9 @@ def test_64_megabyte_all_reduce():
     ("mismatch_shape", "all-reduce sum f64[7]".replace("f64", "f32"), "all-reduce sum f32[8]"),
     ("mismatch_dtype", "all-reduce sum f64[8]", "all-reduce sum f32[8]"),
     ("mismatch_op", "all-gather f32[8]", "all-reduce sum f32[8]"),
+    # Sizes that take different paths still meet in the same first exchange.
+    ("mismatch_inline_vs_signed", "all-reduce sum f32[1024]", "all-reduce sum f32[65536]"),
+    ("mismatch_signed_vs_ring", "all-reduce sum f32[65536]", "all-reduce sum f32[4194304]"),
     ("mismatch_order", "all-gather s32[4]", "all-reduce sum f32[8]"),
 ])
 def test_mismatches_fail_everyone_with_both_sides_named(scenario, deviant, others):

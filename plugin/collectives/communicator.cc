@@ -87,7 +87,7 @@ void Communicator::PeerFinished(int process, double grace_s) {
 
 StatusOr<uint32_t> Communicator::Begin(Signature& sig, const void* payload, size_t payload_bytes,
                                        std::vector<char>* records, const void* staged, size_t staged_bytes,
-                                       char* staged_out) {
+                                       char* staged_out, bool copy_own) {
   sig.clique_hash = clique_hash_;
   {
     std::lock_guard<std::mutex> lock(abort_mu_);
@@ -121,7 +121,8 @@ StatusOr<uint32_t> Communicator::Begin(Signature& sig, const void* payload, size
   };
   // Every call, whatever its size, starts with the same exchange of
   // same-size records, so calls that took different paths still compare.
-  Status st = DoSignedExchange(mine.data(), record, all.data(), staged, staged_bytes, staged_out, check, tag);
+  Status st = DoSignedExchange(mine.data(), record, all.data(), staged, staged_bytes, staged_out, check, tag,
+                               copy_own);
   if (st.code() == Code::kUnimplemented) {
     st = DoAllGatherBytes(mine.data(), all.data(), record, tag);
     if (st.ok()) st = check(all.data());
@@ -147,8 +148,8 @@ size_t Communicator::signed_bytes() const {
   return clique_.size() <= 2 ? (1u << 20) : clique_.size() <= 4 ? (256u << 10) : 0;
 }
 
-Status Communicator::RunSigned(Signature sig, const void* payload, size_t bytes, char* payloads) {
-  StatusOr<uint32_t> tag = Begin(sig, nullptr, 0, nullptr, payload, bytes, payloads);
+Status Communicator::RunSigned(Signature sig, const void* payload, size_t bytes, char* payloads, bool copy_own) {
+  StatusOr<uint32_t> tag = Begin(sig, nullptr, 0, nullptr, payload, bytes, payloads, copy_own);
   std::lock_guard<std::mutex> lock(abort_mu_);
   in_flight_ = -1;
   return tag.status();
@@ -237,12 +238,13 @@ Status Communicator::AllReduce(const void* send, void* recv, size_t count, DataT
   }
   if (bytes <= signed_bytes()) {
     std::vector<char> all(bytes * clique_.size());
-    Status st = RunSigned({CollectiveOp::kAllReduce, reduction, type, count}, send, bytes, all.data());
+    // This rank's own data is read where it is, unless the result overwrites it.
+    const bool own_in_place = send != recv;
+    Status st = RunSigned({CollectiveOp::kAllReduce, reduction, type, count}, send, bytes, all.data(), !own_in_place);
     if (!st.ok()) return st;
-    // Every rank reduces in rank order: identical results everywhere. This
-    // rank's own data is read where it is, unless the result overwrites it.
+    // Every rank reduces in rank order: identical results everywhere.
     auto data = [&](size_t r) -> const void* {
-      return static_cast<int>(r) == rank_ && send != recv ? send : all.data() + r * bytes;
+      return static_cast<int>(r) == rank_ && own_in_place ? send : all.data() + r * bytes;
     };
     if (clique_.size() == 1) {
       if (recv != send) std::memcpy(recv, send, bytes);

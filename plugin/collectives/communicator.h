@@ -84,11 +84,12 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   // the same round trip, `bytes` of payload (into `payloads`, rank-major):
   // the payload leaves at once but is received only after `check(records)`
   // approved the records, so a peer whose payload differs in size is never
-  // read. When `check` fails, the backend is left aborted. Backends without
-  // it return Unimplemented, and the call takes two exchanges.
+  // read; this rank's own slot of `payloads` is filled only if `copy_own`.
+  // When `check` fails, the backend is left aborted. Backends without it
+  // return Unimplemented, and the call takes two exchanges.
   virtual Status DoSignedExchange(const char* record, size_t record_bytes, char* records, const void* payload,
                                   size_t bytes, char* payloads, const std::function<Status(const char*)>& check,
-                                  uint32_t tag) {
+                                  uint32_t tag, bool copy_own = true) {
     return Unimplemented("no signed exchange");
   }
   virtual void DoAbort() = 0;
@@ -102,11 +103,11 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   // signature and lands in `staged_out` (rank-major) once they agree.
   StatusOr<uint32_t> Begin(Signature& sig, const void* payload = nullptr, size_t payload_bytes = 0,
                            std::vector<char>* records = nullptr, const void* staged = nullptr,
-                           size_t staged_bytes = 0, char* staged_out = nullptr);
+                           size_t staged_bytes = 0, char* staged_out = nullptr, bool copy_own = true);
   // Mid-size calls: signature and data in one round trip (DoSignedExchange);
   // `payloads` receives every rank's `bytes` of data, rank-major. Falls back
   // to two exchanges where the backend cannot.
-  Status RunSigned(Signature sig, const void* payload, size_t bytes, char* payloads);
+  Status RunSigned(Signature sig, const void* payload, size_t bytes, char* payloads, bool copy_own = true);
   // The largest call that goes through RunSigned: every rank receives every
   // other rank's data, which beats a ring while round trips dominate.
   size_t signed_bytes() const;

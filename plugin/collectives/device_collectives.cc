@@ -66,6 +66,11 @@ Status DeviceCollectives::AllReduce(const DeviceBuffers& b, size_t count, DataTy
   StatusOr<ReduceFunction> fn = ReduceFunctionFor(type, reduction);
   if (!fn.ok()) return fn.status();
   const size_t bytes = count * ByteSize(type);
+  if (b.send.size() == 1 && processes_.size() > 1) {  // one device here: nothing to combine first
+    StatusOr<std::shared_ptr<Communicator>> comm = ProcessCommunicator(processes_, clique_);
+    if (!comm.ok()) return comm.status();
+    return comm.value()->AllReduce(b.send[0], b.recv[0], count, type, reduction);
+  }
   // Combine the local devices into the first output, in clique order.
   void* acc = b.recv[0];
   if (bytes) std::memmove(acc, b.send[0], bytes);

@@ -174,13 +174,14 @@ Status GlooCommunicator::DoExchange(const std::vector<PeerBuffer>& sends, const 
 
 Status GlooCommunicator::DoSignedExchange(const char* record, size_t record_bytes, char* records, const void* payload,
                                           size_t bytes, char* payloads,
-                                          const std::function<Status(const char*)>& check, uint32_t tag) {
+                                          const std::function<Status(const char*)>& check, uint32_t tag,
+                                          bool copy_own) {
   // The payload's slot lies above every 32-bit tag of ours and below the
   // prefixed slots of Gloo's own algorithms.
   const uint64_t payload_slot = (uint64_t{1} << 32) | tag;
   const int n = context_->size, me = context_->rank;
   std::memcpy(records + me * record_bytes, record, record_bytes);
-  if (bytes) std::memcpy(payloads + me * bytes, payload, bytes);
+  if (bytes && copy_own) std::memcpy(payloads + me * bytes, payload, bytes);
   Status check_status;
   Status st = Guarded([&] {
     std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> record_in, record_out, data_in, data_out;

@@ -33,7 +33,8 @@ class GlooCommunicator : public Communicator {
   Status DoExchange(const std::vector<PeerBuffer>& sends, const std::vector<PeerBuffer>& recvs,
                     uint32_t tag) override;
   Status DoSignedExchange(const char* record, size_t record_bytes, char* records, const void* payload, size_t bytes,
-                          char* payloads, const std::function<Status(const char*)>& check, uint32_t tag) override;
+                          char* payloads, const std::function<Status(const char*)>& check, uint32_t tag,
+                          bool copy_own = true) override;
   void DoAbort() override;
 
  private:

@@ -149,6 +149,10 @@ elif scenario.startswith("mismatch_"):
       C.all_reduce(np.ones(7 if deviant else 8, np.float32))
     elif scenario == "mismatch_dtype":
       C.all_reduce(np.ones(8, np.float64 if deviant else np.float32))
+    elif scenario == "mismatch_inline_vs_signed":  # 4 KB rides with the signature; 256 KB follows it
+      C.all_reduce(np.ones(1024 if deviant else 65536, np.float32))
+    elif scenario == "mismatch_signed_vs_ring":  # 256 KB follows the signature; 16 MB takes Gloo's ring
+      C.all_reduce(np.ones(65536 if deviant else 4 << 20, np.float32))
     elif scenario == "mismatch_op":
       (C.all_gather if deviant else C.all_reduce)(np.ones(8, np.float32))
     elif scenario == "mismatch_order":
