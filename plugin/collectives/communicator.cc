@@ -238,15 +238,17 @@ Status Communicator::AllReduce(const void* send, void* recv, size_t count, DataT
                      });
   }
   if (bytes <= signed_bytes()) {
-    // Not value-initialized: every byte a rank reads is received first.
-    std::unique_ptr<char[]> all(new char[bytes * clique_.size()]);
+    // Kept between calls (calls on a communicator are serialized): a fresh
+    // buffer of megabytes costs page faults on every call.
+    if (scratch_.size() < bytes * clique_.size()) scratch_.resize(bytes * clique_.size());
+    char* all = scratch_.data();
     // This rank's own data is read where it is, unless the result overwrites it.
     const bool own_in_place = send != recv;
-    Status st = RunSigned({CollectiveOp::kAllReduce, reduction, type, count}, send, bytes, all.get(), !own_in_place);
+    Status st = RunSigned({CollectiveOp::kAllReduce, reduction, type, count}, send, bytes, all, !own_in_place);
     if (!st.ok()) return st;
     // Every rank reduces in rank order: identical results everywhere.
     auto data = [&](size_t r) -> const void* {
-      return static_cast<int>(r) == rank_ && own_in_place ? send : all.get() + r * bytes;
+      return static_cast<int>(r) == rank_ && own_in_place ? send : all + r * bytes;
     };
     if (clique_.size() == 1) {
       if (recv != send) std::memcpy(recv, send, bytes);

@@ -133,6 +133,7 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   // record reaches every rank).
   const size_t inline_bytes_;
   std::mutex call_mu_;  // one collective at a time per clique, in program order
+  std::vector<char> scratch_;  // under call_mu_: the one-round-trip all-reduce's receive buffer
   uint64_t sequence_ = 0;
   std::mutex abort_mu_;
   std::optional<Status> aborted_;
