@@ -91,6 +91,23 @@ def test_sharded_computation_seed_across_processes(tmp_path, seed_reference, n, 
   assert {"f_contract", "f_contract_2", "shard_map_psum", "layer_shard_map", "layer_auto"} <= checked
 
 
+def test_rewrite_path_inside_one_process(tmp_path, seed_reference):
+  """MYPLUGIN_SPMD_REWRITE=always sends the seed's programs through the
+  partition-rewrite-compile path inside one process: same results."""
+  out = tmp_path / "seed.npz"
+  r = run_python([os.path.join(PROGRAMS, "seed_sharded_computation.py"), str(out)],
+                 child_env(JAX_PLATFORMS="myplugin", MYPLUGIN_NUM_DEVICES="8", MYPLUGIN_SPMD_REWRITE="always",
+                           MYPLUGIN_SPMD_LOG="1"), timeout=240)
+  assert r.returncode == 0, r.output
+  assert "multi-process compile: partitioned for 8 devices" in r.stderr
+  got = load(out)
+  for key, want in seed_reference.items():
+    if want.dtype.kind in "iubU":
+      np.testing.assert_array_equal(got[key], want, err_msg=key)
+    else:
+      np.testing.assert_allclose(got[key], want, rtol=1e-6, atol=1e-6, err_msg=key)
+
+
 @pytest.mark.parametrize("n,d", LAYOUTS)
 def test_shard_map_collectives_across_processes(tmp_path, n, d):
   example = os.path.join(EXAMPLES, "shard_map_collectives.py")
@@ -166,3 +183,32 @@ def test_pitfalls_end_every_process_with_the_cause(mode, cause):
     else:  # both raise, and each is told what the other issued
       assert len(errors) == 2, out
       assert all("process 0" in e["error"] and "process 1" in e["error"] for e in errors), out
+
+
+def test_unsupported_construct_is_an_unimplemented_compile_error():
+  """A construct the rewrite refuses fails the compile with UNIMPLEMENTED and
+  the rewrite's words; nothing runs. (The path is forced inside one process;
+  the refusal itself is injected, as jax lowers none of those constructs on
+  CPU: see test_spmd_rewrite for what is refused.)"""
+  code = (
+      "import jax, jax.numpy as jnp\n"
+      "from jax_plugin import _myplugin\n"
+      "from jax_plugin.spmd import compile_hooks\n"
+      "from jax_plugin.spmd.rewrite import UnsupportedProgram\n"
+      "jax.devices()\n"
+      "def refuse(*args):\n"
+      "  raise UnsupportedProgram('the program uses collective-broadcast (%cb), which myplugin cannot run')\n"
+      "_myplugin.set_program_hooks(compile_hooks.shadow_options, refuse)\n"
+      "from jax.sharding import Mesh, NamedSharding, PartitionSpec as P\n"
+      "import numpy as np\n"
+      "mesh = Mesh(np.array(jax.devices()), ('i',))\n"
+      "x = jax.device_put(jnp.arange(8.0), NamedSharding(mesh, P('i')))\n"
+      "try:\n"
+      "  jax.jit(lambda v: v.sum())(x)\n"
+      "  print('NO ERROR')\n"
+      "except Exception as e:\n"
+      "  print('ERROR', e)\n")
+  r = run_python(["-c", code], child_env(JAX_PLATFORMS="myplugin", MYPLUGIN_NUM_DEVICES="8",
+                                         MYPLUGIN_SPMD_REWRITE="always"), timeout=120)
+  assert r.returncode == 0, r.output
+  assert "ERROR UNIMPLEMENTED" in r.stdout and "collective-broadcast (%cb)" in r.stdout, r.output
