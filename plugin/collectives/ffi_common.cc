@@ -1,5 +1,7 @@
 #include "collectives/ffi_common.h"
 
+#include <map>
+#include <mutex>
 #include <string>
 
 #include "coordination/runtime.h"
@@ -33,11 +35,31 @@ xla::ffi::Error ToFfi(const Status& st) {
   return xla::ffi::Error(static_cast<xla::ffi::ErrorCode>(st.code()), "myplugin: " + st.message());
 }
 
+namespace {
+std::mutex ids_mu;
+std::map<int, int>& LocalIds() {
+  static auto* ids = new std::map<int, int>;
+  return *ids;
+}
+}  // namespace
+
+void SetLocalDeviceIds(const std::vector<std::pair<int, int>>& ordinal_to_global) {
+  std::lock_guard<std::mutex> lock(ids_mu);
+  LocalIds().clear();
+  for (const auto& [ordinal, global] : ordinal_to_global) LocalIds()[ordinal] = global;
+}
+
 Place PlaceOf(int32_t ordinal) {
   auto& rt = coordination::DistributedRuntime::Get();
-  if (!rt.initialized()) return {ordinal, 0, 1 << 20};  // one process: every device is local
+  int global = -1;
+  {
+    std::lock_guard<std::mutex> lock(ids_mu);
+    auto it = LocalIds().find(ordinal);
+    if (it != LocalIds().end()) global = it->second;
+  }
+  if (!rt.initialized()) return {global >= 0 ? global : ordinal, 0, 1 << 20};  // one process: all local
   int dpp = rt.processes()[rt.process_id()].num_devices;
-  return {rt.process_id() * dpp + ordinal, rt.process_id(), dpp};
+  return {global >= 0 ? global : rt.process_id() * dpp + ordinal, rt.process_id(), dpp};
 }
 
 StatusOr<std::vector<int>> GroupOf(xla::ffi::Span<const int64_t> groups, int64_t group_size, int device) {

@@ -3,8 +3,10 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
+#include "collectives/device_ids.h"
 #include "collectives/dtype.h"
 #include "common/status.h"
 #include "xla/ffi/api/ffi.h"

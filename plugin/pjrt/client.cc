@@ -6,6 +6,7 @@
 #include <shared_mutex>
 #include <unordered_map>
 
+#include "collectives/device_ids.h"
 #include "coordination/runtime.h"
 #include "pjrt/engine_instance.h"
 #include "pjrt/error.h"
@@ -141,6 +142,13 @@ Status Client::BuildDevices(const std::vector<coordination::ProcessInfo>& proces
                       engine.platform_name() + "' " + engine.platform_version() + " (PJRT C API " +
                       Engine().ApiVersionString() + ")";
   topology_ = std::make_unique<Topology>(kPlatformName, platform_version_, std::move(descriptions));
+
+  // Our collectives' handlers learn a device's global id from its ordinal.
+  std::vector<std::pair<int, int>> ordinals;
+  for (const auto& d : devices_) {
+    if (d->addressable()) ordinals.emplace_back(d->local_hardware_id(), d->id());
+  }
+  collectives::SetLocalDeviceIds(ordinals);
 
   EngineObjectMap& m = ObjectMap();
   std::unique_lock<std::shared_mutex> lock(m.mu);
