@@ -31,6 +31,10 @@ def shadow_options(options: bytes, dump_dir: str) -> bytes:
                if not k.startswith("xla_dump")]
   overrides += [("xla_dump_to", dump_dir), ("xla_dump_hlo_pass_re", _PASS), ("xla_dump_hlo_as_text", True),
                 ("xla_dump_hlo_module_re", ".*")]
+  # The shadow's machine code never runs: LLVM need not optimize it (a
+  # quarter of the partition step's time). The HLO, shardings included, is
+  # what it would be anyway.
+  overrides += [("xla_backend_optimization_level", 0)]
   opts.env_option_overrides = overrides
   return opts.SerializeAsString()
 
