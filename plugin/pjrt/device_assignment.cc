@@ -38,41 +38,58 @@ void WriteVarint(std::string* out, uint64_t v) {
   out->push_back(static_cast<char>(v));
 }
 
+// One field of a serialized message: bytes [start, end) hold it whole, and
+// [value_start, end) its value (for a length-delimited field, its payload).
+struct Field {
+  uint64_t key;
+  int number;
+  int wire;
+  size_t start, value_start, end;
+};
+
+// Reads the field at `*pos` and moves past it.
+StatusOr<Field> NextField(const std::string& m, size_t* pos) {
+  Field f{};
+  f.start = *pos;
+  if (!ReadVarint(m, pos, &f.key)) return Malformed("bad field key");
+  f.wire = static_cast<int>(f.key & 7);
+  f.number = static_cast<int>(f.key >> 3);
+  f.value_start = *pos;
+  uint64_t v;
+  if (f.wire == kVarint) {
+    if (!ReadVarint(m, pos, &v)) return Malformed("bad varint");
+  } else if (f.wire == kLengthDelimited) {
+    if (!ReadVarint(m, pos, &v) || v > m.size() - *pos) return Malformed("bad length");
+    f.value_start = *pos;
+    *pos += v;
+  } else if (f.wire == kFixed64 || f.wire == kFixed32) {
+    *pos += f.wire == kFixed64 ? 8 : 4;
+    if (*pos > m.size()) return Malformed("truncated fixed field");
+  } else {
+    return Malformed("unsupported wire type");
+  }
+  f.end = *pos;
+  return f;
+}
+
 // Copies `message`, passing the payload of length-delimited field `field`
 // through `rewrite` (for repeated fields, each occurrence).
 StatusOr<std::string> RewriteField(const std::string& message, int field,
                                    const std::function<StatusOr<std::string>(const std::string&)>& rewrite) {
   std::string out;
-  size_t pos = 0;
-  while (pos < message.size()) {
-    size_t start = pos;
-    uint64_t key;
-    if (!ReadVarint(message, &pos, &key)) return Malformed("bad field key");
-    int wire = static_cast<int>(key & 7);
-    int number = static_cast<int>(key >> 3);
-    if (wire == kVarint) {
-      uint64_t ignored;
-      if (!ReadVarint(message, &pos, &ignored)) return Malformed("bad varint");
-    } else if (wire == kFixed64 || wire == kFixed32) {
-      pos += wire == kFixed64 ? 8 : 4;
-      if (pos > message.size()) return Malformed("truncated fixed field");
-    } else if (wire == kLengthDelimited) {
-      uint64_t len;
-      if (!ReadVarint(message, &pos, &len) || len > message.size() - pos) return Malformed("bad length");
-      if (number == field) {
-        StatusOr<std::string> inner = rewrite(message.substr(pos, len));
-        if (!inner.ok()) return inner.status();
-        WriteVarint(&out, key);
-        WriteVarint(&out, inner.value().size());
-        out += inner.value();
-        pos += len;
-        continue;
-      }
-      pos += len;
+  for (size_t pos = 0; pos < message.size();) {
+    StatusOr<Field> f = NextField(message, &pos);
+    if (!f.ok()) return f.status();
+    const Field& fd = f.value();
+    if (fd.wire == kLengthDelimited && fd.number == field) {
+      StatusOr<std::string> inner = rewrite(message.substr(fd.value_start, fd.end - fd.value_start));
+      if (!inner.ok()) return inner.status();
+      WriteVarint(&out, fd.key);
+      WriteVarint(&out, inner.value().size());
+      out += inner.value();
     } else {
-      return Malformed("unsupported wire type");
+      out.append(message, fd.start, fd.end - fd.start);
     }
-    out.append(message, start, pos - start);
   }
   return out;
 }
@@ -80,25 +97,10 @@ StatusOr<std::string> RewriteField(const std::string& message, int field,
 // The encoded fields of `message`, each with its key, in wire order.
 StatusOr<std::vector<std::string>> SplitFields(const std::string& message) {
   std::vector<std::string> fields;
-  size_t pos = 0;
-  while (pos < message.size()) {
-    size_t start = pos;
-    uint64_t key;
-    if (!ReadVarint(message, &pos, &key)) return Malformed("bad field key");
-    int wire = static_cast<int>(key & 7);
-    uint64_t v;
-    if (wire == kVarint) {
-      if (!ReadVarint(message, &pos, &v)) return Malformed("bad varint");
-    } else if (wire == kLengthDelimited) {
-      if (!ReadVarint(message, &pos, &v) || v > message.size() - pos) return Malformed("bad length");
-      pos += v;
-    } else if (wire == kFixed64 || wire == kFixed32) {
-      pos += wire == kFixed64 ? 8 : 4;
-      if (pos > message.size()) return Malformed("truncated fixed field");
-    } else {
-      return Malformed("unsupported wire type");
-    }
-    fields.push_back(message.substr(start, pos - start));
+  for (size_t pos = 0; pos < message.size();) {
+    StatusOr<Field> f = NextField(message, &pos);
+    if (!f.ok()) return f.status();
+    fields.push_back(message.substr(f.value().start, f.value().end - f.value().start));
   }
   return fields;
 }
@@ -106,54 +108,29 @@ StatusOr<std::vector<std::string>> SplitFields(const std::string& message) {
 StatusOr<std::string> RemapComputationDevice(const std::string& computation, const DeviceIdMap& map) {
   // replica_device_ids: packed (the proto3 default) or one varint each.
   std::string out;
-  size_t pos = 0;
-  while (pos < computation.size()) {
-    size_t start = pos;
-    uint64_t key;
-    if (!ReadVarint(computation, &pos, &key)) return Malformed("bad field key");
-    int wire = static_cast<int>(key & 7);
-    int number = static_cast<int>(key >> 3);
-    if (number == kReplicaDeviceIds && (wire == kLengthDelimited || wire == kVarint)) {
-      std::vector<uint64_t> ids;
-      if (wire == kVarint) {
-        uint64_t v;
-        if (!ReadVarint(computation, &pos, &v)) return Malformed("bad id");
-        ids.push_back(v);
-      } else {
-        uint64_t len;
-        if (!ReadVarint(computation, &pos, &len) || len > computation.size() - pos) return Malformed("bad length");
-        size_t end = pos + len;
-        while (pos < end) {
-          uint64_t v;
-          if (!ReadVarint(computation, &pos, &v)) return Malformed("bad packed id");
-          ids.push_back(v);
-        }
-      }
-      std::string packed;
-      for (uint64_t id : ids) {
-        StatusOr<int64_t> mapped = map(static_cast<int64_t>(id));
-        if (!mapped.ok()) return mapped.status();
-        WriteVarint(&packed, static_cast<uint64_t>(mapped.value()));
-      }
-      WriteVarint(&out, (static_cast<uint64_t>(kReplicaDeviceIds) << 3) | kLengthDelimited);
-      WriteVarint(&out, packed.size());
-      out += packed;
+  for (size_t pos = 0; pos < computation.size();) {
+    StatusOr<Field> f = NextField(computation, &pos);
+    if (!f.ok()) return f.status();
+    const Field& fd = f.value();
+    if (fd.number != kReplicaDeviceIds || (fd.wire != kLengthDelimited && fd.wire != kVarint)) {
+      out.append(computation, fd.start, fd.end - fd.start);  // any other field: copied whole
       continue;
     }
-    // Any other field: copy it whole.
-    if (wire == kVarint) {
-      uint64_t ignored;
-      if (!ReadVarint(computation, &pos, &ignored)) return Malformed("bad varint");
-    } else if (wire == kLengthDelimited) {
-      uint64_t len;
-      if (!ReadVarint(computation, &pos, &len) || len > computation.size() - pos) return Malformed("bad length");
-      pos += len;
-    } else if (wire == kFixed64 || wire == kFixed32) {
-      pos += wire == kFixed64 ? 8 : 4;
-    } else {
-      return Malformed("unsupported wire type");
+    std::vector<uint64_t> ids;
+    for (size_t at = fd.value_start; at < fd.end;) {
+      uint64_t v;
+      if (!ReadVarint(computation, &at, &v) || at > fd.end) return Malformed("bad packed id");
+      ids.push_back(v);
     }
-    out.append(computation, start, pos - start);
+    std::string packed;
+    for (uint64_t id : ids) {
+      StatusOr<int64_t> mapped = map(static_cast<int64_t>(id));
+      if (!mapped.ok()) return mapped.status();
+      WriteVarint(&packed, static_cast<uint64_t>(mapped.value()));
+    }
+    WriteVarint(&out, (static_cast<uint64_t>(kReplicaDeviceIds) << 3) | kLengthDelimited);
+    WriteVarint(&out, packed.size());
+    out += packed;
   }
   return out;
 }
