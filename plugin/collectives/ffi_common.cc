@@ -4,6 +4,8 @@
 #include <mutex>
 #include <string>
 
+#include "collectives/communicator_cache.h"
+#include "collectives/local_rendezvous.h"
 #include "coordination/runtime.h"
 
 namespace myplugin::collectives {
@@ -75,6 +77,33 @@ StatusOr<std::vector<int>> GroupOf(xla::ffi::Span<const int64_t> groups, int64_t
     }
   }
   return InvalidArgument("device " + std::to_string(device) + " is in no replica group");
+}
+
+StatusOr<GroupedCall> DecodeGrouped(int32_t ordinal, xla::ffi::DataType type, std::string_view reduction,
+                                    xla::ffi::Span<const int64_t> groups, int64_t group_size) {
+  StatusOr<DataType> t = FromFfi(type);
+  if (!t.ok()) return t.status();
+  StatusOr<Reduction> r = reduction.empty() ? StatusOr<Reduction>(Reduction::kNone)
+                                            : ParseReduction(std::string(reduction));
+  if (!r.ok()) return r.status();
+  StatusOr<std::vector<int>> clique = GroupOf(groups, group_size, PlaceOf(ordinal).global_id);
+  if (!clique.ok()) return clique.status();
+  return GroupedCall{t.value(), r.value(), clique.take()};
+}
+
+Status MeetLocalDevices(int32_t ordinal, const std::vector<int>& clique, const void* send, void* recv,
+                        const std::function<Status(DeviceCollectives&, const DeviceBuffers&)>& op) {
+  Place place = PlaceOf(ordinal);
+  DeviceCollectives dc(clique, place.process, place.devices_per_process);
+  const auto& local = dc.local_ranks();
+  int slot = -1;
+  for (size_t i = 0; i < local.size(); ++i) {
+    if (clique[local[i]] == place.global_id) slot = static_cast<int>(i);
+  }
+  if (slot < 0) return Internal("device is not in its own clique");
+  return LocalRendezvous::Get().Join(
+      clique, slot, static_cast<int>(local.size()), send, recv, [&](const DeviceBuffers& b) { return op(dc, b); },
+      CommunicatorCache::TimeoutSeconds());
 }
 
 }  // namespace myplugin::collectives

@@ -3,10 +3,13 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <string_view>
 #include <utility>
 #include <vector>
 
 #include "collectives/device_ids.h"
+#include "collectives/device_collectives.h"
 #include "collectives/dtype.h"
 #include "common/status.h"
 #include "xla/ffi/api/ffi.h"
@@ -26,5 +29,20 @@ Place PlaceOf(int32_t ordinal);
 
 // The group (clique) of `replica_groups` that holds `device`.
 StatusOr<std::vector<int>> GroupOf(xla::ffi::Span<const int64_t> groups, int64_t group_size, int device);
+
+// A call on replica groups, decoded: element type, reduction (kNone when
+// `reduction` is empty) and the group of device `ordinal`.
+struct GroupedCall {
+  DataType type;
+  Reduction reduction;
+  std::vector<int> clique;
+};
+StatusOr<GroupedCall> DecodeGrouped(int32_t ordinal, xla::ffi::DataType type, std::string_view reduction,
+                                    xla::ffi::Span<const int64_t> groups, int64_t group_size);
+
+// Device `ordinal` meets the other local devices of `clique`; the last to
+// arrive runs `op` for all of them, and each gets its status.
+Status MeetLocalDevices(int32_t ordinal, const std::vector<int>& clique, const void* send, void* recv,
+                        const std::function<Status(DeviceCollectives&, const DeviceBuffers&)>& op);
 
 }  // namespace myplugin::collectives

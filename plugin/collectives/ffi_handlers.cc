@@ -1,14 +1,10 @@
 #include "collectives/ffi_handlers.h"
 
-#include <algorithm>
 #include <cstring>
 #include <string_view>
 
-#include "collectives/communicator_cache.h"
 #include "collectives/device_collectives.h"
 #include "collectives/ffi_common.h"
-#include "collectives/local_rendezvous.h"
-#include "coordination/runtime.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace ffi = xla::ffi;
@@ -16,40 +12,20 @@ namespace ffi = xla::ffi;
 namespace myplugin::collectives {
 namespace {
 
-// Runs `op` for this device's group, meeting the group's other local devices first.
-template <typename Op>
-ffi::Error RunForDevice(int32_t ordinal, const std::vector<int>& clique, const void* send, void* recv, Op&& op) {
-  Place place = PlaceOf(ordinal);
-  DeviceCollectives dc(clique, place.process, place.devices_per_process);
-  const auto& local = dc.local_ranks();
-  int slot = -1;
-  for (size_t i = 0; i < local.size(); ++i) {
-    if (clique[local[i]] == place.global_id) slot = static_cast<int>(i);
-  }
-  if (slot < 0) return ToFfi(Internal("device is not in its own clique"));
-  return ToFfi(LocalRendezvous::Get().Join(
-      clique, slot, static_cast<int>(local.size()), send, recv,
-      [&](const DeviceBuffers& b) { return op(dc, b); }, CommunicatorCache::TimeoutSeconds()));
-}
-
 // The shared body of the handlers that work on replica groups: decode the
 // element type (and reduction), find this device's group, meet the group's
 // other local devices, and run `op(dc, buffers, count, type, reduction)`.
 template <typename Op>
 ffi::Error Grouped(int32_t ordinal, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y, std::string_view reduction,
                    ffi::Span<const int64_t> replica_groups, int64_t group_size, Op op) {
-  StatusOr<DataType> type = FromFfi(x.element_type());
-  if (!type.ok()) return ToFfi(type.status());
-  StatusOr<Reduction> red = reduction.empty() ? StatusOr<Reduction>(Reduction::kNone)
-                                              : ParseReduction(std::string(reduction));
-  if (!red.ok()) return ToFfi(red.status());
-  StatusOr<std::vector<int>> clique = GroupOf(replica_groups, group_size, PlaceOf(ordinal).global_id);
-  if (!clique.ok()) return ToFfi(clique.status());
+  StatusOr<GroupedCall> call = DecodeGrouped(ordinal, x.element_type(), reduction, replica_groups, group_size);
+  if (!call.ok()) return ToFfi(call.status());
   const size_t count = x.element_count();
-  return RunForDevice(ordinal, clique.value(), x.untyped_data(), y->untyped_data(),
-                      [&](DeviceCollectives& dc, const DeviceBuffers& b) {
-                        return op(dc, b, count, type.value(), red.value());
-                      });
+  const GroupedCall& c = call.value();
+  return ToFfi(MeetLocalDevices(ordinal, c.clique, x.untyped_data(), y->untyped_data(),
+                                [&](DeviceCollectives& dc, const DeviceBuffers& b) {
+                                  return op(dc, b, count, c.type, c.reduction);
+                                }));
 }
 
 ffi::Error AllReduceImpl(int32_t ordinal, ffi::AnyBuffer x, ffi::RemainingArgs, ffi::Result<ffi::AnyBuffer> y, std::string_view reduction,
@@ -93,10 +69,10 @@ ffi::Error CollectivePermuteImpl(int32_t ordinal, ffi::AnyBuffer x, ffi::Remaini
   std::vector<std::pair<int, int>> pairs;
   for (size_t i = 0; i < pairs_flat.size(); i += 2) pairs.emplace_back(pairs_flat[i], pairs_flat[i + 1]);
   const size_t count = x.element_count();
-  return RunForDevice(ordinal, clique, x.untyped_data(), y->untyped_data(),
-                      [&](DeviceCollectives& dc, const DeviceBuffers& b) {
-                        return dc.CollectivePermute(b, count, type.value(), pairs);
-                      });
+  return ToFfi(MeetLocalDevices(ordinal, clique, x.untyped_data(), y->untyped_data(),
+                                [&](DeviceCollectives& dc, const DeviceBuffers& b) {
+                                  return dc.CollectivePermute(b, count, type.value(), pairs);
+                                }));
 }
 
 ffi::Error DeviceIdImpl(int32_t ordinal, ffi::Result<ffi::AnyBuffer> out, ffi::Span<const int64_t> ids) {

@@ -10,7 +10,6 @@
 #include "collectives/communicator_cache.h"
 #include "collectives/device_collectives.h"
 #include "collectives/ffi_common.h"
-#include "collectives/local_rendezvous.h"
 #include "coordination/runtime.h"
 
 namespace ffi = xla::ffi;
@@ -121,24 +120,17 @@ StatusOr<NcclCliques*> Cliques() {
 
 Status RunNccl(const NcclCallSite& call, const std::function<Status(NcclCommunicator&)>& enqueue,
                NcclCliques* cliques) {
-  Place place = PlaceOf(call.ordinal);
-  DeviceCollectives dc(call.clique, place.process, place.devices_per_process);
-  const auto& local = dc.local_ranks();
-  int slot = -1;
-  for (size_t i = 0; i < local.size(); ++i) {
-    if (call.clique[local[i]] == place.global_id) slot = static_cast<int>(i);
-  }
-  if (slot < 0) return Internal("device is not in its own clique");
-  MYPLUGIN_RETURN_IF_ERROR(LocalRendezvous::Get().Join(
-      call.clique, slot, static_cast<int>(local.size()), nullptr, nullptr,
-      [&](const DeviceBuffers&) { return dc.Agree(call.op, call.reduction, call.type, call.count, call.extra); },
-      CommunicatorCache::TimeoutSeconds()));
+  MYPLUGIN_RETURN_IF_ERROR(MeetLocalDevices(call.ordinal, call.clique, nullptr, nullptr,
+                                            [&](DeviceCollectives& dc, const DeviceBuffers&) {
+                                              return dc.Agree(call.op, call.reduction, call.type, call.count,
+                                                              call.extra);
+                                            }));
   if (cliques == nullptr) {
     StatusOr<NcclCliques*> found = Cliques();
     if (!found.ok()) return found.status();
     cliques = found.value();
   }
-  StatusOr<NcclCommunicator*> comm = cliques->ForDevice(call.clique, place.global_id);
+  StatusOr<NcclCommunicator*> comm = cliques->ForDevice(call.clique, PlaceOf(call.ordinal).global_id);
   if (!comm.ok()) return comm.status();
   return enqueue(*comm.value());
 }
@@ -148,16 +140,12 @@ namespace {
 template <typename Enqueue>
 ffi::Error Grouped(cudaStream_t stream, int32_t ordinal, ffi::AnyBuffer x, CollectiveOp op,
                    std::string_view reduction, ffi::Span<const int64_t> groups, int64_t group_size, Enqueue enqueue) {
-  StatusOr<DataType> type = FromFfi(x.element_type());
-  if (!type.ok()) return ToFfi(type.status());
-  StatusOr<Reduction> red = reduction.empty() ? StatusOr<Reduction>(Reduction::kNone)
-                                              : ParseReduction(std::string(reduction));
-  if (!red.ok()) return ToFfi(red.status());
-  StatusOr<std::vector<int>> clique = GroupOf(groups, group_size, PlaceOf(ordinal).global_id);
-  if (!clique.ok()) return ToFfi(clique.status());
-  NcclCallSite call{ordinal, clique.value(), op, red.value(), type.value(), x.element_count(), 0};
+  StatusOr<GroupedCall> decoded = DecodeGrouped(ordinal, x.element_type(), reduction, groups, group_size);
+  if (!decoded.ok()) return ToFfi(decoded.status());
+  const GroupedCall& c = decoded.value();
+  NcclCallSite call{ordinal, c.clique, op, c.reduction, c.type, x.element_count(), 0};
   return ToFfi(RunNccl(call, [&](NcclCommunicator& comm) {
-    return enqueue(comm, type.value(), red.value(), x.element_count(), clique.value().size());
+    return enqueue(comm, c.type, c.reduction, x.element_count(), c.clique.size());
   }));
 }
 
