@@ -27,11 +27,10 @@ class HloTextError(ValueError):
   pass
 
 
-def matching(text: str, start: int) -> int:
-  """Index just past the bracket that closes the one at `start`."""
-  depth = 0
-  quoted = False
-  i = start
+def _outside_strings(text: str, start: int = 0):
+  """(index, character, bracket depth after it) of every character of
+  `text` from `start` that is not inside a string literal."""
+  depth, quoted, i = 0, False, start
   while i < len(text):
     c = text[i]
     if quoted:
@@ -41,37 +40,28 @@ def matching(text: str, start: int) -> int:
         quoted = False
     elif c == '"':
       quoted = True
-    elif c in OPENERS:
-      depth += 1
-    elif c in CLOSERS:
-      depth -= 1
-      if depth == 0:
-        return i + 1
+    else:
+      depth += 1 if c in OPENERS else -1 if c in CLOSERS else 0
+      yield i, c, depth
     i += 1
+
+
+def matching(text: str, start: int) -> int:
+  """Index just past the bracket that closes the one at `start`."""
+  for i, c, depth in _outside_strings(text, start):
+    if c in CLOSERS and depth == 0:
+      return i + 1
   raise HloTextError(f"unbalanced brackets in: {text[:200]}")
 
 
 def split_top_level(text: str, sep: str = ",") -> list[str]:
   """Splits at `sep` outside brackets and strings."""
-  parts, depth, quoted, start, i = [], 0, False, 0, 0
-  while i < len(text):
-    c = text[i]
-    if quoted:
-      if c == "\\":
-        i += 1
-      elif c == '"':
-        quoted = False
-    elif c == '"':
-      quoted = True
-    elif c in OPENERS:
-      depth += 1
-    elif c in CLOSERS:
-      depth -= 1
-    elif c == sep and depth == 0:
-      parts.append(text[start:i].strip())
-      start = i + 1
-    i += 1
-  tail = text[start:].strip()
+  parts, begin = [], 0
+  for i, c, depth in _outside_strings(text):
+    if c == sep and depth == 0:
+      parts.append(text[begin:i].strip())
+      begin = i + 1
+  tail = text[begin:].strip()
   if tail:
     parts.append(tail)
   return parts
