@@ -55,10 +55,12 @@ class _Rewriter:
     self.num_devices = num_devices
     self.local_order = local_order  # the local program's replica r is global device local_order[r]
     self.fences = fences
+    self.lines = lines
     self.computations = computations(lines)
     self.counter = 0
     self.communicates = {name: self._communicates(name, set()) for name in self.computations}
     self.last: str | None = None  # the latest collective of the current computation
+    self.shapes: dict[str, ArrayShape | list[ArrayShape]] = {}  # of the instructions read so far
 
   def _communicates(self, name: str, seen: set[str]) -> bool:
     comp = self.computations.get(name)
@@ -158,17 +160,17 @@ class _Rewriter:
     """Variadic collectives: one call per operand, then a tuple of the results."""
     shape = inst.shape
     if not isinstance(shape, list):
-      return emit(inst.operands[0], self.operand_shape(inst, 0, shape), shape, inst.name, inst.root)
+      return emit(inst.operands[0], self.operand_shape(inst, 0), shape, inst.name, inst.root)
     lines, names = [], []
     for i, (operand, result) in enumerate(zip(inst.operands, shape)):
       name = self.fresh(inst.name)
       names.append(name)
-      lines += emit(operand, self.operand_shape(inst, i, result), result, name, False)
+      lines += emit(operand, self.operand_shape(inst, i), result, name, False)
     lines.append(f"{inst.indent}{'ROOT ' if inst.root else ''}{inst.name} = {inst.shape_text} "
                  f"tuple({', '.join(names)})")
     return lines
 
-  def operand_shape(self, inst: Instruction, i: int, result: ArrayShape) -> ArrayShape:
+  def operand_shape(self, inst: Instruction, i: int) -> ArrayShape:
     shape = self.shapes.get(inst.operands[i])
     if not isinstance(shape, ArrayShape):
       raise UnsupportedProgram(f"{inst.opcode} {inst.name} has an operand that is not an array")
@@ -212,7 +214,7 @@ class _Rewriter:
       config = self.grouped_config(inst)
       dim = int(dims.strip("{}"))
       shape = inst.shape
-      return self.along_dim(inst, inst.operands[0], self.operand_shape(inst, 0, shape), shape, dim,
+      return self.along_dim(inst, inst.operands[0], self.operand_shape(inst, 0), shape, dim,
                             "myplugin_all_to_all", config, inst.name, inst.root)
     if op == "collective-permute":
       return [self.collective_permute(inst)]
@@ -252,7 +254,7 @@ class _Rewriter:
     pairs = rg.parse_pairs(inst.attr("source_target_pairs"))
     config = {"clique": _dense(clique), "pairs": _dense([i for p in pairs for i in p])}
     shape = inst.shape
-    return self.custom_call(inst.indent, inst.name, shape, None, inst.operands[0], self.operand_shape(inst, 0, shape),
+    return self.custom_call(inst.indent, inst.name, shape, None, inst.operands[0], self.operand_shape(inst, 0),
                             "myplugin_collective_permute", config, inst.root)
 
   def ordered_call(self, inst: Instruction) -> list[str]:
@@ -298,10 +300,9 @@ class _Rewriter:
             f"operand_layout_constraints={{{shape.text()}, {self.shapes[self.last].text()}}}, "
             f"output_to_operand_aliasing={{{{}}: (0, {{}})}}, api_version=API_VERSION_TYPED_FFI, backend_config={{}}")
 
-  def run(self, lines: list[str]) -> list[str]:
-    self.shapes: dict[str, ArrayShape] = {}
+  def run(self) -> list[str]:
     out: list[str] = []
-    for line in lines:
+    for line in self.lines:
       if line.startswith("HloModule"):
         out.append(_local_header(line))
         continue
@@ -346,4 +347,4 @@ def rewrite_module(text: str, assignment, num_devices: int, local_order=None, fe
   lines = text.splitlines()
   da = np.asarray(assignment, dtype=np.int64).reshape(len(assignment), -1)
   order = [int(d) for d in da.reshape(-1)] if local_order is None else [int(d) for d in local_order]
-  return "\n".join(_Rewriter(lines, da, num_devices, order, fences).run(lines)) + "\n"
+  return "\n".join(_Rewriter(lines, da, num_devices, order, fences).run()) + "\n"
