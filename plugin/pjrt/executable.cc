@@ -36,11 +36,8 @@ StatusOr<std::unique_ptr<LoadedExecutable>> LoadedExecutable::Wrap(
   return exec;
 }
 
-LoadedExecutable::~LoadedExecutable() {
-  MYPLUGIN_PJRT_ARGS(PJRT_LoadedExecutable_Destroy_Args, args);
-  args.executable = engine_;
-  Engine().Consume(Engine().api()->PJRT_LoadedExecutable_Destroy(&args));
-}
+LoadedExecutable::LoadedExecutable(Client* client, PJRT_LoadedExecutable* engine)
+    : client_(client), engine_(Engine(), engine) {}
 
 namespace {
 
@@ -133,7 +130,7 @@ PJRT_Error* PjrtLoadedExecutableGetExecutable(PJRT_LoadedExecutable_GetExecutabl
   // The whole program's executable answers jax's questions (shardings,
   // partitions) when it comes from the engine that our table forwards to;
   // a shadow on another engine (the CPU one under the CUDA engine) cannot.
-  const spmd::EngineExecutable* global = ours->global_program();
+  const EngineExecutable* global = ours->global_program();
   bool use_global = global != nullptr && &global->engine() == &Engine();
   ScopedSwap<PJRT_LoadedExecutable*> exec(args->loaded_executable, use_global ? global->get() : ours->engine());
   return MYPLUGIN_CALL_ENGINE(PJRT_LoadedExecutable_GetExecutable, args);
@@ -190,7 +187,7 @@ void DeleteRemappedAssignment(PJRT_DeviceAssignmentSerialized* p) {
 
 PJRT_Error* PjrtLoadedExecutableGetDeviceAssignment(PJRT_LoadedExecutable_GetDeviceAssignment_Args* args) {
   LoadedExecutable* exec = FromC(args->executable);
-  if (const spmd::EngineExecutable* global = exec->global_program()) {
+  if (const EngineExecutable* global = exec->global_program()) {
     // The shadow engine's device ids are the global ids.
     ScopedSwap<PJRT_LoadedExecutable*> engine_exec(args->executable, global->get());
     return ToPjrtError(global->engine().Consume(

@@ -22,21 +22,20 @@ class LoadedExecutable {
   static StatusOr<std::unique_ptr<LoadedExecutable>> Wrap(
       Client* client, PJRT_LoadedExecutable* engine_executable,
       std::shared_ptr<const spmd::PartitionedProgram> partitioned = nullptr);
-  ~LoadedExecutable();
   LoadedExecutable(const LoadedExecutable&) = delete;
   LoadedExecutable& operator=(const LoadedExecutable&) = delete;
 
-  PJRT_LoadedExecutable* engine() const { return engine_; }
+  PJRT_LoadedExecutable* engine() const { return engine_.get(); }
   Client* client() const { return client_; }
   const std::vector<PJRT_Device*>& c_addressable_devices() const { return c_addressable_devices_; }
   // The whole program as compiled on the shadow engine, or null.
-  const spmd::EngineExecutable* global_program() const { return partitioned_ ? partitioned_->shadow.get() : nullptr; }
+  const EngineExecutable* global_program() const { return partitioned_ ? partitioned_->shadow.get() : nullptr; }
 
  private:
-  LoadedExecutable(Client* client, PJRT_LoadedExecutable* engine) : client_(client), engine_(engine) {}
+  LoadedExecutable(Client* client, PJRT_LoadedExecutable* engine);
 
   Client* client_;
-  PJRT_LoadedExecutable* engine_;
+  EngineExecutable engine_;
   std::vector<PJRT_Device*> c_addressable_devices_;
   std::shared_ptr<const spmd::PartitionedProgram> partitioned_;
 };

@@ -49,12 +49,6 @@ double Seconds(std::chrono::steady_clock::time_point since) {
 
 }  // namespace
 
-EngineExecutable::~EngineExecutable() {
-  MYPLUGIN_PJRT_ARGS(PJRT_LoadedExecutable_Destroy_Args, args);
-  args.executable = executable_;
-  engine_.Consume(engine_.api()->PJRT_LoadedExecutable_Destroy(&args));
-}
-
 StatusOr<EngineClient*> MultiProcessCompiler::Shadow() {
   if (!shadow_) {
     StatusOr<const EngineLibrary*> library = shadow_engine_();

@@ -22,25 +22,10 @@
 
 #include "common/status.h"
 #include "engine/engine_client.h"
+#include "engine/engine_executable.h"
 #include "spmd/program_hooks.h"
 
 namespace myplugin::spmd {
-
-// An engine loaded executable, owned.
-class EngineExecutable {
- public:
-  EngineExecutable(const EngineLibrary& engine, PJRT_LoadedExecutable* executable)
-      : engine_(engine), executable_(executable) {}
-  const EngineLibrary& engine() const { return engine_; }
-  ~EngineExecutable();
-  EngineExecutable(const EngineExecutable&) = delete;
-  EngineExecutable& operator=(const EngineExecutable&) = delete;
-  PJRT_LoadedExecutable* get() const { return executable_; }
-
- private:
-  const EngineLibrary& engine_;
-  PJRT_LoadedExecutable* executable_;
-};
 
 struct PartitionedProgram {
   LocalProgram local;
