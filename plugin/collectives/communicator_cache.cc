@@ -50,21 +50,20 @@ StatusOr<std::shared_ptr<Communicator>> CommunicatorCache::ForClique(std::vector
                              " processes: ids must be distinct and in range");
     }
   }
-  auto key = std::make_pair(clique, devices);
-  std::shared_ptr<Slot> slot;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (client_seen_ != client.get()) {  // a new job (initialize after shutdown): old communicators are dead
-      communicators_.clear();
+      communicators_.Clear();
       client_seen_ = client.get();
     }
-    std::shared_ptr<Slot>& s = communicators_[key];
-    if (!s) s = std::make_shared<Slot>();
-    slot = s;
   }
-  std::lock_guard<std::mutex> slot_lock(slot->mu);
-  if (slot->comm) return slot->comm;
+  return communicators_.Get({clique, devices}, [&] { return Make(clique, devices, client); });
+}
 
+StatusOr<std::shared_ptr<Communicator>> CommunicatorCache::Make(
+    const std::vector<int>& clique, const std::vector<int>& devices,
+    const std::shared_ptr<coordination::CoordinationClient>& client) {
+  coordination::DistributedRuntime& runtime = coordination::DistributedRuntime::Get();
   // Peers on one host talk over loopback; across hosts, by host name.
   std::vector<coordination::ProcessInfo> processes = runtime.processes();
   bool one_host = true;
@@ -93,7 +92,6 @@ StatusOr<std::shared_ptr<Communicator>> CommunicatorCache::ForClique(std::vector
     if (auto c = weak.lock()) c->PeerFinished(process, grace);
   });
   for (int process : client->finished_peers()) comm->PeerFinished(process, grace);
-  slot->comm = comm;
   return comm;
 }
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "collectives/communicator.h"
+#include "collectives/made_once.h"
 #include "common/status.h"
 
 namespace myplugin::collectives {
@@ -29,15 +30,11 @@ class CommunicatorCache {
 
  private:
   CommunicatorCache() = default;
+  StatusOr<std::shared_ptr<Communicator>> Make(const std::vector<int>& clique, const std::vector<int>& devices,
+                                               const std::shared_ptr<coordination::CoordinationClient>& client);
+  MadeOnce<std::pair<std::vector<int>, std::vector<int>>, Communicator> communicators_;
   std::mutex mu_;
-  // Made under the slot's own lock, not the cache's: the processes may ask
-  // for different cliques first, and each creation waits for its peers.
-  struct Slot {
-    std::mutex mu;
-    std::shared_ptr<Communicator> comm;
-  };
-  std::map<std::pair<std::vector<int>, std::vector<int>>, std::shared_ptr<Slot>> communicators_;
-  const void* client_seen_ = nullptr;  // the coordination client the cache belongs to
+  const void* client_seen_ = nullptr;  // under mu_: the coordination client the cache belongs to
 };
 
 }  // namespace myplugin::collectives

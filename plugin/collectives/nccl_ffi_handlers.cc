@@ -52,31 +52,23 @@ StatusOr<NcclCommunicator*> NcclCliques::ForDevice(const std::vector<int>& cliqu
     if (clique[i] == device) rank = static_cast<int>(i);
   }
   if (rank < 0) return InvalidArgument("device " + std::to_string(device) + " is not in its clique");
-  std::shared_ptr<Slot> slot;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    std::shared_ptr<Slot>& s = slots_[{clique, device}];
-    if (!s) s = std::make_shared<Slot>();
-    slot = s;
-  }
-  // Made under the slot's lock only: every rank's creation waits for the
-  // others (ncclCommInitRank), and they come from different threads.
-  std::lock_guard<std::mutex> lock(slot->mu);
-  if (slot->comm) return slot->comm.get();
-  std::string key = "myplugin/nccl/";
-  for (int d : clique) key += std::to_string(d) + ",";
-  StatusOr<std::unique_ptr<NcclCommunicator>> made =
-      NcclCommunicator::Create(api_, rank, static_cast<int>(clique.size()), store_, key, timeout_s_);
-  if (!made.ok()) return made.status();
-  slot->comm = made.take();
-  return slot->comm.get();
+  // Every rank's creation waits for the others (ncclCommInitRank), and
+  // they come from different threads.
+  StatusOr<std::shared_ptr<NcclCommunicator>> comm =
+      communicators_.Get({clique, device}, [&]() -> StatusOr<std::shared_ptr<NcclCommunicator>> {
+        std::string key = "myplugin/nccl/";
+        for (int d : clique) key += std::to_string(d) + ",";
+        StatusOr<std::unique_ptr<NcclCommunicator>> made =
+            NcclCommunicator::Create(api_, rank, static_cast<int>(clique.size()), store_, key, timeout_s_);
+        if (!made.ok()) return made.status();
+        return std::shared_ptr<NcclCommunicator>(made.take().release());
+      });
+  if (!comm.ok()) return comm.status();
+  return comm.value().get();
 }
 
 void NcclCliques::AbortAll(const Status& why) {
-  std::lock_guard<std::mutex> lock(mu_);
-  for (auto& [key, slot] : slots_) {
-    if (slot->comm) slot->comm->Abort(why);
-  }
+  communicators_.ForEach([&](NcclCommunicator& comm) { comm.Abort(why); });
 }
 
 namespace {

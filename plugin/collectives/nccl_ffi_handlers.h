@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "collectives/made_once.h"
 #include "collectives/nccl_communicator.h"
 #include "collectives/signature.h"
 
@@ -33,15 +34,10 @@ class NcclCliques {
   void AbortAll(const Status& why);
 
  private:
-  struct Slot {
-    std::mutex mu;
-    std::unique_ptr<NcclCommunicator> comm;
-  };
   NcclApi api_;
   BootstrapStore store_;
   double timeout_s_;
-  std::mutex mu_;
-  std::map<std::pair<std::vector<int>, int>, std::shared_ptr<Slot>> slots_;
+  MadeOnce<std::pair<std::vector<int>, int>, NcclCommunicator> communicators_;
 };
 
 // A key-value store inside this process (a job of one process has no
