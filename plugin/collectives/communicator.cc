@@ -334,10 +334,7 @@ Status Communicator::Agree(CollectiveOp op, Reduction reduction, DataType type, 
   return Run(sig, 0, [](uint32_t) { return OkStatus(); });
 }
 
-Status Communicator::Barrier() {
-  std::lock_guard<std::mutex> lock(call_mu_);
-  // The signature exchange is itself a barrier.
-  return Run(Signature{CollectiveOp::kBarrier}, 0, [](uint32_t) { return OkStatus(); });
-}
+// The signature exchange is itself a barrier.
+Status Communicator::Barrier() { return Agree(CollectiveOp::kBarrier, Reduction::kNone, DataType::kU8, 0); }
 
 }  // namespace myplugin::collectives
