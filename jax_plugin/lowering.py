@@ -75,8 +75,7 @@ def register_collective_targets(engine_kind: str = "cpu") -> None:
       raise RuntimeError("this myplugin was built without NCCL's headers, so it cannot run collectives on GPUs: "
                          "reinstall with pip install 'myplugin[cuda12]'")
     # The host handlers read and write host memory: none of them serves the GPU.
-    targets = {}
-    targets.update(nccl)
+    targets = nccl
   for name, capsule in targets.items():
     jax.ffi.register_ffi_target(name, capsule, platform=PLATFORM)
 

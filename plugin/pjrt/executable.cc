@@ -83,8 +83,8 @@ PJRT_Error* CompileAcrossProcesses(Client* ours, PJRT_Client_Compile_Args* args,
 
 PJRT_Error* PjrtClientCompile(PJRT_Client_Compile_Args* args) {
   Client* ours = FromC(args->client);
+  const std::string raw(args->compile_options, args->compile_options_size);
   {
-    std::string raw(args->compile_options, args->compile_options_size);
     StatusOr<std::vector<std::vector<int64_t>>> assignment = ReadCompileOptionDevices(raw);
     if (!assignment.ok()) return ToPjrtError(assignment.status());
     StatusOr<bool> across = ours->NeedsMultiProcessCompile(assignment.value());
@@ -94,9 +94,7 @@ PJRT_Error* PjrtClientCompile(PJRT_Client_Compile_Args* args) {
   // In a multi-process job jax names devices by global id; the engine by its own.
   std::string options;
   if (!ours->ids_are_engine_ids()) {
-    StatusOr<std::string> remapped = RemapCompileOptionDevices(
-        std::string(args->compile_options, args->compile_options_size),
-        [ours](int64_t id) { return ours->EngineIdOf(id); });
+    StatusOr<std::string> remapped = RemapCompileOptionDevices(raw, [ours](int64_t id) { return ours->EngineIdOf(id); });
     if (!remapped.ok()) return ToPjrtError(remapped.status());
     options = remapped.take();
   }
