@@ -21,6 +21,11 @@ from jax_plugin import _myplugin, cluster
 
 _ENGINE_DEVICE_KIND = "cpu"
 _DEFAULT_SHUTDOWN_TIMEOUT = 300.0
+# How long a process that ends with an uncaught exception waits for news of
+# an earlier failure elsewhere before it reports its own (see
+# _await_earlier_failure): far above the service's reaction to a lost
+# connection, and paid only on a failing exit.
+_PEER_FAILURE_GRACE_S = 1.0
 # The key under which process 0 publishes the service's address in jax's
 # own key-value store, when jax.distributed bootstraps the job.
 JAX_KV_KEY = "myplugin/coordination_service"
@@ -236,7 +241,7 @@ def shutdown(timeout: float | None = None) -> None:
 def _shutdown_at_exit() -> None:
   if not is_initialized():
     return
-  if _uncaught and _myplugin.failure() is None:
+  if _uncaught and _await_earlier_failure() is None:
     _myplugin.report_error(f"exited with an uncaught exception: {_uncaught[-1]}"[:2000])
     return
   if _myplugin.failure() is None:
@@ -252,6 +257,18 @@ def _shutdown_at_exit() -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(_myplugin.FATE_SHARING_EXIT_CODE)
+
+
+def _await_earlier_failure():
+  """An exception may be this process's own fault, or the echo of a peer that
+  died an instant earlier (a collective whose connection broke before the
+  service's notice arrived). The service is told which after a short wait,
+  so that the job's failure names the process that caused it."""
+  import time
+  deadline = time.monotonic() + _PEER_FAILURE_GRACE_S
+  while (failure := _myplugin.failure()) is None and time.monotonic() < deadline:
+    time.sleep(0.01)
+  return failure
 
 
 def _default_device_count() -> int:
