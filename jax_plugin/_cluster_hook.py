@@ -6,6 +6,8 @@ heavy: it waits for jax to import two of its modules and acts right after.
   distributed client is ours once the process belongs to a myplugin job
   (jax_client). This must happen before the user's first jax.distributed
   call, which runs before plugin discovery: hence a startup hook.
+- ``jax._src.xla_bridge``: every backend is created without our client in
+  jax's state (jaxlib's factories only take their own).
 - ``jax._src.clusters`` (only under myplugin-run / MYPLUGIN_* variables):
   our cluster environment, for jax's own service when it runs the job.
 """
@@ -21,13 +23,21 @@ def _after_distributed():
   jax_client.sync()
 
 
+def _after_bridge():
+  # Not at jax._src.distributed's import: xla_bridge imports it half-way
+  # through its own, before it defines what jax_client wraps.
+  from jax_plugin import jax_client
+  jax_client.hide_during_backend_init()
+
+
 def _after_clusters():
   if "MYPLUGIN_NUM_PROCESSES" in os.environ:
     from jax_plugin import jax_cluster
     jax_cluster.register()
 
 
-_ACTIONS = {"jax._src.distributed": _after_distributed, "jax._src.clusters": _after_clusters}
+_ACTIONS = {"jax._src.distributed": _after_distributed, "jax._src.xla_bridge": _after_bridge,
+            "jax._src.clusters": _after_clusters}
 
 
 def _run(name):

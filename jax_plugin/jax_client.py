@@ -11,7 +11,7 @@ key-value store and barriers, so no gRPC service of jax's runs beside ours.
 jaxlib's own factories (the ``cpu`` client and its Gloo collectives, other
 PJRT plugins, our own client) take that object as a C++ client and would
 reject a Python one, so every backend is created with the client hidden and
-a single-process view (:func:`_hide_during_backend_init`); ours learns the
+a single-process view (:func:`hide_during_backend_init`); ours learns the
 job from our runtime instead. jax is never imported from here: everything
 acts on ``jax._src.distributed`` once it is in ``sys.modules``.
 """
@@ -217,7 +217,7 @@ def install(process_id: int, num_processes: int, coordinator_address: str | None
   if state is None:
     return
   with _lock:
-    _hide_during_backend_init()
+    hide_during_backend_init()
     if _in_backend_init or (state.client is not None and not is_ours(state.client)):
       return
     if is_ours(state.client) and state.client._process_id == process_id:
@@ -251,7 +251,7 @@ def uninstall() -> None:
     state.client = None
 
 
-def _hide_during_backend_init() -> None:
+def hide_during_backend_init() -> None:
   """Wraps xla_bridge._init_backend (once): while any backend is created,
   jax's state shows no client and one process, so that jaxlib's factories
   never receive ours; on the way out our client is (re)installed."""
