@@ -95,3 +95,31 @@ def test_start_path_serves_jax_client(path, proxies, reference):
     assert main == reference[rank], f"rank {rank}: ours {main}\njax's {reference[rank]}\n{out}"
     # A normal exit is quiet: no gRPC shutdown noise, no warnings.
     assert not NOISE.search(stderr[rank]), f"rank {rank} stderr:\n{stderr[rank]}"
+
+
+def test_jax_initialize_errors_are_clear():
+  # Under myplugin-run the job is the launcher's: arguments that contradict it,
+  # and a second initialize, are errors that say so (as jax's would).
+  program = """
+import jax
+try:
+  jax.distributed.initialize(num_processes=3)
+except ValueError as e:
+  print("contradiction:", e)
+jax.distributed.initialize()
+try:
+  jax.distributed.initialize()
+except RuntimeError as e:
+  print("twice:", e)
+c = jax._src.distributed.global_state.client
+try:
+  c.key_value_increment("n", 1)
+except jax.errors.JaxRuntimeError as e:
+  print("increment:", str(e).split(":")[0])
+"""
+  r = run_python(["-m", "jax_plugin.launcher", "-n", "1", "--", sys.executable, "-c", program], child_env(),
+                 timeout=120)
+  assert r.returncode == 0, r.output
+  assert "contradiction: jax.distributed.initialize(num_processes=3) contradicts the myplugin job" in r.stdout
+  assert "twice: distributed.initialize should only be called once." in r.stdout, r.output
+  assert "increment: UNIMPLEMENTED" in r.stdout, r.output

@@ -68,6 +68,10 @@ r["broadcast"] = multihost_utils.broadcast_one_to_all(np.array([me + 5])).tolist
 multihost_utils.sync_global_devices("synced")
 multihost_utils.assert_equal(np.arange(3), "same everywhere")
 r["assert_equal_differs"] = outcome(lambda: multihost_utils.assert_equal(np.array([me]), "differs"))
+extra = {"event": "extra", "client": type(c).__module__, "jax_service_started": state.service is not None}
+# jax.distributed.shutdown() ends the job's distributed state, ours included.
+jax.distributed.shutdown()
+from jax_plugin import distributed as ours  # noqa: E402
+r["after_shutdown"] = [jax.distributed.is_initialized(), ours.is_initialized()]
 print("RESULT " + json.dumps(r), flush=True)
-print("RESULT " + json.dumps({"event": "extra", "client": type(c).__module__,
-                              "jax_service_started": state.service is not None}), flush=True)
+print("RESULT " + json.dumps(extra), flush=True)
