@@ -241,7 +241,8 @@ def sync() -> None:
     spec = cluster.from_myplugin_env(os.environ)
   except ValueError:
     return  # reported when the backend joins
-  if spec is not None:
+  # Not joined yet: only a job that myplugin may serve gets our client now.
+  if spec is not None and _myplugin_selected():
     install(spec.process_id, spec.num_processes, spec.coordinator_address)
 
 
@@ -312,6 +313,8 @@ def patch_jax_distributed() -> None:
                   shutdown_timeout_seconds=shutdown_timeout_seconds, partition_index=partition_index, **more)
     # mTLS (jax 0.11) is jax's service's alone: that job keeps it.
     if not _myplugin_selected() or any(v is not None for v in more.values()):
+      if is_ours(state.client) and not _myplugin.distributed_is_initialized():
+        state.client = None  # installed for a job that jax's own service now runs
       return jax_initialize(*args, **kwargs)
     _initialize_for_jax(state, module, *args, heartbeat_timeout_seconds, partition_index)
 
