@@ -16,12 +16,8 @@ import pytest
 from job import HERE
 from proc import child_env, run_python
 
-LIBRARIES = ("orbax.checkpoint", "flax", "optax")
-
-
-@pytest.fixture(autouse=True)
-def _clients_installed():
-  missing = [m for m in LIBRARIES if importlib.util.find_spec(m.split(".")[0]) is None]
+def _require(*modules):
+  missing = [m for m in modules if importlib.util.find_spec(m) is None]
   assert not missing, f"{missing} not installed: pip install '.[test,clients]'"
 
 
@@ -34,6 +30,7 @@ def _launch(n, per_process, program, *args):
 
 @pytest.mark.parametrize("n,per_process", [(2, 2), (4, 1)], ids=["2x2", "4x1"])
 def test_orbax_save_and_restore(tmp_path, n, per_process):
+  _require("orbax")
   directory = str(tmp_path / "ckpt")
   r = _launch(n, per_process, "orbax_worker.py", "save", directory)
   assert all(f"[{k}] DONE save myplugin" in r.stdout for k in range(n)), r.output
@@ -53,7 +50,11 @@ def _losses(output: str) -> dict:
   return json.loads(line.split("RESULT ", 1)[1])
 
 
+# The clients extra has no flax for jax 0.11 (see pyproject.toml); CI runs
+# Python 3.11 with jax 0.10.2, where this runs.
+@pytest.mark.skipif(sys.version_info >= (3, 12), reason="no flax release at hand works with jax 0.11")
 def test_nnx_optax_data_parallel_losses_match_cpu():
+  _require("flax", "optax")
   ours = _losses(_launch(2, 2, "nnx_train_worker.py").stdout)
   ref = run_python([os.path.join(HERE, "programs", "nnx_train_worker.py")],
                    child_env(JAX_PLATFORMS="cpu", JAX_NUM_CPU_DEVICES="4"), timeout=300)
