@@ -87,10 +87,11 @@ def _initialize() -> None:
   if _c_api is None:
     raise RuntimeError("jax refused to register the myplugin PJRT library (see jax's log)")
 
-  from jax_plugin import _myplugin, lowering
+  from jax_plugin import _myplugin, cost_analysis, lowering
   from jax_plugin.spmd import compile_hooks
   _install_custom_call_handler(_c_api)
   _myplugin.set_program_hooks(compile_hooks.shadow_options, compile_hooks.local_program)
+  _myplugin.set_cost_analysis_hook(cost_analysis.analyze)
   lowering.enable_donation()
   lowering.install_lowering_rules(kind)
   lowering.register_collective_targets(kind)

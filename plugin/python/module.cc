@@ -30,6 +30,7 @@
 #include "coordination/wire.h"
 
 #include "pjrt/ffi_extension.h"
+#include "spmd/cost_analysis_hook.h"
 #include "spmd/program_hooks.h"
 #include "pjrt_c_api.h"
 
@@ -444,6 +445,33 @@ void SetProgramHooks(nb::callable shadow_options, nb::callable local_program) {
   spmd::SetProgramHooks(std::move(hooks));
 }
 
+void SetCostAnalysisHook(nb::callable analyze) {
+  auto fn = std::shared_ptr<nb::object>(new nb::object(std::move(analyze)), [](nb::object* o) {
+    nb::gil_scoped_acquire gil;
+    delete o;
+  });
+  myplugin::spmd::SetCostAnalysisHook(
+      [fn](const std::string& module) -> myplugin::StatusOr<myplugin::spmd::CostProperties> {
+        nb::gil_scoped_acquire gil;
+        try {
+          nb::object out = (*fn)(nb::bytes(module.data(), module.size()));
+          myplugin::spmd::CostProperties props;
+          for (auto [name, value] : nb::cast<nb::dict>(out)) {
+            props.emplace_back(nb::cast<std::string>(name), nb::cast<double>(value));
+          }
+          return props;
+        } catch (nb::python_error& e) {
+          // jax reads UNIMPLEMENTED as "no cost analysis" (None), anything else as a failure.
+          if (e.matches(PyExc_NotImplementedError)) {
+            return myplugin::Unimplemented("cost analysis: " + nb::cast<std::string>(nb::str(e.value())));
+          }
+          return FromPythonError(e, "cost analysis");
+        } catch (std::exception& e) {
+          return myplugin::Internal(std::string("cost analysis: ") + e.what());
+        }
+      });
+}
+
 }  // namespace
 
 NB_MODULE(_myplugin, m) {
@@ -455,4 +483,6 @@ NB_MODULE(_myplugin, m) {
   BindCoordination(m);
   m.def("set_program_hooks", &SetProgramHooks, nb::arg("shadow_options"), nb::arg("local_program"),
         "Installs the Python steps of the multi-process compile.");
+  m.def("set_cost_analysis_hook", &SetCostAnalysisHook, nb::arg("analyze"),
+        "Installs XLA's cost analysis of a serialized HloModuleProto (-> {property: value}).");
 }
