@@ -2,9 +2,10 @@
 
 The engine is XLA's CPU compiler, so a program for myplugin is lowered
 exactly as for "cpu": the same platform-specific rules (LAPACK custom calls,
-CPU-tuned convolutions, threefry) and the same LAPACK FFI handlers, which
-we register into the engine. Python host callbacks are the exception: they
-need jax's in-process CPU client, so their rules fail with a clear error.
+CPU-tuned convolutions, threefry) and the same FFI handlers (every one that
+jaxlib has for its CPU backend), which we register into the engine. Python
+host callbacks are the exception: they need jax's in-process CPU client, so
+their rules fail with a clear error.
 """
 
 from __future__ import annotations
@@ -80,16 +81,46 @@ def register_collective_targets(engine_kind: str = "cpu") -> None:
     jax.ffi.register_ffi_target(name, capsule, platform=PLATFORM)
 
 
-def register_lapack_targets(c_api) -> None:
-  """Registers jaxlib's LAPACK FFI handlers (the ones jnp.linalg calls on CPU) in the engine."""
+def jaxlib_cpu_targets() -> dict:
+  """Every typed FFI handler that jaxlib has for its own CPU backend, by name.
+
+  Found by enumeration, in two places: jaxlib's FFI registry for XLA's host
+  platform (`_jax.custom_call_targets("Host")`: handlers jaxlib registers
+  itself, such as dce_sink, and those jax registered for "cpu" so far), and
+  the `registrations()["cpu"]` of every jaxlib module already imported
+  (LAPACK, CPU sparse), which jax registers only when it first needs them.
+  """
+  import sys
+  from jax._src import lib
+
+  targets: dict = {}
+  registry = getattr(getattr(lib, "_jax", None), "custom_call_targets", None)
+  if registry is None:
+    logger.warning("myplugin: this jaxlib does not list its FFI registry; only its modules' targets are registered")
+  else:
+    targets.update(registry("Host"))
+  lapack = sys.modules.get("jaxlib.lapack")
+  if lapack is not None and hasattr(getattr(lapack, "_lapack", None), "initialize"):
+    lapack._lapack.initialize()  # binds the LAPACK routines its handlers call
+  for name, module in sorted(sys.modules.items()):
+    if not name.startswith("jaxlib.") or not callable(getattr(module, "registrations", None)):
+      continue
+    for target, fn, api_version in module.registrations().get("cpu", []):
+      if api_version == 1:  # typed FFI; jax no longer emits the legacy custom calls
+        targets.setdefault(target, fn)
+  return targets
+
+
+def register_jaxlib_cpu_targets(c_api) -> list[str]:
+  """Registers jaxlib's CPU FFI handlers (jaxlib_cpu_targets) in the engine,
+  so that what jax lowers for "cpu" also runs on myplugin. Returns their names."""
   from jax_plugin import _myplugin
-  try:
-    from jaxlib import lapack
-  except ImportError as e:
-    logger.warning("myplugin: jaxlib has no LAPACK module (%s); jnp.linalg decompositions will fail", e)
-    return
-  lapack._lapack.initialize()
-  for name, capsule, api_version in lapack.registrations().get("cpu", []):
-    if api_version != 1:
-      continue  # legacy custom calls: jax no longer emits them
-    _myplugin.register_custom_call_target(c_api, name, capsule, PLATFORM, 1, 0)
+  registered = []
+  for name, fn in jaxlib_cpu_targets().items():
+    try:
+      _myplugin.register_custom_call_target(c_api, name, fn, PLATFORM, 1, 0)
+    except (ValueError, TypeError, RuntimeError) as e:  # one bad target must not cost the others
+      logger.warning("myplugin: jaxlib's CPU FFI target %s is not available: %s", name, e)
+      continue
+    registered.append(name)
+  return registered

@@ -97,9 +97,9 @@ def _initialize() -> None:
   lowering.register_collective_targets(kind)
   if kind == "cpu":
     try:
-      lowering.register_lapack_targets(_c_api)
+      lowering.register_jaxlib_cpu_targets(_c_api)
     except Exception as e:  # the backend itself may still work; say what is lost
-      logger.warning("myplugin: jnp.linalg decompositions (LAPACK) will not run: %s", e)
+      logger.warning("myplugin: jaxlib's CPU FFI handlers (LAPACK, sparse, dce_sink) will not run: %s", e)
 
 
 def _client_options() -> dict:
