@@ -41,6 +41,8 @@ def memory(platform, fn, *args, **jit_kwargs):
 
 A = RNG.normal(size=(64, 32)).astype(np.float32)
 B = RNG.normal(size=(32, 48)).astype(np.float32)
+S = RNG.normal(size=(16, 16)).astype(np.float32)
+SPD = S @ S.T + 16 * np.eye(16, dtype=np.float32)
 
 # Programs that both XLA builds (the engine's and jaxlib's) optimize to the
 # same module: every property of the analysis is equal.
@@ -49,6 +51,9 @@ SAME_MODULE = {
     "matmul": (lambda a, b: a @ b, (A, B)),
     "reduce": (lambda a: jnp.sum(a, axis=0), (A,)),
     "transcendental": (lambda a: jnp.exp(a) + jnp.tanh(a), (A,)),
+    "loop": (lambda a: jax.lax.fori_loop(0, 10, lambda i, v: v @ a, a), (S,)),
+    "conv": (lambda a: jax.lax.conv(a[None, None], a[None, None, :3, :3], (1, 1), "SAME"), (S,)),
+    "lapack_cholesky": (jnp.linalg.cholesky, (SPD,)),  # a custom call into jaxlib's handler
 }
 
 
@@ -114,6 +119,17 @@ def test_analysis_on_a_mesh_of_eight_devices():
   cost_, mem = results["myplugin"]
   assert mem["argument_size_in_bytes"] == x.nbytes // 8 + w.nbytes  # one device's shard
   assert cost_["flops"] >= 2 * 8 * 16 * 16
+
+
+def test_analysis_of_pmap():
+  results = {}
+  for platform in ("myplugin", "cpu"):
+    pmapped = jax.pmap(lambda v: jax.lax.psum(v * 2, "i"), axis_name="i", devices=jax.devices(platform)[:4])
+    compiled = pmapped.lower(np.ones((4, 8), np.float32)).compile()
+    m = compiled.memory_analysis()
+    results[platform] = (compiled.cost_analysis(), {f: getattr(m, f) for f in MEMORY_FIELDS})
+  assert results["myplugin"] == results["cpu"]
+  assert results["myplugin"][1]["argument_size_in_bytes"] == 8 * 4  # one device's row
 
 
 def test_analysis_of_a_program_across_processes(tmp_path):
