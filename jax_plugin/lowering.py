@@ -102,12 +102,21 @@ def jaxlib_cpu_targets() -> dict:
   lapack = sys.modules.get("jaxlib.lapack")
   if lapack is not None and hasattr(getattr(lapack, "_lapack", None), "initialize"):
     lapack._lapack.initialize()  # binds the LAPACK routines its handlers call
-  for name, module in sorted(sys.modules.items()):
+  for name, module in sorted(list(sys.modules.items())):
     if not name.startswith("jaxlib.") or not callable(getattr(module, "registrations", None)):
       continue
-    for target, fn, api_version in module.registrations().get("cpu", []):
-      if api_version == 1:  # typed FFI; jax no longer emits the legacy custom calls
-        targets.setdefault(target, fn)
+    try:
+      cpu = module.registrations().get("cpu", [])
+    except Exception as e:  # one module's failure must not cost the others
+      logger.warning("myplugin: %s.registrations() failed: %s", name, e)
+      continue
+    # The Python modules list (name, handler, api_version) per platform; their
+    # C extensions (jaxlib.cpu._lapack) map names to handlers and have no "cpu".
+    if not isinstance(cpu, (list, tuple)):
+      continue
+    for entry in cpu:
+      if isinstance(entry, tuple) and len(entry) == 3 and entry[2] == 1:  # typed FFI only: jax emits no other
+        targets.setdefault(entry[0], entry[1])
   return targets
 
 

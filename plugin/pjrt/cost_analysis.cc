@@ -136,11 +136,11 @@ PJRT_Error* ExecutableGetCostAnalysis(PJRT_Executable_GetCostAnalysis_Args* args
       return nullptr;
     }
   }
-  Status engine = Engine().Consume(Engine().api()->PJRT_Executable_GetCostAnalysis == nullptr
-                                       ? nullptr
-                                       : Engine().api()->PJRT_Executable_GetCostAnalysis(args));
-  if (Engine().api()->PJRT_Executable_GetCostAnalysis != nullptr && engine.ok()) return nullptr;
-  if (!engine.ok() && engine.code() != Code::kUnimplemented) return ToPjrtError(engine);
+  if (auto* engine_fn = Engine().api()->PJRT_Executable_GetCostAnalysis) {
+    Status engine = Engine().Consume(engine_fn(args));
+    if (engine.ok()) return nullptr;  // an engine that answers itself is believed
+    if (engine.code() != Code::kUnimplemented) return ToPjrtError(engine);
+  }
   // Outside the lock: the analysis takes the GIL, and another thread holding
   // it may be waiting for this lock.
   StatusOr<std::unique_ptr<Properties>> props = Analyze(args->executable);
