@@ -10,11 +10,13 @@ their rules fail with a clear error.
 
 from __future__ import annotations
 
+import functools
 import logging
 
 logger = logging.getLogger("jax_plugin")
 
 PLATFORM = "myplugin"
+_HOST = "Host"  # XLA's name for the CPU platform of its FFI registry
 
 CALLBACK_LIMITATION = (
     "myplugin does not run Python host callbacks yet ({what}): they need jax's "
@@ -84,21 +86,28 @@ def register_collective_targets(engine_kind: str = "cpu") -> None:
 def jaxlib_cpu_targets() -> dict:
   """Every typed FFI handler that jaxlib has for its own CPU backend, by name.
 
-  Found by enumeration, in two places: jaxlib's FFI registry for XLA's host
-  platform (`_jax.custom_call_targets("Host")`: handlers jaxlib registers
-  itself, such as dce_sink, and those jax registered for "cpu" so far), and
-  the `registrations()["cpu"]` of every jaxlib module already imported
-  (LAPACK, CPU sparse), which jax registers only when it first needs them.
+  Found by enumeration, in three places: jaxlib's FFI registry for XLA's
+  host platform (`_jax.custom_call_targets("Host")`: handlers jaxlib
+  registers itself, such as dce_sink, and those jax registered for "cpu"
+  while its CPU backend existed); the registrations for "cpu" that jax holds
+  back until its CPU backend exists (all of them under
+  JAX_PLATFORMS=myplugin); and the `registrations()["cpu"]` of every jaxlib
+  module already imported (LAPACK, CPU sparse), which jax registers only
+  when it first needs them.
   """
   import sys
   from jax._src import lib
+  from jax._src.lib import xla_client
 
   targets: dict = {}
   registry = getattr(getattr(lib, "_jax", None), "custom_call_targets", None)
   if registry is None:
     logger.warning("myplugin: this jaxlib does not list its FFI registry; only its modules' targets are registered")
   else:
-    targets.update(registry("Host"))
+    targets.update(registry(_HOST))
+  for entry in list((getattr(xla_client, "_custom_callback", None) or {}).get(_HOST, [])):
+    if len(entry) >= 3 and entry[2] == 1:  # (name, fn, api_version, traits)
+      targets.setdefault(entry[0], entry[1])
   lapack = sys.modules.get("jaxlib.lapack")
   if lapack is not None and hasattr(getattr(lapack, "_lapack", None), "initialize"):
     lapack._lapack.initialize()  # binds the LAPACK routines its handlers call
@@ -120,16 +129,42 @@ def jaxlib_cpu_targets() -> dict:
   return targets
 
 
+def _register(c_api, name, fn) -> bool:
+  from jax_plugin import _myplugin
+  try:
+    _myplugin.register_custom_call_target(c_api, name, fn, PLATFORM, 1, 0)
+  except (ValueError, TypeError, RuntimeError) as e:  # one bad target must not cost the others
+    logger.warning("myplugin: the CPU FFI target %s is not available on myplugin: %s", name, e)
+    return False
+  return True
+
+
 def register_jaxlib_cpu_targets(c_api) -> list[str]:
   """Registers jaxlib's CPU FFI handlers (jaxlib_cpu_targets) in the engine,
-  so that what jax lowers for "cpu" also runs on myplugin. Returns their names."""
-  from jax_plugin import _myplugin
-  registered = []
-  for name, fn in jaxlib_cpu_targets().items():
-    try:
-      _myplugin.register_custom_call_target(c_api, name, fn, PLATFORM, 1, 0)
-    except (ValueError, TypeError, RuntimeError) as e:  # one bad target must not cost the others
-      logger.warning("myplugin: jaxlib's CPU FFI target %s is not available: %s", name, e)
-      continue
-    registered.append(name)
-  return registered
+  so that what jax lowers for "cpu" also runs on myplugin, and follows every
+  typed target registered for "cpu" from now on (a program's own
+  `jax.ffi.register_ffi_target(..., platform="cpu")`, a jax module imported
+  later). Returns the names registered now."""
+  _follow_cpu_registrations(c_api)
+  return [name for name, fn in jaxlib_cpu_targets().items() if _register(c_api, name, fn)]
+
+
+def _follow_cpu_registrations(c_api) -> None:
+  # jax.ffi.register_ffi_target calls xla_client.register_custom_call_target
+  # by attribute, and jax offers no other way to learn of a "cpu" target.
+  from jax._src.lib import xla_client
+
+  register = getattr(xla_client, "register_custom_call_target", None)
+  if register is None or getattr(register, "_myplugin_follows", False):
+    return
+  names = getattr(xla_client, "xla_platform_names", {})
+
+  @functools.wraps(register)
+  def follow(name, fn, platform="cpu", api_version=0, *args, **kwargs):
+    result = register(name, fn, platform, api_version, *args, **kwargs)
+    if names.get(platform, platform) == _HOST and api_version == 1:
+      _register(c_api, name, fn)
+    return result
+
+  follow._myplugin_follows = True
+  xla_client.register_custom_call_target = follow

@@ -207,3 +207,40 @@ print("sparse ok")
 def test_cpu_sparse_kernel():
   r = run_python(["-c", SPARSE_CHILD], child_env(JAX_PLATFORMS="myplugin,cpu"), timeout=120)
   assert r.returncode == 0 and "sparse ok" in r.stdout, r.output
+
+
+USER_TARGET_CHILD = r"""
+import os
+import jax, numpy as np
+from jax._src.lib import _jax
+sink = _jax.custom_call_targets("Host")["dce_sink"]  # a typed FFI handler of jaxlib: any buffer in, nothing out
+jax.ffi.register_ffi_target("early_sink", sink, platform="cpu", api_version=1)  # before any backend exists
+
+def program(target):
+  def f(v):
+    jax.ffi.ffi_call(target, (), has_side_effect=True)(v)
+    return v + 1
+  return jax.jit(f)
+
+x = np.arange(4, dtype=np.float32)
+assert jax.devices()[0].platform == "myplugin"
+jax.ffi.register_ffi_target("late_sink", sink, platform="cpu", api_version=1)  # after myplugin started
+for target in ("early_sink", "late_sink"):
+  f = program(target)
+  assert target in f.lower(x).as_text()
+  np.testing.assert_array_equal(f(x), x + 1)
+  if "cpu" in os.environ["JAX_PLATFORMS"]:  # jax's CPU backend runs the same program
+    with jax.default_device(jax.devices("cpu")[0]):
+      np.testing.assert_array_equal(f(x), x + 1)
+print("user targets ok")
+"""
+
+
+@pytest.mark.parametrize("platforms", ["myplugin", "myplugin,cpu"])
+def test_programs_own_cpu_ffi_targets(platforms):
+  """A program's own jax.ffi.register_ffi_target(..., platform="cpu"), made
+  before or after the backends start, runs on myplugin too. With myplugin
+  alone, jax holds "cpu" registrations back (it has no CPU backend to give
+  them to): they are found there."""
+  r = run_python(["-c", USER_TARGET_CHILD], child_env(JAX_PLATFORMS=platforms), timeout=120)
+  assert r.returncode == 0 and "user targets ok" in r.stdout, r.output
