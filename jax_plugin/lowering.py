@@ -162,8 +162,12 @@ def _follow_cpu_registrations(c_api) -> None:
   @functools.wraps(register)
   def follow(name, fn, platform="cpu", api_version=0, *args, **kwargs):
     result = register(name, fn, platform, api_version, *args, **kwargs)
-    if names.get(platform, platform) == _HOST and api_version == 1:
-      _register(c_api, name, fn)
+    if names.get(platform, platform) == _HOST:
+      if api_version == 1:
+        _register(c_api, name, fn)
+      else:
+        logger.warning("myplugin: custom call target %s uses the untyped custom-call API (api_version=%s); "
+                       "myplugin runs typed XLA FFI handlers only, so it will not run there", name, api_version)
     return result
 
   follow._myplugin_follows = True
