@@ -172,3 +172,33 @@ def _follow_cpu_registrations(c_api) -> None:
 
   follow._myplugin_follows = True
   xla_client.register_custom_call_target = follow
+
+
+class _FollowingRules(dict):
+  """myplugin's own lowering rules, then the engine platform's, looked up at
+  lowering time: a "cpu" rule that jax registers after start-up (importing
+  jax.experimental.sparse late) serves myplugin too."""
+
+  def __init__(self, own: dict, engine_rules: dict):
+    super().__init__(own)
+    self._engine_rules = engine_rules
+
+  def __contains__(self, prim) -> bool:
+    return dict.__contains__(self, prim) or prim in self._engine_rules
+
+  def __missing__(self, prim):
+    return self._engine_rules[prim]
+
+  def get(self, prim, default=None):
+    return self[prim] if prim in self else default
+
+
+def follow_engine_lowering_rules(engine_kind: str = "cpu") -> None:
+  """Makes jax's rules for the engine's platform, present and future, serve
+  myplugin wherever myplugin has no rule of its own."""
+  from jax._src.interpreters import mlir
+
+  rules = getattr(mlir, "_platform_specific_lowerings", None)
+  if rules is None or isinstance(rules.get(PLATFORM), _FollowingRules):
+    return
+  rules[PLATFORM] = _FollowingRules(rules.get(PLATFORM, {}), rules[engine_kind])

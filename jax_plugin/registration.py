@@ -94,6 +94,7 @@ def _initialize() -> None:
   _myplugin.set_cost_analysis_hook(cost_analysis.analyze)
   lowering.enable_donation()
   lowering.install_lowering_rules(kind)
+  lowering.follow_engine_lowering_rules(kind)
   lowering.register_collective_targets(kind)
   if kind == "cpu":
     try:

@@ -186,8 +186,11 @@ def test_tridiagonal_solve_perturbed():
 
 
 SPARSE_CHILD = r"""
-from jax.experimental import sparse  # before the backends exist, as programs usually do
+import sys
 import jax, jax.numpy as jnp, numpy as np
+if sys.argv[1] == "late":
+  jax.devices()  # the backends start before jax.experimental.sparse registers its "cpu" rules
+from jax.experimental import sparse
 x = np.random.default_rng(3).normal(size=(12, 9)).astype(np.float32)
 x[x < 0.3] = 0
 v = np.random.default_rng(4).normal(size=(9, 5)).astype(np.float32)
@@ -204,8 +207,11 @@ print("sparse ok")
 """
 
 
-def test_cpu_sparse_kernel():
-  r = run_python(["-c", SPARSE_CHILD], child_env(JAX_PLATFORMS="myplugin,cpu"), timeout=120)
+@pytest.mark.parametrize("when", ["early", "late"])
+def test_cpu_sparse_kernel(when):
+  """BCSR products run jaxlib's CPU sparse kernel on myplugin, whether
+  jax.experimental.sparse was imported before the backends started or after."""
+  r = run_python(["-c", SPARSE_CHILD, when], child_env(JAX_PLATFORMS="myplugin,cpu"), timeout=120)
   assert r.returncode == 0 and "sparse ok" in r.stdout, r.output
 
 
