@@ -135,6 +135,8 @@ def test_partition_and_replica_ids_look_up_the_local_replica():
     ("  ROOT %r = (f32[4]{0}, f32[4]{0}) all-to-all(%p, %p), channel_id=1, replica_groups={{0,1}}", "tuple form"),
     ("  ROOT %r = f32[4]{0} all-reduce(%p), channel_id=1, replica_groups={}, use_global_device_ids=true, "
      "to_apply=%sub", "reduces with subtract"),
+    ("  ROOT %r = f32[<=4]{0} all-reduce(%p), channel_id=1, replica_groups={}, use_global_device_ids=true, "
+     "to_apply=%add", "not dynamic or nested shapes"),
 ])
 def test_what_cannot_run_across_processes_is_refused(body, what):
   sub = ADD.replace("%add ", "%sub ").replace("add(%a, %b)", "subtract(%a, %b)")

@@ -93,7 +93,8 @@ def parse_shape(text: str) -> ArrayShape | list[ArrayShape]:
     return [parse_shape(t) for t in split_top_level(text[1:-1])]
   m = _ARRAY_SHAPE.match(text)
   if not m:
-    raise HloTextError(f"unsupported shape {text!r} (dynamic or nested shapes are not rewritten)")
+    raise UnsupportedProgram(f"a collective of shape {text!r}: myplugin rewrites collectives of static arrays and "
+                             f"tuples of them, not dynamic or nested shapes")
   dims = tuple(int(d) for d in m.group(2).split(",") if d)
   return ArrayShape(m.group(1), dims)
 
