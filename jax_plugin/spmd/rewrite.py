@@ -86,8 +86,8 @@ class _Rewriter:
       ids = [i for g in groups for i in g]
       if any(i < 0 or i >= bound for i in ids) or len(set(ids)) != len(ids):
         raise UnsupportedProgram(
-            f"{inst.opcode} {inst.name}: replica_groups={inst.attr('replica_groups')} must name each of the "
-            f"{bound} {mode.replace('_and_partition', '')} ids below {bound} at most once")
+            f"{inst.opcode} {inst.name}: replica_groups={inst.attr('replica_groups')} names an id outside "
+            f"0..{bound - 1} (the {mode.replace('_and_partition', '')} ids of this program) or one id twice")
     out: list[list[int]] = []
     if mode == "flattened":
       for g in groups if groups is not None else [list(range(replicas * partitions))]:
