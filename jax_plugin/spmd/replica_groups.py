@@ -54,7 +54,8 @@ def _iota(text: str, whole: str) -> np.ndarray | None:
     return None
   shape, reshape = _ints(m.group(1)), _ints(m.group(2))
   if int(np.prod(shape)) != int(np.prod(reshape)):
-    raise _unsupported(whole, f"the iota list's shape {shape} does not hold the {int(np.prod(reshape))} ids of {reshape}")
+    raise _unsupported(whole, f"the iota list's shape {shape} does not hold the {int(np.prod(reshape))} ids "
+                       f"of {reshape}")
   ids = np.arange(int(np.prod(reshape))).reshape(reshape)
   if m.group(3):
     perm = _ints(m.group(3))
