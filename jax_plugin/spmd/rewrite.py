@@ -173,8 +173,20 @@ class _Rewriter:
                  f"tuple({', '.join(names)})")
     return lines
 
+  def shape_of(self, name: str) -> ArrayShape | list[ArrayShape] | None:
+    """The shape of an operand. Newer XLA prints an element of a tuple-shaped
+    value as `%value#index` (nested: `%value#1#0`) instead of a separate
+    get-tuple-element instruction."""
+    base, *indices = name.split("#")
+    shape = self.shapes.get(base)
+    for index in indices:
+      if not isinstance(shape, list) or not index.isdigit() or int(index) >= len(shape):
+        return None
+      shape = shape[int(index)]
+    return shape
+
   def operand_shape(self, inst: Instruction, i: int) -> ArrayShape:
-    shape = self.shapes.get(inst.operands[i])
+    shape = self.shape_of(inst.operands[i])
     if not isinstance(shape, ArrayShape):
       raise UnsupportedProgram(f"{inst.opcode} {inst.name} has an operand that is not an array")
     return shape
@@ -267,7 +279,7 @@ class _Rewriter:
     out: list[str] = []
     if self.last is not None and inst.operands and self.fences:
       first = inst.operands[0]
-      shape = self.shapes.get(first)
+      shape = self.shape_of(first)
       if isinstance(shape, ArrayShape):
         fenced = self.fresh(first)
         out.append(self.fence(inst.indent, fenced, first, shape))
