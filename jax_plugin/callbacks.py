@@ -6,10 +6,18 @@ which refuses platforms outside cpu/cuda/rocm/tpu and emits a custom call that
 only jaxlib's own clients can serve (their handler finds the callables in
 execute-context data that a plugin client never gets). So for platform
 "myplugin" that function is replaced by `emit`, which keeps jax's checks and
-token handling and emits our typed-FFI call `myplugin_python_callback`, whose
-attribute `callback_id` names a `HostCallback` in this module's registry. The
-FFI handler (plugin/python/host_callback.cc) takes the GIL and calls
-`_dispatch`.
+token handling and emits a typed-FFI call whose attribute `callback_id` names
+a `HostCallback` in this module's registry. The FFI handler
+(plugin/python/host_callback.cc) takes the GIL and calls `_dispatch`.
+
+The call keeps jax's target name (`xla_ffi_python_cpu_callback`, or `_gpu_`
+on the CUDA engine), with our handler registered under it in the engine:
+XLA's Shardy export recognizes Python callbacks by these names alone
+(xla/service/spmd/shardy/utils.cc, isPythonCallbackCustomCall) and otherwise
+drops the sharding of a callback without results, which the SPMD
+partitioner then refuses ("Side-effect HLO must have sharding"). The
+attribute differs from jaxlib's (`index`), so jaxlib's own handler could
+never run such a program by mistake.
 
 Lifetime: the `HostCallback` is also appended to jax's `host_callbacks` of the
 module, which jax hands to the compile and jaxlib keeps with the executable;
@@ -33,7 +41,8 @@ import numpy as np
 logger = logging.getLogger("jax_plugin")
 
 PLATFORM = "myplugin"
-TARGET = "myplugin_python_callback"
+TARGETS = {"cpu": "xla_ffi_python_cpu_callback", "cuda": "xla_ffi_python_gpu_callback"}
+_target = TARGETS["cpu"]
 
 _registry: dict[int, weakref.ref] = {}
 _registry_lock = threading.Lock()
@@ -174,7 +183,7 @@ def emit(ctx, callback, token, operands, operand_avals, result_avals, *, has_sid
     add(host)
   else:
     ctx.module_context.host_callbacks.append(host)
-  result = ffi.build_ffi_lowering_function(TARGET, has_side_effect=has_side_effect)(
+  result = ffi.build_ffi_lowering_function(_target, has_side_effect=has_side_effect)(
       ctx, *operands, callback_id=np.uint64(host.id))
   if sharding is not None:
     mlir.set_sharding(ctx.module_context, result, sharding)
@@ -198,6 +207,22 @@ def _with_token_sharding(ctx, sharding):
   return sharding
 
 
+def _copy_checkify_rule(engine_kind: str) -> None:
+  """checkify's check is lowered to a callback by a rule registered per
+  platform, in a module jax imports only on first use (after our rules were
+  copied): import it and copy that rule too."""
+  from jax._src.interpreters import mlir
+  try:
+    from jax._src import checkify
+  except ImportError:
+    return
+  prim = getattr(checkify, "check_p", None)
+  rules = getattr(mlir, "_platform_specific_lowerings", {})
+  rule = rules.get(engine_kind, {}).get(prim)
+  if prim is not None and rule is not None and PLATFORM in rules:
+    rules[PLATFORM].setdefault(prim, rule)
+
+
 def _cuda_runtime() -> list[str]:
   from jax_plugin import engine_selection
   found = [engine_selection.package_file(pkg, name)
@@ -207,7 +232,7 @@ def _cuda_runtime() -> list[str]:
 
 def install(engine_kind: str = "cpu") -> None:
   """Serves callbacks on myplugin: our emit in jax, our handler in the engine."""
-  global _jax_emit, _unavailable
+  global _jax_emit, _unavailable, _target
   import jax
   from jax._src import callback
   from jax_plugin import _myplugin
@@ -230,8 +255,10 @@ def install(engine_kind: str = "cpu") -> None:
   else:
     capsule = _myplugin.host_callback_target()
   _myplugin.set_host_callback_dispatcher(_dispatch)
+  _target = TARGETS["cuda" if engine_kind == "cuda" else "cpu"]
   if capsule is not None:
-    jax.ffi.register_ffi_target(TARGET, capsule, platform=PLATFORM)
+    jax.ffi.register_ffi_target(_target, capsule, platform=PLATFORM)
+  _copy_checkify_rule(engine_kind)
   if current is not emit:
     _jax_emit = current
     callback.emit_python_callback = emit

@@ -1,6 +1,6 @@
 // Python host callbacks (jax.pure_callback, io_callback, jax.debug.*) inside
 // programs compiled by the engine. jax_plugin lowers them to a typed-FFI
-// custom call `myplugin_python_callback` whose attribute `callback_id` names a
+// custom call (under jax's target name) whose attribute `callback_id` names a
 // callable that jax_plugin keeps (jax_plugin/callbacks.py); this handler hands
 // the operands to Python's dispatcher and copies the results back.
 #pragma once
