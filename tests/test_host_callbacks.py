@@ -388,3 +388,41 @@ def test_cuda_handler_loads_only_a_cuda_runtime():
     return
   with pytest.raises(RuntimeError, match="has no cudaMemcpyAsync: not a CUDA runtime"):
     _myplugin.cuda_host_callback_target("libc.so.6")
+
+
+def test_multi_process_each_process_runs_its_devices_callbacks(tmp_path):
+  """2 processes x 4 devices: each process prints and receives the callbacks
+  of its own devices (and process 0 the whole-array callback, which runs on
+  device 0), as jax's CPU backend does in one process with 8 devices; the
+  results equal that run's."""
+  import json
+  import os
+  import sys
+  from proc import child_env, run_python
+  program = os.path.join(os.path.dirname(__file__), "programs", "host_callbacks_program.py")
+  ref_out = str(tmp_path / "ref.{rank}.json")
+  r = run_python([program, ref_out], child_env(JAX_PLATFORMS="cpu", JAX_NUM_CPU_DEVICES="8"), timeout=120)
+  assert r.returncode == 0, r.output
+  ref = json.load(open(ref_out.format(rank=0)))
+  out = str(tmp_path / "mp.{rank}.json")
+  # jax's pure_callback puts its operands on jax's CPU device: list "cpu" too.
+  r = run_python(["-m", "jax_plugin.launcher", "-n", "2", "--devices-per-process", "4", "--timeout", "150", "--",
+                  sys.executable, program, out], child_env(JAX_PLATFORMS="myplugin,cpu"), timeout=180)
+  assert r.returncode == 0, r.output
+  seen_lines = []
+  for rank in range(2):
+    got = json.load(open(out.format(rank=rank)))
+    assert got["platform"] == "myplugin" and got["processes"] == 2
+    local = range(rank * 4, rank * 4 + 4)
+    want = [l for l in ref["lines"] if l.startswith("device ") and int(l.split()[1].rstrip(":")) in local]
+    if rank == 0:
+      want += [l for l in ref["lines"] if l.startswith("total ")]
+    assert sorted(got["lines"]) == sorted(want), rank
+    assert got["received"] == [e for e in ref["received"] if e[0] in local]
+    assert got["ordered"] == [d for d in ref["ordered"] if d in local] and len(got["ordered"]) == 8
+    for name, shards in got["shards"].items():
+      assert sorted(shards) == [str(d) for d in local]
+      for device, values in shards.items():
+        np.testing.assert_allclose(values, ref["shards"][name][device], rtol=1e-6)
+    seen_lines += got["lines"]
+  assert sorted(seen_lines) == sorted(ref["lines"])
