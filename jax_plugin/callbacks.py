@@ -33,7 +33,6 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import logging
-import threading
 import weakref
 
 import numpy as np
@@ -44,8 +43,9 @@ PLATFORM = "myplugin"
 TARGETS = {"cpu": "xla_ffi_python_cpu_callback", "cuda": "xla_ffi_python_gpu_callback"}
 _target = TARGETS["cpu"]
 
+# No lock: single dict operations are atomic under the GIL, and a lock taken
+# here could deadlock when garbage collection runs `forget` inside it.
 _registry: dict[int, weakref.ref] = {}
-_registry_lock = threading.Lock()
 _ids = itertools.count(1)
 _jax_emit = None  # jax's emit_python_callback, for every other platform
 _unavailable: str | None = None  # why this engine cannot run callbacks, if it cannot
@@ -66,11 +66,9 @@ class HostCallback:
     key = self.id
 
     def forget(_, key=key):
-      with _registry_lock:
-        _registry.pop(key, None)
+      _registry.pop(key, None)
 
-    with _registry_lock:
-      _registry[key] = weakref.ref(self, forget)
+    _registry[key] = weakref.ref(self, forget)
 
   def __call__(self, *args):
     return self.fn(*args)
@@ -91,8 +89,7 @@ class HostCallback:
 
 
 def _dispatch(callback_id, raw):
-  with _registry_lock:
-    ref = _registry.get(callback_id)
+  ref = _registry.get(callback_id)
   cb = ref() if ref is not None else None
   if cb is None:
     raise RuntimeError(f"myplugin: host callback #{callback_id} no longer exists (the program that calls it "
@@ -102,8 +99,7 @@ def _dispatch(callback_id, raw):
 
 def live_callbacks() -> int:
   """How many lowered callbacks are still reachable (for tests of their lifetime)."""
-  with _registry_lock:
-    return sum(1 for r in _registry.values() if r() is not None)
+  return sum(1 for r in list(_registry.values()) if r() is not None)
 
 
 def _checked(callback, result_avals):

@@ -388,6 +388,29 @@ def test_cuda_handler_loads_only_a_cuda_runtime():
     return
   with pytest.raises(RuntimeError, match="has no cudaMemcpyAsync: not a CUDA runtime"):
     _myplugin.cuda_host_callback_target("libc.so.6")
+  # The runtime of the test extra's nvidia-cuda-runtime-cu12 loads without a GPU.
+  from jax_plugin import engine_selection
+  cudart = engine_selection.package_file("nvidia.cuda_runtime", "lib/libcudart.so.12")
+  if cudart is None:
+    pytest.fail("nvidia-cuda-runtime-cu12 (the test extra) is not installed")
+  assert type(_myplugin.cuda_host_callback_target(cudart)).__name__ == "PyCapsule"
+
+
+def test_without_jax_cpu_backend_callbacks_fail_with_jax_message():
+  """jax's callback code puts operands on jax's CPU device; with
+  JAX_PLATFORMS=myplugin alone it says so (as on jax's GPU backend): a clear
+  error, no hang or crash."""
+  from proc import child_env, run_python
+  code = ("import jax, jax.numpy as jnp\n"
+          "try:\n"
+          "  jax.jit(lambda v: jax.debug.print('v {}', v))(jnp.arange(2.0)); jax.effects_barrier()\n"
+          "except Exception as e:\n"
+          "  print('ERROR', type(e).__name__, str(e).splitlines()[0])\n"
+          "print('after', float(jax.jit(lambda v: v.sum())(jnp.arange(3.0))))\n")
+  r = run_python(["-c", code], child_env(JAX_PLATFORMS="myplugin"), timeout=120)
+  assert r.returncode == 0, r.output
+  assert 'Make sure "cpu" is listed in --jax_platforms or the JAX_PLATFORMS environment variable' in r.output
+  assert "after 3.0" in r.stdout
 
 
 def test_multi_process_each_process_runs_its_devices_callbacks(tmp_path):
