@@ -253,7 +253,11 @@ def install(engine_kind: str = "cpu") -> None:
   _myplugin.set_host_callback_dispatcher(_dispatch)
   _target = TARGETS["cuda" if engine_kind == "cuda" else "cpu"]
   if capsule is not None:
-    jax.ffi.register_ffi_target(_target, capsule, platform=PLATFORM)
+    try:
+      jax.ffi.register_ffi_target(_target, capsule, platform=PLATFORM)
+    except Exception as e:  # the rest of the backend works without callbacks: say why they do not
+      _unavailable = f"registering the handler {_target} in the engine failed: {e}"
+      logger.warning("myplugin: Python host callbacks will not run: %s", _unavailable)
   _copy_checkify_rule(engine_kind)
   if current is not emit:
     _jax_emit = current
