@@ -449,3 +449,18 @@ def test_multi_process_each_process_runs_its_devices_callbacks(tmp_path):
         np.testing.assert_allclose(values, ref["shards"][name][device], rtol=1e-6)
     seen_lines += got["lines"]
   assert sorted(seen_lines) == sorted(ref["lines"])
+
+
+def test_engine_without_the_handler_refuses_at_lowering(monkeypatch):
+  """If the engine refused our handler, callbacks fail at lowering with the
+  reason (the rest of the backend keeps working), never at run time."""
+  from jax_plugin import callbacks
+  monkeypatch.setattr(callbacks, "_unavailable", "registering the handler failed: test")
+  x = jax.device_put(np.float32(1.0), jax.devices("myplugin")[0])
+  with pytest.raises(NotImplementedError, match="cannot run Python host callbacks on this engine: registering"):
+    jax.jit(lambda v: jax.debug.print("never {}", v) or v * 3)(x)
+  assert float(jax.jit(lambda v: v * 3)(x)) == 3.0
+  y = jax.device_put(np.float32(1.0), jax.devices("cpu")[0])
+  np.testing.assert_allclose(
+      np.asarray(jax.jit(lambda v: jax.pure_callback(np.sin, jax.ShapeDtypeStruct((), jnp.float32), v))(y)),
+      np.sin(np.float32(1.0)), rtol=1e-6)
