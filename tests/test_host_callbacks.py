@@ -427,6 +427,13 @@ def test_multi_process_each_process_runs_its_devices_callbacks(tmp_path):
   r = run_python([program, ref_out], child_env(JAX_PLATFORMS="cpu", JAX_NUM_CPU_DEVICES="8"), timeout=120)
   assert r.returncode == 0, r.output
   ref = json.load(open(ref_out.format(rank=0)))
+  # The same program on myplugin's 8 devices in one process.
+  one_out = str(tmp_path / "one.{rank}.json")
+  r = run_python([program, one_out], child_env(JAX_PLATFORMS="myplugin,cpu", MYPLUGIN_NUM_DEVICES="8"), timeout=120)
+  assert r.returncode == 0, r.output
+  one = json.load(open(one_out.format(rank=0)))
+  assert one["platform"] == "myplugin" and sorted(one["lines"]) == sorted(ref["lines"])
+  assert (one["received"], one["ordered"], one["shards"]) == (ref["received"], ref["ordered"], ref["shards"])
   out = str(tmp_path / "mp.{rank}.json")
   # jax's pure_callback puts its operands on jax's CPU device: list "cpu" too.
   r = run_python(["-m", "jax_plugin.launcher", "-n", "2", "--devices-per-process", "4", "--timeout", "150", "--",
