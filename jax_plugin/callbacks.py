@@ -52,16 +52,16 @@ _unavailable: str | None = None  # why this engine cannot run callbacks, if it c
 
 
 class HostCallback:
-  """A lowered callback: the checked callable and the types of its operands.
+  """A lowered callback: the checked callable and the types of its operands
+  (the results are checked by the callable and sized by the handler).
 
   Called by the handler with one bytearray per operand (None for a token);
   returns one uint8 view per result, in the result's row-major layout.
   """
 
-  def __init__(self, fn, operand_avals, result_avals):
+  def __init__(self, fn, operand_avals):
     self.fn = fn
     self.operands = [(tuple(a.shape), np.dtype(a.dtype)) for a in operand_avals]
-    self.results = [(tuple(a.shape), np.dtype(a.dtype)) for a in result_avals]
     self.id = next(_ids)
     key = self.id
 
@@ -168,7 +168,7 @@ def emit(ctx, callback, token, operands, operand_avals, result_avals, *, has_sid
     if why is not None:
       raise NotImplementedError(why)
 
-  host = HostCallback(_checked(callback, result_avals), operand_avals, result_avals)
+  host = HostCallback(_checked(callback, result_avals), operand_avals)
   if token:
     operands = [token, *operands]
     sharding = _with_token_sharding(ctx, sharding)

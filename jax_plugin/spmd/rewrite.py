@@ -171,7 +171,15 @@ class _Rewriter:
     return lines
 
   def operand_shape(self, inst: Instruction, i: int) -> ArrayShape:
-    shape = self.shapes.get(inst.operands[i])
+    name = inst.operands[i]
+    shape = self.shapes.get(name)
+    if shape is None and "#" in name:
+      # `%t#k`: element k of tuple %t, as newer XLA prints a one-result
+      # custom call's output (a pure_callback's) used directly.
+      base, _, k = name.rpartition("#")
+      elements = self.shapes.get(base)
+      if isinstance(elements, list) and k.isdigit() and int(k) < len(elements):
+        shape = elements[int(k)]
     if not isinstance(shape, ArrayShape):
       raise UnsupportedProgram(f"{inst.opcode} {inst.name} has an operand that is not an array")
     return shape
