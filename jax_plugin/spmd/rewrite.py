@@ -21,8 +21,8 @@ from __future__ import annotations
 import numpy as np
 
 from jax_plugin.spmd import replica_groups as rg
-from jax_plugin.spmd.hlo_text import (ArrayShape, HloTextError, Instruction, callees, computation_header,
-                                      computations, parse_instruction, split_top_level)
+from jax_plugin.spmd.hlo_text import (ArrayShape, HloTextError, Instruction, UnsupportedProgram, callees,
+                                      computation_header, computations, parse_instruction, split_top_level)
 
 _REDUCTIONS = {"add": "sum", "multiply": "product", "maximum": "max", "minimum": "min", "and": "and", "or": "or"}
 
@@ -36,10 +36,6 @@ _REFUSED = {
 
 
 _COLLECTIVES = {"all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute"}
-
-
-class UnsupportedProgram(HloTextError):
-  """A construct of the program that the multi-process path cannot run."""
 
 
 def _dense(values) -> str:
@@ -85,6 +81,13 @@ class _Rewriter:
       mode = "flattened"
     else:
       mode = "replica_and_partition"
+    if groups is not None:
+      bound = {"flattened": replicas * partitions, "partition": partitions}.get(mode, replicas)
+      ids = [i for g in groups for i in g]
+      if any(i < 0 or i >= bound for i in ids) or len(set(ids)) != len(ids):
+        raise UnsupportedProgram(
+            f"{inst.opcode} {inst.name}: replica_groups={inst.attr('replica_groups')} names an id outside "
+            f"0..{bound - 1} (the {mode.replace('_and_partition', '')} ids of this program) or one id twice")
     out: list[list[int]] = []
     if mode == "flattened":
       for g in groups if groups is not None else [list(range(replicas * partitions))]:
