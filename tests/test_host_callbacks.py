@@ -268,6 +268,22 @@ def test_shard_map_callbacks_on_8_devices_with_collectives(capsys):
   assert len(lines) == 3 * 16
 
 
+def test_8_devices_call_back_into_jax_at_once(capsys):
+  """Every device's callback runs a jitted program on device 0 of the same
+  backend while the engine waits for all of them: no deadlock."""
+  def program(devices):
+    mesh = _mesh(devices)
+    inner = jax.jit(lambda v: v * 10 + 1)
+
+    def host(a):
+      return np.asarray(inner(jax.device_put(np.asarray(a), devices[0])))
+    f = jax.jit(shard_map(lambda v: jax.pure_callback(host, jax.ShapeDtypeStruct(v.shape, v.dtype), v), mesh=mesh,
+                          in_specs=P("i"), out_specs=P("i")))
+    return f(jax.device_put(np.arange(16, dtype=np.float32), NamedSharding(mesh, P("i"))))
+  ours, _ = run_both(program, capsys)
+  np.testing.assert_array_equal(ours, np.arange(16) * 10 + 1)
+
+
 def test_jit_over_8_devices_calls_back_once(capsys):
   def program(devices):
     mesh = _mesh(devices)
