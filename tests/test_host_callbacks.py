@@ -82,7 +82,8 @@ def test_debug_callback_receives_values(capsys):
   assert lines == ["[([0, 1, 2, 3, 4], 5)]"]
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float16, ml_dtypes.bfloat16, np.int8, np.uint8, np.int32, np.bool_])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, ml_dtypes.bfloat16, np.complex64, np.int8, np.uint8, np.int16,
+                                   np.uint32, np.int32, np.bool_])
 @pytest.mark.parametrize("shape", [(), (0,), (3, 4)])
 def test_pure_callback_dtypes_and_shapes(capsys, dtype, shape):
   def program(devices):
