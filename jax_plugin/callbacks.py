@@ -33,6 +33,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import logging
+import secrets
 import weakref
 
 import numpy as np
@@ -46,7 +47,10 @@ _target = TARGETS["cpu"]
 # No lock: single dict operations are atomic under the GIL, and a lock taken
 # here could deadlock when garbage collection runs `forget` inside it.
 _registry: dict[int, weakref.ref] = {}
-_ids = itertools.count(1)
+# Ids carry a random per-process prefix, so that a program that reaches
+# another process anyway (a serialized executable) cannot name one of that
+# process's callbacks: it fails with "no longer exists" instead.
+_ids = itertools.count((secrets.randbits(31) + 1) << 32)
 _jax_emit = None  # jax's emit_python_callback, for every other platform
 _unavailable: str | None = None  # why this engine cannot run callbacks, if it cannot
 
@@ -92,8 +96,9 @@ def _dispatch(callback_id, raw):
   ref = _registry.get(callback_id)
   cb = ref() if ref is not None else None
   if cb is None:
-    raise RuntimeError(f"myplugin: host callback #{callback_id} no longer exists (the program that calls it "
-                       "outlived its lowering and executable)")
+    raise RuntimeError(f"myplugin: host callback #{callback_id:#x} does not exist in this process (the program "
+                       "outlived its lowering and executable, or was serialized in another process: programs with "
+                       "host callbacks cannot be serialized)")
   return cb.run(raw)
 
 

@@ -488,3 +488,15 @@ def test_engine_without_the_handler_refuses_at_lowering(monkeypatch):
   np.testing.assert_allclose(
       np.asarray(jax.jit(lambda v: jax.pure_callback(np.sin, jax.ShapeDtypeStruct((), jnp.float32), v))(y)),
       np.sin(np.float32(1.0)), rtol=1e-6)
+
+
+def test_an_unknown_callback_id_is_an_error():
+  """Ids carry a per-process prefix: an id from elsewhere (or of a freed
+  callback) is refused by name, never run as some other callback."""
+  from jax_plugin import callbacks
+  x = jax.device_put(np.float32(1.0), jax.devices("myplugin")[0])
+  lowered = jax.jit(lambda v: jax.pure_callback(np.cos, jax.ShapeDtypeStruct((), jnp.float32), v)).lower(x)
+  ids = [h.id for h in lowered._lowering.compile_args["host_callbacks"]]
+  assert ids and all(i >> 32 for i in ids)  # the prefix
+  with pytest.raises(RuntimeError, match="host callback #0x1 does not exist in this process"):
+    callbacks._dispatch(1, ())
