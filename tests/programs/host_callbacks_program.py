@@ -52,6 +52,13 @@ with contextlib.redirect_stdout(buf):
   per_device = jax.jit(shard_map(body, mesh=mesh, in_specs=P("i"), out_specs=P("i")))
   results = {"per_device": [per_device(x) for _ in range(2)][-1],
              "whole": jax.jit(whole, out_shardings=NamedSharding(mesh, P("i")))(x)}
+  # pmap over this process's devices, with the axis spanning every process.
+  local = jax.local_device_count()
+  first = jax.process_index() * local
+  results["pmap"] = jax.pmap(lambda d: jax.lax.psum(
+      jax.pure_callback(lambda a: np.asarray(a) * 2, jax.ShapeDtypeStruct(d.shape, d.dtype), d)
+      + (jax.debug.print("device {i}: pmap", i=d.astype(jnp.int32)) or 0), "p"), axis_name="p")(
+          np.arange(first, first + local, dtype=np.float32))
   jax.effects_barrier()
 
 shards = {name: {str(s.device.id): np.asarray(s.data).tolist() for s in a.addressable_shards}
