@@ -1,6 +1,7 @@
 #include "python/host_callback.h"
 
 #include <cstring>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
