@@ -4,8 +4,8 @@ The engine is XLA's CPU compiler, so a program for myplugin is lowered
 exactly as for "cpu": the same platform-specific rules (LAPACK custom calls,
 CPU-tuned convolutions, threefry) and the same FFI handlers (every one that
 jaxlib has for its CPU backend), which we register into the engine. Python
-host callbacks are the exception: they need jax's in-process CPU client, so
-their rules fail with a clear error.
+host callbacks are the exception: jax emits them only for its own clients,
+so jax_plugin.callbacks serves them.
 """
 
 from __future__ import annotations
@@ -17,12 +17,6 @@ logger = logging.getLogger("jax_plugin")
 
 PLATFORM = "myplugin"
 _HOST = "Host"  # XLA's name for the CPU platform of its FFI registry
-
-CALLBACK_LIMITATION = (
-    "myplugin does not run Python host callbacks yet ({what}): they need jax's "
-    "own CPU client to call back into Python during execution. Run this part "
-    "with JAX_PLATFORMS=cpu, or move the callback outside jit.")
-
 
 def enable_donation() -> None:
   """jax donates buffers only on the platforms of a hard-coded list."""
@@ -44,26 +38,8 @@ def install_lowering_rules(engine_kind: str = "cpu") -> None:
     raise RuntimeError("this jax keeps no per-platform lowering rules; myplugin cannot lower for its engine")
   for prim, rule in rules.get(engine_kind, {}).items():
     rules[PLATFORM].setdefault(prim, rule)
-  _install_callback_errors(mlir)
-
-
-def _install_callback_errors(mlir) -> None:
-  from jax._src import callback, debugging
-
-  primitives = {
-      "jax.pure_callback": getattr(callback, "pure_callback_p", None),
-      "jax.experimental.io_callback": getattr(callback, "io_callback_p", None),
-      "jax.debug.callback": getattr(debugging, "debug_callback_p", None),
-      "jax.debug.print": getattr(debugging, "debug_print_p", None),
-  }
-  for what, prim in primitives.items():
-    if prim is None:
-      continue
-
-    def rule(ctx, *args, _what=what, **params):
-      raise NotImplementedError(CALLBACK_LIMITATION.format(what=_what))
-
-    mlir.register_lowering(prim, rule, platform=PLATFORM)
+  from jax_plugin import callbacks
+  callbacks.install(engine_kind)
 
 
 def register_collective_targets(engine_kind: str = "cpu") -> None:
@@ -146,7 +122,16 @@ def register_jaxlib_cpu_targets(c_api) -> list[str]:
   `jax.ffi.register_ffi_target(..., platform="cpu")`, a jax module imported
   later). Returns the names registered now."""
   _follow_cpu_registrations(c_api)
-  return [name for name, fn in jaxlib_cpu_targets().items() if _register(c_api, name, fn)]
+  return [name for name, fn in jaxlib_cpu_targets().items() if name not in _served_by_myplugin() and
+          _register(c_api, name, fn)]
+
+
+def _served_by_myplugin() -> set[str]:
+  """Names whose handler in the engine is myplugin's own: jaxlib's handler
+  under the same name would collide with it (Python host callbacks read
+  state that only jax's own CPU client supplies)."""
+  from jax_plugin import callbacks
+  return set(callbacks.TARGETS.values())
 
 
 def _follow_cpu_registrations(c_api) -> None:
@@ -162,7 +147,7 @@ def _follow_cpu_registrations(c_api) -> None:
   @functools.wraps(register)
   def follow(name, fn, platform="cpu", api_version=0, *args, **kwargs):
     result = register(name, fn, platform, api_version, *args, **kwargs)
-    if names.get(platform, platform) == _HOST:
+    if names.get(platform, platform) == _HOST and name not in _served_by_myplugin():
       if api_version == 1:
         _register(c_api, name, fn)
       else:
