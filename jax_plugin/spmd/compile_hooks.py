@@ -64,10 +64,13 @@ def local_program(dump_dir: str, options: bytes, assignment: list[list[int]], nu
   # jax numbers a program's devices replica-major (logical id r * P + p) and
   # hands this process's arguments over in that order.
   order = [int(d) for d in np.asarray(assignment).reshape(-1) if int(d) in local_engine_ids]
-  if not order:
-    raise RuntimeError("this process has no device in the program's device assignment")
   fences = os.environ.get("MYPLUGIN_ENGINE_KIND", "cpu") != "cuda"
   text = rewrite_module(_partitioned_text(dump_dir), assignment, num_devices, order, fences)
+  if not order:
+    # Every device of the program belongs to other processes: nothing runs
+    # here (the rewrite above still refuses, on every process alike, what
+    # the others could not run).
+    return b"", b"", []
   if os.environ.get("MYPLUGIN_DUMP_REWRITTEN"):
     with open(os.path.join(os.environ["MYPLUGIN_DUMP_REWRITTEN"], f"rewritten.{os.getpid()}.txt"), "a") as f:
       f.write(text)

@@ -11,6 +11,13 @@ StatusOr<std::unique_ptr<LoadedExecutable>> LoadedExecutable::Wrap(
     std::shared_ptr<const spmd::PartitionedProgram> partitioned) {
   std::unique_ptr<LoadedExecutable> exec(new LoadedExecutable(client, engine_executable));
   exec->partitioned_ = std::move(partitioned);
+  if (engine_executable == nullptr) {
+    if (!exec->partitioned_ || !exec->partitioned_->local.device_order.empty()) {
+      return Internal("a loaded executable without an engine executable must be a multi-process program with no "
+                      "device on this process");
+    }
+    return exec;
+  }
   MYPLUGIN_PJRT_ARGS(PJRT_LoadedExecutable_AddressableDevices_Args, args);
   args.executable = engine_executable;
   MYPLUGIN_RETURN_IF_ERROR(Engine().Consume(Engine().api()->PJRT_LoadedExecutable_AddressableDevices(&args)));
@@ -62,6 +69,19 @@ PJRT_Error* CompileAcrossProcesses(Client* ours, PJRT_Client_Compile_Args* args,
       ours->multiprocess_compiler().Partition(*args->program, options, key.value(), assignment);
   if (!partitioned.ok()) return ToPjrtError(partitioned.status());
   const spmd::LocalProgram& local = partitioned.value()->local;
+  if (local.device_order.empty()) {
+    // None of the program's devices is ours: as on jax's CPU backend, this
+    // process takes part without local work. jax still asks the executable
+    // about the whole program, which only a shadow on our own engine answers.
+    const EngineExecutable* shadow = partitioned.value()->shadow.get();
+    if (&shadow->engine() != &Engine()) {
+      return ToPjrtError(Unimplemented(
+          "this program runs only on other processes' devices, and myplugin describes such a program through its "
+          "partition on the CPU engine, which cannot answer for the engine in use (" + Engine().path() + ")"));
+    }
+    args->executable = nullptr;
+    return WrapInto(ours, args->executable, partitioned.take());
+  }
   static constexpr char kHlo[] = "hlo";
   PJRT_Program program{};
   program.struct_size = PJRT_Program_STRUCT_SIZE;
@@ -142,16 +162,39 @@ PJRT_Error* PjrtLoadedExecutableAddressableDevices(PJRT_LoadedExecutable_Address
 }
 
 PJRT_Error* PjrtLoadedExecutableDelete(PJRT_LoadedExecutable_Delete_Args* args) {
+  LoadedExecutable* ours = FromC(args->executable);
+  if (!ours->has_local_part()) {
+    ours->MarkDeleted();
+    return nullptr;
+  }
   ScopedSwap<PJRT_LoadedExecutable*> exec(args->executable, FromC(args->executable)->engine());
   return MYPLUGIN_CALL_ENGINE(PJRT_LoadedExecutable_Delete, args);
 }
 
 PJRT_Error* PjrtLoadedExecutableIsDeleted(PJRT_LoadedExecutable_IsDeleted_Args* args) {
+  LoadedExecutable* ours = FromC(args->executable);
+  if (!ours->has_local_part()) {
+    args->is_deleted = ours->deleted();
+    return nullptr;
+  }
   ScopedSwap<PJRT_LoadedExecutable*> exec(args->executable, FromC(args->executable)->engine());
   return MYPLUGIN_CALL_ENGINE(PJRT_LoadedExecutable_IsDeleted, args);
 }
 
 PJRT_Error* PjrtLoadedExecutableExecute(PJRT_LoadedExecutable_Execute_Args* args) {
+  LoadedExecutable* ours = FromC(args->executable);
+  if (!ours->has_local_part()) {
+    // jax launches every program on every process; one with no device here
+    // has nothing to run (the processes that own its devices run it).
+    bool on_device = MYPLUGIN_HAS_FIELD(args, PJRT_LoadedExecutable_Execute_Args, execute_device) &&
+                     args->execute_device != nullptr;
+    if (args->num_devices != 0 || on_device) {
+      return ToPjrtError(InvalidArgument("this program runs only on other processes' devices; it was launched with " +
+                                         std::to_string(args->num_devices) + " local device(s)"));
+    }
+    if (ours->deleted()) return ToPjrtError(FailedPrecondition("the executable has been deleted"));
+    return nullptr;
+  }
   ScopedSwap<PJRT_LoadedExecutable*> exec(args->executable, FromC(args->executable)->engine());
   if (MYPLUGIN_HAS_FIELD(args, PJRT_LoadedExecutable_Execute_Args, execute_device) &&
       args->execute_device != nullptr) {
@@ -162,6 +205,12 @@ PJRT_Error* PjrtLoadedExecutableExecute(PJRT_LoadedExecutable_Execute_Args* args
 }
 
 PJRT_Error* PjrtLoadedExecutableFingerprint(PJRT_LoadedExecutable_Fingerprint_Args* args) {
+  LoadedExecutable* ours = FromC(args->executable);
+  if (!ours->has_local_part()) {
+    // The whole program's (compile refused it unless the shadow is on our engine).
+    ScopedSwap<PJRT_LoadedExecutable*> exec(args->executable, ours->global_program()->get());
+    return MYPLUGIN_CALL_ENGINE(PJRT_LoadedExecutable_Fingerprint, args);
+  }
   ScopedSwap<PJRT_LoadedExecutable*> exec(args->executable, FromC(args->executable)->engine());
   return MYPLUGIN_CALL_ENGINE(PJRT_LoadedExecutable_Fingerprint, args);
 }

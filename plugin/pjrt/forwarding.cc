@@ -1,6 +1,7 @@
 #include "pjrt/forwarding.h"
 
 #include "pjrt/client.h"
+#include "pjrt/cost_analysis.h"
 #include "pjrt/device.h"
 
 namespace myplugin {
@@ -145,6 +146,13 @@ PJRT_Error* TransferManagerDevice(PJRT_AsyncHostToDeviceTransferManager_Device_A
   return nullptr;
 }
 
+// ---- Executables: the engine's; cost analysis is answered for them (cost_analysis.h) ----
+
+PJRT_Error* ExecutableDestroy(PJRT_Executable_Destroy_Args* args) {
+  ForgetCostAnalysis(args->executable);
+  return MYPLUGIN_CALL_ENGINE(PJRT_Executable_Destroy, args);
+}
+
 // Entry points that hold no object of ours: the engine's own, unchanged
 // but for the error type.
 #define MYPLUGIN_PASS_THROUGH(name) \
@@ -153,13 +161,11 @@ MYPLUGIN_PASS_THROUGH(PJRT_Event_Destroy)
 MYPLUGIN_PASS_THROUGH(PJRT_Event_IsReady)
 MYPLUGIN_PASS_THROUGH(PJRT_Event_Error)
 MYPLUGIN_PASS_THROUGH(PJRT_Event_Await)
-MYPLUGIN_PASS_THROUGH(PJRT_Executable_Destroy)
 MYPLUGIN_PASS_THROUGH(PJRT_Executable_Name)
 MYPLUGIN_PASS_THROUGH(PJRT_Executable_NumReplicas)
 MYPLUGIN_PASS_THROUGH(PJRT_Executable_NumPartitions)
 MYPLUGIN_PASS_THROUGH(PJRT_Executable_NumOutputs)
 MYPLUGIN_PASS_THROUGH(PJRT_Executable_SizeOfGeneratedCodeInBytes)
-MYPLUGIN_PASS_THROUGH(PJRT_Executable_GetCostAnalysis)
 MYPLUGIN_PASS_THROUGH(PJRT_Executable_OutputMemoryKinds)
 MYPLUGIN_PASS_THROUGH(PJRT_Executable_OptimizedProgram)
 MYPLUGIN_PASS_THROUGH(PJRT_Executable_Serialize)
@@ -217,6 +223,8 @@ void InstallPassThroughEntries(PJRT_Api& api) {
   api.PJRT_Buffer_CopyToMemory = BufferCopyToMemory;
   api.PJRT_AsyncHostToDeviceTransferManager_Device = TransferManagerDevice;
   api.PJRT_Client_DefaultDeviceAssignment = ClientDefaultDeviceAssignment;
+  api.PJRT_Executable_Destroy = ExecutableDestroy;
+  api.PJRT_Executable_GetCostAnalysis = ExecutableGetCostAnalysis;
 
 #define MYPLUGIN_INSTALL(name) api.name = Forward_##name
   MYPLUGIN_INSTALL(PJRT_Client_DmaMap);
@@ -226,13 +234,11 @@ void InstallPassThroughEntries(PJRT_Api& api) {
   MYPLUGIN_INSTALL(PJRT_Event_IsReady);
   MYPLUGIN_INSTALL(PJRT_Event_Error);
   MYPLUGIN_INSTALL(PJRT_Event_Await);
-  MYPLUGIN_INSTALL(PJRT_Executable_Destroy);
   MYPLUGIN_INSTALL(PJRT_Executable_Name);
   MYPLUGIN_INSTALL(PJRT_Executable_NumReplicas);
   MYPLUGIN_INSTALL(PJRT_Executable_NumPartitions);
   MYPLUGIN_INSTALL(PJRT_Executable_NumOutputs);
   MYPLUGIN_INSTALL(PJRT_Executable_SizeOfGeneratedCodeInBytes);
-  MYPLUGIN_INSTALL(PJRT_Executable_GetCostAnalysis);
   MYPLUGIN_INSTALL(PJRT_Executable_OutputMemoryKinds);
   MYPLUGIN_INSTALL(PJRT_Executable_OptimizedProgram);
   MYPLUGIN_INSTALL(PJRT_Executable_Serialize);
