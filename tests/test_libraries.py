@@ -52,7 +52,6 @@ def _losses(output: str) -> dict:
 
 # The clients extra has no flax for jax 0.11 (see pyproject.toml); CI runs
 # Python 3.11 with jax 0.10.2, where this runs.
-@pytest.mark.skipif(sys.version_info >= (3, 12), reason="no flax release at hand works with jax 0.11")
 def test_nnx_optax_data_parallel_losses_match_cpu():
   _require("flax", "optax")
   ours = _losses(_launch(2, 2, "nnx_train_worker.py").stdout)
