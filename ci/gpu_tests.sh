@@ -85,7 +85,7 @@ if [ "$mode" = prepare ]; then
   vpy="$work/venv/bin/python"
   mapfile -t reqs < <(build_requirements "$vpy")
   # shellcheck disable=SC2046
-  "$vpy" -m pip install -q "${reqs[@]}" "jaxlib==$GPU_JAX" $(cuda_headers 13)
+  "$vpy" -m pip install -q "${reqs[@]}" "jaxlib==$GPU_JAX" cmake ninja $(cuda_headers 13)
   "$vpy" -m pip wheel -q --no-build-isolation --no-deps -w "$kit" .
   wheel="$(ls "$kit"/myplugin-*-cp312-*.whl)"
   mkdir "$work/unpacked" && (cd "$work/unpacked" && "$vpy" -m zipfile -e "$wheel" .)
@@ -232,7 +232,7 @@ gpu sudo apt-get install -y -qq --no-install-recommends ccache binutils libgloo-
 # Not an isolated build: CUDA's headers must be importable for the NCCL backend.
 mapfile -t reqs < <(build_requirements python3)
 # shellcheck disable=SC2046
-gpu pip install "${reqs[@]}" $(cuda_headers "$cuda") pytest pytest-timeout
+gpu pip install "${reqs[@]}" cmake ninja $(cuda_headers "$cuda") pytest pytest-timeout
 gpu pip install --no-build-isolation ".[cuda$cuda]"
 gpu bash -c "nvidia-smi | tee '$out/nvidia-smi.txt'"
 gpu bash -c "nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee '$out/gpus.csv'"
