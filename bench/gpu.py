@@ -119,7 +119,13 @@ def main(argv=None):
   import jax.numpy as jnp
   import numpy as np
 
-  devices = {p: jax.devices(p)[0] for p in args.platforms}
+  devices = {}
+  for p in args.platforms:
+    try:
+      devices[p] = jax.devices(p)[0]
+    except RuntimeError as e:
+      sys.exit(f"bench/gpu.py: platform '{p}' is not available ({e}); myplugin needs MYPLUGIN_ENGINE=cuda "
+               "and a GPU, 'cuda' needs jax's own CUDA plugin")
   print(f"jax {jax.__version__}; " + "; ".join(f"{p}: {d.device_kind}" for p, d in devices.items()))
   rows = []
   for name, case in CASES:

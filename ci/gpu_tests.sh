@@ -136,7 +136,8 @@ if [ "$mode" = offline ]; then
   # What the machine must bring itself; missing pieces are named, not guessed.
   python3 - >"$out/environment.txt" 2>&1 <<PY || true
 import importlib.metadata as md, importlib.util, os, platform, sys
-print("date:", __import__("datetime").datetime.utcnow().isoformat() + "Z")
+import datetime
+print("date:", datetime.datetime.now(datetime.timezone.utc).isoformat())
 print("python:", sys.version.split()[0], sys.executable, "| machine:", platform.platform())
 for dist in ("jax", "jaxlib", "jax-cuda13-pjrt", "jax-cuda13-plugin", "jax-cuda12-pjrt", "jax-cuda12-plugin",
              "nvidia-nccl-cu13", "nvidia-nccl-cu12", "numpy", "ml_dtypes", "pytest", "pytest-timeout"):
@@ -150,10 +151,15 @@ try:
     missing.append(f"jaxlib {md.version('jaxlib')}: the kit's wheel was built for $GPU_JAX")
 except md.PackageNotFoundError:
   missing.append("jaxlib (pip install jax==$GPU_JAX jaxlib==$GPU_JAX)")
-if not any(importlib.util.find_spec(m) for m in ("jax_plugins.xla_cuda13", "jax_plugins.xla_cuda12")):
+def importable(module):
+  try:
+    return importlib.util.find_spec(module) is not None
+  except ImportError:  # its parent package is absent
+    return False
+if not any(importable(m) for m in ("jax_plugins.xla_cuda13", "jax_plugins.xla_cuda12")):
   missing.append("XLA's CUDA engine (jax-cuda13-pjrt $GPU_JAX)")
-nccl = [p for p in (os.path.join(list(importlib.import_module("nvidia.nccl").__path__)[0], "lib", "libnccl.so.2"),)
-        if os.path.exists(p)] if importlib.util.find_spec("nvidia.nccl") else []
+nccl = importable("nvidia.nccl") and os.path.exists(
+    os.path.join(list(importlib.import_module("nvidia.nccl").__path__)[0], "lib", "libnccl.so.2"))
 if not nccl:
   missing.append("libnccl.so.2 from nvidia-nccl-cu13 (the NCCL tests will fail; set MYPLUGIN_NCCL_PATH to another)")
 for m in missing:
