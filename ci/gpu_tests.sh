@@ -191,7 +191,7 @@ PY
   cd "$(mktemp -d)"  # away from the checkout: imports must find the installed jax_plugin
   root="$OLDPWD"
   set +e
-  MYPLUGIN_ENGINE=cuda timeout 330 pytest -v -p no:cacheprovider -m gpu "$root/tests/gpu" -k 'not multiprocess' \
+  MYPLUGIN_ENGINE=cuda timeout 330 pytest -v -p no:cacheprovider --timeout 150 -m gpu "$root/tests/gpu" -k 'not multiprocess' \
     --junitxml="$out/gpu-tests.xml" -o junit_family=xunit2 >"$out/gpu-tests.log" 2>&1
   rc=$?
   tail -n 40 "$out/gpu-tests.log"
