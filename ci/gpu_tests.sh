@@ -179,13 +179,17 @@ PY
     python3 -m pip install -q --no-index --find-links "$kit/wheels" --no-compile --target "$site" pytest pytest-timeout
   export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}" PATH="$site/bin:$PATH"
   # The libraries the wheel loads that this system lacks (libgloo...), from the .debs.
-  if LD_LIBRARY_PATH="$site/jax_plugin" ldd "$site"/jax_plugin/*.so | grep -q "not found"; then
+  missing_libraries() {
+    LD_LIBRARY_PATH="$site/jax_plugin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" ldd "$site"/jax_plugin/*.so | grep "not found" | sort -u || true
+  }
+  if [ -n "$(missing_libraries)" ]; then
+    note "unpacking the kit's .debs for: $(missing_libraries | awk '{print $1}' | tr '\n' ' ')"
     prefix="$(mktemp -d)"
     for deb in "$kit"/debs/*.deb; do dpkg -x "$deb" "$prefix"; done
     export LD_LIBRARY_PATH="$prefix/usr/lib/x86_64-linux-gnu:$prefix/usr/lib:$prefix/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   fi
-  if LD_LIBRARY_PATH="$site/jax_plugin:${LD_LIBRARY_PATH:-}" ldd "$site"/jax_plugin/*.so | grep "not found"; then
-    note "FAILED: libraries above are missing even with the kit's .debs"; exit 1
+  if [ -n "$(missing_libraries)" ]; then
+    note "FAILED: missing even with the kit's .debs: $(missing_libraries | tr '\n' ' ')"; exit 1
   fi
   has_nccl_backend "$site/jax_plugin/libmyplugin_runtime.so" || failed="$failed nccl-backend"
   cd "$(mktemp -d)"  # away from the checkout: imports must find the installed jax_plugin
