@@ -75,8 +75,13 @@ has_nccl_backend() {
 
 # ---------------------------------------------------------------- --prepare
 if [ "$mode" = prepare ]; then
+  # Replaces only an earlier kit: never a folder of something else.
+  if [ -d "$kit" ] && [ -n "$(ls -A "$kit")" ] && [ ! -f "$kit/MANIFEST.txt" ]; then
+    echo "--prepare: $kit exists and is not a kit (no MANIFEST.txt); name a new folder" >&2; exit 2
+  fi
   py="${PYTHON312:-$(pyenv root 2>/dev/null)/versions/3.12.1/bin/python}"
-  [ -x "$py" ] || { echo "--prepare needs Python 3.12 (the GPU machine's): $py is missing; set PYTHON312" >&2; exit 2; }
+  [ -x "$py" ] && "$py" -c 'import sys; assert sys.version_info[:2] == (3, 12)' 2>/dev/null ||
+    { echo "--prepare needs Python 3.12 (the GPU machine's): $py is missing or another version; set PYTHON312" >&2; exit 2; }
   rm -rf "$kit" && mkdir -p "$kit/wheels" "$kit/debs"
   kit="$(cd "$kit" && pwd)"
   work="$(mktemp -d)"

@@ -76,3 +76,9 @@ def test_kit_script_refuses_bad_arguments(tmp_path):
   r = kit("--prepare", str(tmp_path / "kit"), PYTHON312=str(tmp_path / "python3.12"))
   assert r.returncode == 2 and "needs Python 3.12" in r.stderr, r.stderr
   assert not (tmp_path / "kit").exists()
+  # A folder of something else is never wiped.
+  (tmp_path / "precious").mkdir()
+  (tmp_path / "precious" / "notes.txt").write_text("keep")
+  r = kit("--prepare", str(tmp_path / "precious"), PYTHON312=sys.executable)
+  assert r.returncode == 2 and "is not a kit" in r.stderr, r.stderr
+  assert (tmp_path / "precious" / "notes.txt").read_text() == "keep"
