@@ -60,9 +60,9 @@ def _initialize() -> None:
   engine = engine_selection.select()
   kind = engine.kind
   if kind == "cuda":
-    nccl = engine_selection.package_file("nvidia.nccl", "lib/libnccl.so.2")
+    nccl = engine_selection.nccl_library()
     if nccl is not None:
-      os.environ.setdefault("MYPLUGIN_NCCL_LIBRARY", nccl)
+      os.environ["MYPLUGIN_NCCL_LIBRARY"] = nccl
   if engine.path is None:
     logger.warning("myplugin: no XLA engine found: install lammps-jax-pjrt-cpu or set MYPLUGIN_ENGINE")
   else:
