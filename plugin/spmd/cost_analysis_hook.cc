@@ -1,24 +1,16 @@
 #include "spmd/cost_analysis_hook.h"
 
-#include <mutex>
+#include "common/hook_slot.h"
 
 namespace myplugin::spmd {
 namespace {
-std::mutex mu;
-CostAnalysisHook& Hook() {
-  static CostAnalysisHook* hook = new CostAnalysisHook();  // never destroyed: may be called during exit
-  return *hook;
+HookSlot<CostAnalysisHook>& Slot() {
+  static auto* slot = new HookSlot<CostAnalysisHook>();
+  return *slot;
 }
 }  // namespace
 
-void SetCostAnalysisHook(CostAnalysisHook hook) {
-  std::lock_guard<std::mutex> lock(mu);
-  Hook() = std::move(hook);
-}
-
-CostAnalysisHook GetCostAnalysisHook() {
-  std::lock_guard<std::mutex> lock(mu);
-  return Hook();
-}
+void SetCostAnalysisHook(CostAnalysisHook hook) { Slot().Set(std::move(hook)); }
+CostAnalysisHook GetCostAnalysisHook() { return Slot().Get(); }
 
 }  // namespace myplugin::spmd

@@ -1,24 +1,16 @@
 #include "spmd/program_hooks.h"
 
-#include <mutex>
+#include "common/hook_slot.h"
 
 namespace myplugin::spmd {
 namespace {
-std::mutex mu;
-ProgramHooks& Hooks() {
-  static ProgramHooks* hooks = new ProgramHooks();  // never destroyed: may be called during exit
-  return *hooks;
+HookSlot<ProgramHooks>& Slot() {
+  static auto* slot = new HookSlot<ProgramHooks>();
+  return *slot;
 }
 }  // namespace
 
-void SetProgramHooks(ProgramHooks hooks) {
-  std::lock_guard<std::mutex> lock(mu);
-  Hooks() = std::move(hooks);
-}
-
-ProgramHooks GetProgramHooks() {
-  std::lock_guard<std::mutex> lock(mu);
-  return Hooks();
-}
+void SetProgramHooks(ProgramHooks hooks) { Slot().Set(std::move(hooks)); }
+ProgramHooks GetProgramHooks() { return Slot().Get(); }
 
 }  // namespace myplugin::spmd
