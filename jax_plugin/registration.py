@@ -92,6 +92,8 @@ def _initialize() -> None:
   _install_custom_call_handler(_c_api)
   _myplugin.set_program_hooks(compile_hooks.shadow_options, compile_hooks.local_program)
   lowering.enable_donation()
+  from jax_plugin import persistent_cache
+  persistent_cache.enable(PLATFORM)
   lowering.install_lowering_rules(kind)
   lowering.register_collective_targets(kind)
   if kind == "cpu":

@@ -2,6 +2,7 @@
 
 #include "pjrt/client.h"
 #include "pjrt/device.h"
+#include "pjrt/executable.h"
 
 namespace myplugin {
 namespace {
@@ -153,7 +154,6 @@ MYPLUGIN_PASS_THROUGH(PJRT_Event_Destroy)
 MYPLUGIN_PASS_THROUGH(PJRT_Event_IsReady)
 MYPLUGIN_PASS_THROUGH(PJRT_Event_Error)
 MYPLUGIN_PASS_THROUGH(PJRT_Event_Await)
-MYPLUGIN_PASS_THROUGH(PJRT_Executable_Destroy)
 MYPLUGIN_PASS_THROUGH(PJRT_Executable_Name)
 MYPLUGIN_PASS_THROUGH(PJRT_Executable_NumReplicas)
 MYPLUGIN_PASS_THROUGH(PJRT_Executable_NumPartitions)
@@ -162,7 +162,6 @@ MYPLUGIN_PASS_THROUGH(PJRT_Executable_SizeOfGeneratedCodeInBytes)
 MYPLUGIN_PASS_THROUGH(PJRT_Executable_GetCostAnalysis)
 MYPLUGIN_PASS_THROUGH(PJRT_Executable_OutputMemoryKinds)
 MYPLUGIN_PASS_THROUGH(PJRT_Executable_OptimizedProgram)
-MYPLUGIN_PASS_THROUGH(PJRT_Executable_Serialize)
 MYPLUGIN_PASS_THROUGH(PJRT_Executable_OutputElementTypes)
 MYPLUGIN_PASS_THROUGH(PJRT_Executable_OutputDimensions)
 MYPLUGIN_PASS_THROUGH(PJRT_Executable_Fingerprint)
@@ -217,6 +216,11 @@ void InstallPassThroughEntries(PJRT_Api& api) {
   api.PJRT_Buffer_CopyToMemory = BufferCopyToMemory;
   api.PJRT_AsyncHostToDeviceTransferManager_Device = TransferManagerDevice;
   api.PJRT_Client_DefaultDeviceAssignment = ClientDefaultDeviceAssignment;
+  // Serialized executables are ours (pjrt/executable.h): the engine's bytes
+  // in an envelope that names the build and, for multi-process programs,
+  // their local and global parts.
+  api.PJRT_Executable_Serialize = PjrtExecutableSerialize;
+  api.PJRT_Executable_Destroy = PjrtExecutableDestroy;
 
 #define MYPLUGIN_INSTALL(name) api.name = Forward_##name
   MYPLUGIN_INSTALL(PJRT_Client_DmaMap);
@@ -226,7 +230,6 @@ void InstallPassThroughEntries(PJRT_Api& api) {
   MYPLUGIN_INSTALL(PJRT_Event_IsReady);
   MYPLUGIN_INSTALL(PJRT_Event_Error);
   MYPLUGIN_INSTALL(PJRT_Event_Await);
-  MYPLUGIN_INSTALL(PJRT_Executable_Destroy);
   MYPLUGIN_INSTALL(PJRT_Executable_Name);
   MYPLUGIN_INSTALL(PJRT_Executable_NumReplicas);
   MYPLUGIN_INSTALL(PJRT_Executable_NumPartitions);
@@ -235,7 +238,6 @@ void InstallPassThroughEntries(PJRT_Api& api) {
   MYPLUGIN_INSTALL(PJRT_Executable_GetCostAnalysis);
   MYPLUGIN_INSTALL(PJRT_Executable_OutputMemoryKinds);
   MYPLUGIN_INSTALL(PJRT_Executable_OptimizedProgram);
-  MYPLUGIN_INSTALL(PJRT_Executable_Serialize);
   MYPLUGIN_INSTALL(PJRT_Executable_OutputElementTypes);
   MYPLUGIN_INSTALL(PJRT_Executable_OutputDimensions);
   MYPLUGIN_INSTALL(PJRT_Executable_Fingerprint);
