@@ -1,0 +1,193 @@
+"""jax's persistent compilation cache on myplugin: the first run of a
+program writes its executables, a second run (a fresh process) loads them
+instead of compiling, on one process and on 2 processes x 2 devices; the
+numbers equal jax's CPU backend running the same programs; an entry of
+another build or another backend is refused, never loaded."""
+from __future__ import annotations
+
+import os
+import re
+import sys
+
+import numpy as np
+import pytest
+
+from proc import child_env, run_python
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PROGRAM = os.path.join(HERE, "programs", "cache_program.py")
+PARTITIONED = "multi-process compile: partitioned"
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+  """The programs on jax's CPU backend, 4 devices, one process, no cache."""
+  out = tmp_path_factory.mktemp("cpu") / "ref.npz"
+  r = run_python([PROGRAM, "-", str(out)], child_env(JAX_PLATFORMS="cpu", JAX_NUM_CPU_DEVICES="4"), timeout=120)
+  assert r.returncode == 0, r.output
+  return dict(np.load(out))
+
+
+def entries(cache_dir) -> list[str]:
+  return sorted(f for f in os.listdir(cache_dir) if f.endswith("-cache")) if os.path.isdir(cache_dir) else []
+
+
+def single(cache_dir, out, **env):
+  r = run_python([PROGRAM, str(cache_dir), str(out)],
+                 child_env(JAX_PLATFORMS="myplugin", MYPLUGIN_NUM_DEVICES="4", **env), timeout=120)
+  assert r.returncode == 0, r.output
+  return r, dict(np.load(str(out).format(rank=0)))
+
+
+def job(cache_dir, out):
+  """2 processes x 2 devices under myplugin-run."""
+  r = run_python(["-m", "jax_plugin.launcher", "-n", "2", "--devices-per-process", "2", "--timeout", "150", "--",
+                  sys.executable, PROGRAM, str(cache_dir), str(out)], child_env(MYPLUGIN_SPMD_LOG="1"), timeout=180)
+  assert r.returncode == 0, r.output
+  return r, [dict(np.load(str(out).format(rank=rank))) for rank in range(2)]
+
+
+def assert_matches(got: dict, reference: dict, shards: int):
+  compared = [k for k in got if ".shard." in k]
+  assert len(compared) == shards, sorted(got)
+  for key in compared:
+    np.testing.assert_allclose(got[key], reference[key], rtol=1e-5, atol=1e-5, err_msg=key)
+  np.testing.assert_allclose(got["local"], reference["local"], rtol=1e-5, atol=1e-5)
+
+
+def test_second_run_loads_every_program_from_the_cache(tmp_path, reference):
+  cache = tmp_path / "cache"
+  r1, first = single(cache, tmp_path / "first.npz")
+  written = entries(cache)
+  assert len(written) >= 4, written  # the three mesh programs, the local one (and jax's helpers)
+  assert int(first["hits"]) == 0 and int(first["misses"]) >= 4
+  assert_matches(first, reference, shards=12)
+
+  r2, second = single(cache, tmp_path / "second.npz")
+  assert int(second["misses"]) == 0, r2.output
+  assert int(second["hits"]) == int(first["misses"]), r2.output
+  assert entries(cache) == written  # nothing new was compiled and written
+  assert_matches(second, reference, shards=12)
+
+
+def test_two_processes_of_two_devices_hit_on_every_process(tmp_path, reference):
+  """The cached local programs are the same on both processes (partition-id
+  is read at run time), so whichever process wrote an entry, both load it
+  and compute their own shards: on meshes that put each process's devices
+  at different positions, with psum, pmax, ppermute and axis_index."""
+  cache = tmp_path / "cache"
+  r1, first = job(cache, tmp_path / "first.{rank}.npz")
+  assert r1.output.count(PARTITIONED) >= 6, r1.output  # at least 3 programs x 2 processes
+  for rank in range(2):
+    assert int(first[rank]["hits"]) == 0 and int(first[rank]["misses"]) >= 4
+    assert_matches(first[rank], reference, shards=6)
+
+  r2, second = job(cache, tmp_path / "second.{rank}.npz")
+  assert PARTITIONED not in r2.output, r2.output  # no partition, no compile
+  for rank in range(2):
+    assert int(second[rank]["misses"]) == 0, r2.output
+    assert int(second[rank]["hits"]) == int(first[rank]["misses"]), r2.output
+    assert_matches(second[rank], reference, shards=6)
+
+
+def _rewrite_entries(cache_dir, change) -> int:
+  """Applies `change` to our serialized executable inside every entry."""
+  from jax._src import compilation_cache as cc
+  n = 0
+  for name in entries(cache_dir):
+    path = os.path.join(cache_dir, name)
+    with open(path, "rb") as f:
+      raw = cc.decompress_executable(f.read())
+    # jax's compile time, jaxlib's metadata, then our bytes.
+    ours = raw.find(b"myplugin-exec\n")
+    assert ours > 0, raw[:200]
+    with open(path, "wb") as f:
+      f.write(cc.compress_executable(raw[:ours] + change(raw[ours:])))
+    n += 1
+  return n
+
+
+def _other_build(blob: bytes) -> bytes:
+  m = re.search(rb"\(build ([0-9a-f]{16})\)", blob)
+  assert m, blob[:200]
+  other = bytes(b"0123456789abcdef"[(b"0123456789abcdef".index(c) + 1) % 16] for c in m.group(1))
+  return blob[:m.start(1)] + other + blob[m.end(1):]
+
+
+@pytest.mark.parametrize("change,message", [
+    (_other_build, "this serialized executable was written by 'myplugin"),
+    (lambda blob: b"\x08\x01 an executable of another backend", "not a serialized myplugin executable"),
+])
+def test_an_entry_of_another_build_or_backend_is_refused(tmp_path, reference, change, message):
+  cache = tmp_path / "cache"
+  _, first = single(cache, tmp_path / "first.npz")
+  assert _rewrite_entries(cache, change) >= 4
+  r, second = single(cache, tmp_path / "second.npz")
+  # jax reports the refusal and compiles instead.
+  assert message in r.output, r.output
+  assert "Error reading persistent compilation cache entry" in r.output, r.output
+  assert int(second["hits"]) == 0 and int(second["misses"]) == int(first["misses"]), r.output
+  assert_matches(second, reference, shards=12)
+
+
+def test_the_platform_version_names_the_build_and_the_engine():
+  r = run_python(["-c", "import jax; print(jax.devices()[0].client.platform_version)"],
+                 child_env(JAX_PLATFORMS="myplugin"), timeout=60)
+  assert r.returncode == 0, r.output
+  assert re.search(r"myplugin \S+ \(build [0-9a-f]{16}\) over XLA engine 'cpu' \S+", r.stdout), r.stdout
+
+
+def test_the_rewrite_reads_device_ids_at_run_time_when_asked():
+  """With runtime_device_ids the local program is the same whatever this
+  process's devices are: partition-id is our handler with a table indexed
+  by global device id."""
+  from jax_plugin.spmd.rewrite import rewrite_module
+  text = ("HloModule m, num_partitions=4\n\nENTRY %main (p: f32[]) -> u32[] {\n"
+          "  %p = f32[] parameter(0)\n  ROOT %i = u32[] partition-id()\n}\n")
+  outs = {tuple(order): rewrite_module(text, [[5, 4, 7, 6]], 8, local_order=order, runtime_device_ids=True)
+          for order in ([5, 4], [7, 6])}
+  assert len(set(outs.values())) == 1
+  out = next(iter(outs.values()))
+  assert 'custom_call_target="myplugin_partition_id"' in out, out
+  assert "ids = dense<[-1, -1, -1, -1, 1, 0, 3, 2]>" in out, out
+  assert "replica-id()" not in out and "constant(" not in out, out
+
+
+def test_programs_with_process_local_callbacks_are_not_written(caplog):
+  """A program whose compiled form calls a Python host callback of this
+  process is compiled as usual but not written, with a debug log line."""
+  import logging
+
+  from jax._src import compilation_cache as cc
+  from jax_plugin import persistent_cache
+
+  class Module:
+    def __init__(self, text):
+      self.text = text
+
+    def to_string(self):
+      return self.text
+
+  class Executable:
+    def __init__(self, text):
+      self.modules = [Module(text)]
+
+    def hlo_modules(self):
+      return self.modules
+
+  class Backend:
+    platform = "myplugin"
+
+  written = []
+  saved = (cc.is_cache_used, cc.put_executable_and_time)
+  try:
+    cc.put_executable_and_time = lambda key, name, exe, backend, t: written.append(name)
+    assert persistent_cache.enable("myplugin")
+    with caplog.at_level(logging.DEBUG, logger="jax_plugin"):
+      cc.put_executable_and_time("k1", "with_callback", Executable(
+          '%c = f32[] custom-call(), custom_call_target="myplugin_python_callback"'), Backend(), 1)
+      cc.put_executable_and_time("k2", "plain", Executable("%a = f32[] add(%x, %y)"), Backend(), 1)
+  finally:
+    cc.is_cache_used, cc.put_executable_and_time = saved
+  assert written == ["plain"]
+  assert "Not writing persistent cache entry for 'with_callback'" in caplog.text
