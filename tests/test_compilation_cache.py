@@ -53,6 +53,7 @@ def assert_matches(got: dict, reference: dict, shards: int):
   for key in compared:
     np.testing.assert_allclose(got[key], reference[key], rtol=1e-5, atol=1e-5, err_msg=key)
   np.testing.assert_allclose(got["local"], reference["local"], rtol=1e-5, atol=1e-5)
+  assert bool(got["whole_program"])
 
 
 def test_second_run_loads_every_program_from_the_cache(tmp_path, reference):

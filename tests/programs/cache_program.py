@@ -87,5 +87,11 @@ for name, arr in results.items():
 saved["events"] = np.array(events, dtype=object) if events else np.array([], dtype=object)
 saved["hits"] = np.int64(events.count("/jax/compilation_cache/cache_hits"))
 saved["misses"] = np.int64(events.count("/jax/compilation_cache/cache_misses"))
+# After a load as after a compile, jax's questions about the whole program
+# (its optimized module, its shardings) are answered for all n devices.
+whole = train_step.lower(w, x).compile()
+saved["whole_program"] = np.bool_(f"num_partitions={n}" in whole.as_text() and
+                                  whole.output_shardings == NamedSharding(mesh, P()) and
+                                  whole.input_shardings[0][1] == sharded)
 np.savez(out.format(rank=rank), **{k: v for k, v in saved.items() if k != "events"})
 print(f"rank {rank}: hits {saved['hits']} misses {saved['misses']}", flush=True)
