@@ -78,16 +78,19 @@ def test_two_processes_of_two_devices_hit_on_every_process(tmp_path, reference):
   at different positions, with psum, pmax, ppermute and axis_index."""
   cache = tmp_path / "cache"
   r1, first = job(cache, tmp_path / "first.{rank}.npz")
-  assert r1.output.count(PARTITIONED) >= 6, r1.output  # at least 3 programs x 2 processes
+  assert PARTITIONED in r1.output, r1.output
+  assert len(entries(cache)) >= 4
   for rank in range(2):
-    assert int(first[rank]["hits"]) == 0 and int(first[rank]["misses"]) >= 4
+    # Both processes compile the same programs at about the same time; one
+    # may already find the other's entry (a hit) if it was late enough.
+    assert int(first[rank]["hits"]) + int(first[rank]["misses"]) >= 4
     assert_matches(first[rank], reference, shards=6)
 
   r2, second = job(cache, tmp_path / "second.{rank}.npz")
   assert PARTITIONED not in r2.output, r2.output  # no partition, no compile
   for rank in range(2):
     assert int(second[rank]["misses"]) == 0, r2.output
-    assert int(second[rank]["hits"]) == int(first[rank]["misses"]), r2.output
+    assert int(second[rank]["hits"]) == int(first[rank]["hits"]) + int(first[rank]["misses"]), r2.output
     assert_matches(second[rank], reference, shards=6)
 
 
@@ -129,6 +132,38 @@ def test_an_entry_of_another_build_or_backend_is_refused(tmp_path, reference, ch
   assert "Error reading persistent compilation cache entry" in r.output, r.output
   assert int(second["hits"]) == 0 and int(second["misses"]) == int(first["misses"]), r.output
   assert_matches(second, reference, shards=12)
+
+
+def _process_specific(blob: bytes) -> bytes:
+  """Marks a multi-process entry's local program as made for the writer's
+  devices alone (what the CUDA engine's programs are): our envelope is
+  magic (16) | version u64 | platform version | multiprocess u64 | engine
+  bytes | process_independent u64 | …, byte strings as u64 length + bytes."""
+  u64 = lambda at: int.from_bytes(blob[at:at + 8], "little")
+  at = 16 + 8
+  at += 8 + u64(at)  # platform version
+  if u64(at) == 0:
+    return blob  # a program of one process
+  at += 8
+  at += 8 + u64(at)  # the engine's executable
+  assert u64(at) == 1, "the local programs of the CPU engine are process-independent"
+  return blob[:at] + (0).to_bytes(8, "little") + blob[at + 8:]
+
+
+def test_an_entry_made_for_another_process_devices_is_refused_there(tmp_path, reference):
+  """An entry whose local program holds the writer's device ids loads on the
+  writer's devices only: every other process refuses it, names both device
+  lists and compiles; every shard stays right."""
+  cache = tmp_path / "cache"
+  _, first = job(cache, tmp_path / "first.{rank}.npz")
+  assert _rewrite_entries(cache, _process_specific) >= 4
+  r, second = job(cache, tmp_path / "second.{rank}.npz")
+  assert "holds the local program of the process with devices" in r.output, r.output
+  assert "reads device ids as constants" in r.output, r.output
+  refused = sum(int(second[rank]["misses"]) for rank in range(2))
+  assert refused >= 3, r.output  # each of the 3 mesh programs on one of the processes at least
+  for rank in range(2):
+    assert_matches(second[rank], reference, shards=6)
 
 
 def test_the_platform_version_names_the_build_and_the_engine():
