@@ -189,9 +189,25 @@ def test_the_rewrite_reads_device_ids_at_run_time_when_asked():
   assert "replica-id()" not in out and "constant(" not in out, out
 
 
+def test_a_program_with_a_host_callback_runs_and_is_not_written(tmp_path):
+  """A program that calls myplugin_python_callback (a callable of this
+  process) compiles and runs as usual; jax writes no entry for it (a debug
+  line says why), and serializing it directly is a clear UNIMPLEMENTED."""
+  cache = tmp_path / "cache"
+  r = run_python([os.path.join(HERE, "programs", "cache_callback_program.py"), str(cache)],
+                 child_env(JAX_PLATFORMS="myplugin"), timeout=120)
+  assert r.returncode == 0, r.output
+  assert "RESULT value [1.0, 3.0, 5.0, 7.0]" in r.stdout, r.output
+  assert re.search(r"DEBUG:jax_plugin:Not writing persistent cache entry for 'jit_with_\w+' because it calls "
+                   r"myplugin_python_callback", r.stderr), r.output
+  assert not [e for e in entries(cache) if e.startswith("jit_with_")], entries(cache)
+  assert ("RESULT serialize JaxRuntimeError UNIMPLEMENTED: this executable cannot be serialized: the program calls "
+          "myplugin_python_callback") in r.stdout, r.output
+
+
 def test_programs_with_process_local_callbacks_are_not_written(caplog):
-  """A program whose compiled form calls a Python host callback of this
-  process is compiled as usual but not written, with a debug log line."""
+  """The hook itself: a compiled program that calls a Python host callback
+  of this process is not written, with a debug log line; others are."""
   import logging
 
   from jax._src import compilation_cache as cc
