@@ -198,8 +198,9 @@ def test_a_program_with_a_host_callback_runs_and_is_not_written(tmp_path):
                  child_env(JAX_PLATFORMS="myplugin"), timeout=120)
   assert r.returncode == 0, r.output
   assert "RESULT value [1.0, 3.0, 5.0, 7.0]" in r.stdout, r.output
-  assert re.search(r"DEBUG:jax_plugin:Not writing persistent cache entry for 'jit_with_\w+' because it calls "
-                   r"myplugin_python_callback", r.stderr), r.output
+  # Ours, or jax's own where the lowering hands jax the callback.
+  assert re.search(r"DEBUG:jax\S*:Not writing persistent cache entry for 'jit_with_\w+' because it "
+                   r"(calls myplugin_python_callback|uses host callbacks)", r.stderr), r.output
   assert not [e for e in entries(cache) if e.startswith("jit_with_")], entries(cache)
   assert ("RESULT serialize JaxRuntimeError UNIMPLEMENTED: this executable cannot be serialized: the program calls "
           "myplugin_python_callback") in r.stdout, r.output

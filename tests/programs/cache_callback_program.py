@@ -15,6 +15,7 @@ import numpy as np
 
 logging.basicConfig(level=logging.WARNING)
 logging.getLogger("jax_plugin").setLevel(logging.DEBUG)
+logging.getLogger("jax._src.compiler").setLevel(logging.DEBUG)  # jax's own skip, for callbacks it knows of
 jax.config.update("jax_compilation_cache_dir", sys.argv[1])
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
 jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
