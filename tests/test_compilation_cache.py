@@ -234,6 +234,8 @@ def test_programs_with_process_local_callbacks_are_not_written(caplog):
   written = []
   saved = (cc.is_cache_used, cc.put_executable_and_time)
   try:
+    # Fresh functions in jax's places, whether or not the hooks were installed before.
+    cc.is_cache_used = lambda backend: False
     cc.put_executable_and_time = lambda key, name, exe, backend, t: written.append(name)
     assert persistent_cache.enable("myplugin")
     with caplog.at_level(logging.DEBUG, logger="jax_plugin"):
