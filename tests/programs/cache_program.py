@@ -1,5 +1,6 @@
 """Programs for the persistent compilation cache tests, on every device of
-the job: python cache_program.py CACHE_DIR OUT.npz (OUT may hold {rank}).
+the job: python cache_program.py CACHE_DIR OUT.npz [jax.distributed]
+(OUT may hold {rank}).
 
 With CACHE_DIR "-" the cache is off (the reference run on jax's CPU
 backend). Saves each result's addressable shards (NAME.shard.INDEX, INDEX
@@ -20,6 +21,9 @@ except ImportError:  # pragma: no cover
   from jax.experimental.shard_map import shard_map
 
 cache_dir, out = sys.argv[1], sys.argv[2]
+if sys.argv[3:] == ["jax.distributed"]:
+  # Then jax knows the process ids, and only process 0 writes entries.
+  jax.distributed.initialize()
 if cache_dir != "-":
   jax.config.update("jax_compilation_cache_dir", cache_dir)
   jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
@@ -85,8 +89,12 @@ for name, arr in results.items():
   for s in arr.addressable_shards:
     saved[f"{name}.shard.{position[s.device.id]}"] = np.asarray(s.data)
 saved["events"] = np.array(events, dtype=object) if events else np.array([], dtype=object)
+# jax counts a request per compile that may use the cache, and a hit per
+# load ("cache_misses" counts writes: only process 0's under jax.distributed).
+requests = events.count("/jax/compilation_cache/compile_requests_use_cache")
 saved["hits"] = np.int64(events.count("/jax/compilation_cache/cache_hits"))
-saved["misses"] = np.int64(events.count("/jax/compilation_cache/cache_misses"))
+saved["misses"] = np.int64(requests - saved["hits"])
+saved["writes"] = np.int64(events.count("/jax/compilation_cache/cache_misses"))
 # After a load as after a compile, jax's questions about the whole program
 # (its optimized module, its shardings) are answered for all n devices.
 whole = train_step.lower(w, x).compile()
