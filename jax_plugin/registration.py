@@ -50,7 +50,9 @@ def _initialize() -> None:
   if _c_api is not None:
     return
   from jax._src import xla_bridge
+  from jax_plugin import compatibility
 
+  compatibility.check(compatibility.installed_versions())
   lib = library_path()
   if not os.path.exists(lib):
     raise RuntimeError(f"the myplugin PJRT library is missing: {lib} (reinstall the package)")

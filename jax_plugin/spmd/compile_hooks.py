@@ -65,13 +65,16 @@ def local_program(dump_dir: str, options: bytes, assignment: list[list[int]], nu
   # jax numbers a program's devices replica-major (logical id r * P + p) and
   # hands this process's arguments over in that order.
   order = [int(d) for d in np.asarray(assignment).reshape(-1) if int(d) in local_engine_ids]
-  if not order:
-    raise RuntimeError("this process has no device in the program's device assignment")
   host = os.environ.get("MYPLUGIN_ENGINE_KIND", "cpu") != "cuda"
   # On the host engine our partition-id/replica-id handlers make the module
   # the same on every process, so one compilation-cache entry serves them all.
   text = rewrite_module(_partitioned_text(dump_dir), assignment, num_devices, order, fences=host,
                         runtime_device_ids=host)
+  if not order:
+    # Every device of the program belongs to other processes: nothing runs
+    # here (the rewrite above still refuses, on every process alike, what
+    # the others could not run).
+    return b"", b"", [], host
   if os.environ.get("MYPLUGIN_DUMP_REWRITTEN"):
     with open(os.path.join(os.environ["MYPLUGIN_DUMP_REWRITTEN"], f"rewritten.{os.getpid()}.txt"), "a") as f:
       f.write(text)

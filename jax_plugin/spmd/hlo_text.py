@@ -27,6 +27,11 @@ class HloTextError(ValueError):
   pass
 
 
+class UnsupportedProgram(HloTextError):
+  """A construct of the program that the multi-process path cannot run
+  (the compile reports it as UNIMPLEMENTED, by this class's name)."""
+
+
 def _outside_strings(text: str, start: int = 0):
   """(index, character, bracket depth after it) of every character of
   `text` from `start` that is not inside a string literal."""
@@ -88,7 +93,8 @@ def parse_shape(text: str) -> ArrayShape | list[ArrayShape]:
     return [parse_shape(t) for t in split_top_level(text[1:-1])]
   m = _ARRAY_SHAPE.match(text)
   if not m:
-    raise HloTextError(f"unsupported shape {text!r} (dynamic or nested shapes are not rewritten)")
+    raise UnsupportedProgram(f"a collective of shape {text!r}: myplugin rewrites collectives of static arrays and "
+                             f"tuples of them, not dynamic or nested shapes")
   dims = tuple(int(d) for d in m.group(2).split(",") if d)
   return ArrayShape(m.group(1), dims)
 
@@ -145,7 +151,14 @@ def parse_instruction(line: str) -> Instruction | None:
   tail = rest[close:].strip()
   if tail and not tail.startswith(","):
     raise HloTextError(f"cannot read the attributes of: {line.strip()[:200]}")
-  attrs = split_top_level(tail[1:]) if tail else []
+  attrs = []
+  for a in split_top_level(tail[1:]) if tail else []:
+    # A mesh of replica groups whose devices are not in iota order prints its
+    # ids after a comma of its own: `mesh[...], device_ids=(...) {...}`.
+    if a.startswith("device_ids=") and attrs and attrs[-1].startswith("replica_groups=mesh"):
+      attrs[-1] += ", " + a
+    else:
+      attrs.append(a)
   return Instruction(indent, root, name, shape_text, om.group(1), operands, attrs)
 
 

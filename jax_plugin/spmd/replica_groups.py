@@ -1,11 +1,27 @@
-"""Replica groups in the three ways HLO text writes them, expanded to lists.
+"""Replica groups in every form XLA's HLO printer writes, expanded to lists.
 
     {{0,1},{2,3}}                      explicit groups
+    {}                                 one group of every participant
     [2,4]<=[4,2]T(1,0)                 iota: arange(8).reshape(4,2).transpose(1,0).reshape(2,4)
     mesh['x'=2,'y'=4] {'x'}            the devices of a 2x4 mesh, one group per
                                        position on the axes not named (here
-                                       {0,4},{1,5},{2,6},{3,7})
-    {}                                 one group of every participant
+                                       {0,4},{1,5},{2,6},{3,7}); the named axes
+                                       vary inside a group in the order named
+    mesh['a'=4,'b'=2], device_ids=(0,2,4,6,1,3,5,7) {'b'}
+                                       a mesh whose devices are not in iota
+                                       order (the ids, row-major over the mesh;
+                                       also as an iota form)
+    mesh['a'=8] {'a':(2)2}             a sub-axis: axis a split (major to minor)
+                                       into [2, 2, 2]; groups run along the
+                                       middle factor, of size 2 after 2 before
+    mesh['a'=4] {}                     groups of one device
+    maximal_mesh[device_id=3] {}       one group of one device
+
+Mesh-axes forms follow XLA's MeshAxesReplicaGroupList (XLA:
+xla/hlo/ir/replica_group.cc, mesh_and_axis.cc): the mesh's device ids are
+reshaped to the axis sizes, each axis split into its sub-axes' factors, the
+factors not named moved in front of the named ones, and the result read in
+groups of the named factors' size. Names are printed quoted or bare.
 """
 
 from __future__ import annotations
@@ -14,15 +30,101 @@ import re
 
 import numpy as np
 
-from jax_plugin.spmd.hlo_text import HloTextError, split_top_level
+from jax_plugin.spmd.hlo_text import HloTextError, UnsupportedProgram, split_top_level
 
 _IOTA = re.compile(r"^\[([0-9,]+)\]<=\[([0-9,]+)\](?:T\(([0-9,]+)\))?$")
-_MESH = re.compile(r"^mesh\[(.*)\]\s*\{(.*)\}$")
-_MESH_AXIS = re.compile(r"^'([^']+)'=([0-9]+)$")
+_MESH = re.compile(r"^mesh\[(.*?)\]\s*(?:,\s*device_ids=\((.*)\))?\s*\{(.*)\}$", re.S)
+_MAXIMAL = re.compile(r"^maximal_mesh\[device_id=([0-9]+)\]\s*\{\s*\}$")
+_NAME = r"(?:'([^']+)'|([A-Za-z_][\w.\-]*))"
+_MESH_AXIS = re.compile(rf"^{_NAME}\s*=\s*([0-9]+)$")
+_AXIS_REF = re.compile(rf"^{_NAME}(?::\(([0-9]+)\)([0-9]+))?$")
 
 
 def _ints(text: str) -> list[int]:
   return [int(x) for x in text.split(",") if x.strip()]
+
+
+def _unsupported(text: str, why: str) -> UnsupportedProgram:
+  return UnsupportedProgram(f"replica_groups={text}: {why}")
+
+
+def _iota(text: str, whole: str) -> np.ndarray | None:
+  m = _IOTA.match(text)
+  if not m:
+    return None
+  shape, reshape = _ints(m.group(1)), _ints(m.group(2))
+  if int(np.prod(shape)) != int(np.prod(reshape)):
+    raise _unsupported(whole, f"the iota list's shape {shape} does not hold the {int(np.prod(reshape))} ids "
+                       f"of {reshape}")
+  ids = np.arange(int(np.prod(reshape))).reshape(reshape)
+  if m.group(3):
+    perm = _ints(m.group(3))
+    if sorted(perm) != list(range(len(reshape))):
+      raise _unsupported(whole, f"T({m.group(3)}) is not a permutation of the {len(reshape)} reshape dimensions")
+    ids = ids.transpose(perm)
+  return ids.reshape(shape)
+
+
+def _mesh(axes_text: str, ids_text: str | None, refs_text: str, whole: str) -> list[list[int]]:
+  names, sizes = [], []
+  for a in split_top_level(axes_text):
+    am = _MESH_AXIS.match(a.strip())
+    if not am:
+      raise _unsupported(whole, f"cannot read the mesh axis {a!r}")
+    names.append(am.group(1) or am.group(2))
+    sizes.append(int(am.group(3)))
+  total = int(np.prod(sizes))
+  if ids_text is None:
+    ids = np.arange(total)
+  else:
+    ids_text = ids_text.strip()
+    if ids_text.startswith("devices="):
+      ids_text = ids_text[len("devices="):]
+    iota = _iota(ids_text, whole)
+    if iota is not None:
+      ids = iota.reshape(-1)
+    else:
+      # An explicit list, possibly after its dimensions: "[4,2]0,2,4,6,..."
+      ids = np.array(_ints(re.sub(r"^\[[0-9,]*\]", "", ids_text)), dtype=np.int64)
+    if ids.size != total or sorted(ids.tolist()) != list(range(total)):
+      raise _unsupported(whole, f"device_ids=({ids_text}) is not a permutation of the mesh's {total} devices")
+
+  # Each mesh axis as its factors, major to minor: (size, index of the
+  # reference that names it, or None).
+  refs = []
+  for r in split_top_level(refs_text):
+    rm = _AXIS_REF.match(r.strip())
+    if not rm or (rm.group(1) or rm.group(2)) not in names:
+      raise _unsupported(whole, f"{r!r} is not an axis of the mesh {names}")
+    axis = names.index(rm.group(1) or rm.group(2))
+    sub = None if rm.group(3) is None else (int(rm.group(3)), int(rm.group(4)))
+    refs.append((axis, sub))
+  factors: list[tuple[int, int | None]] = []
+  for axis, size in enumerate(sizes):
+    mine = [(i, sub) for i, (a, sub) in enumerate(refs) if a == axis]
+    if not mine:
+      factors.append((size, None))
+      continue
+    if any(sub is None for _, sub in mine):
+      if len(mine) > 1:
+        raise _unsupported(whole, f"axis {names[axis]!r} is named whole and again")
+      factors.append((size, mine[0][0]))
+      continue
+    prefix = 1
+    for i, (pre, sub_size) in sorted(mine, key=lambda m: m[1][0]):
+      if pre % prefix or size % (pre * sub_size):
+        raise _unsupported(whole, f"the sub-axes of {names[axis]!r} (size {size}) overlap or do not divide it")
+      if pre != prefix:
+        factors.append((pre // prefix, None))
+      factors.append((sub_size, i))
+      prefix = pre * sub_size
+    if prefix != size:
+      factors.append((size // prefix, None))
+  others = [f for f, (_, ref) in enumerate(factors) if ref is None]
+  inside = sorted((f for f, (_, ref) in enumerate(factors) if ref is not None), key=lambda f: factors[f][1])
+  group_size = int(np.prod([factors[f][0] for f in inside])) if inside else 1
+  grid = ids.reshape([s for s, _ in factors]).transpose(others + inside)
+  return grid.reshape(-1, group_size).tolist()
 
 
 def parse(text: str | None) -> list[list[int]] | None:
@@ -33,32 +135,27 @@ def parse(text: str | None) -> list[list[int]] | None:
   if text in ("{}", ""):
     return None
   if text.startswith("{"):
-    return [_ints(g.strip("{} ")) for g in split_top_level(text[1:-1])]
-  m = _IOTA.match(text)
-  if m:
-    shape, reshape = _ints(m.group(1)), _ints(m.group(2))
-    ids = np.arange(int(np.prod(reshape))).reshape(reshape)
-    if m.group(3):
-      ids = ids.transpose(_ints(m.group(3)))
-    return ids.reshape(shape).tolist()
+    groups = []
+    for g in split_top_level(text[1:-1]):
+      if not (g.startswith("{") and g.endswith("}")):
+        raise _unsupported(text, f"cannot read the group {g!r}")
+      try:
+        groups.append(_ints(g[1:-1]))
+      except ValueError:
+        raise _unsupported(text, f"cannot read the group {g!r}") from None
+    return groups
+  iota = _iota(text, text)
+  if iota is not None:
+    if iota.ndim != 2:
+      raise _unsupported(text, "an iota list of groups has two dimensions (groups x group size)")
+    return iota.tolist()
   m = _MESH.match(text)
   if m:
-    axes, sizes = [], []
-    for a in split_top_level(m.group(1)):
-      am = _MESH_AXIS.match(a)
-      if not am:
-        raise HloTextError(f"unsupported mesh axis {a!r} in replica_groups={text}")
-      axes.append(am.group(1))
-      sizes.append(int(am.group(2)))
-    grouped = [a.strip().strip("'") for a in split_top_level(m.group(2))]
-    if any(g not in axes for g in grouped):
-      raise HloTextError(f"replica_groups={text} names an axis the mesh does not have")
-    others = [axes.index(a) for a in axes if a not in grouped]
-    inside = [axes.index(a) for a in grouped]
-    ids = np.arange(int(np.prod(sizes))).reshape(sizes).transpose(others + inside)
-    group_size = int(np.prod([sizes[i] for i in inside])) if inside else 1
-    return ids.reshape(-1, group_size).tolist()
-  raise HloTextError(f"unsupported replica_groups={text}")
+    return _mesh(m.group(1), m.group(2), m.group(3), text)
+  m = _MAXIMAL.match(text)
+  if m:
+    return [[int(m.group(1))]]
+  raise _unsupported(text, "a form of replica groups that myplugin does not know")
 
 
 def parse_pairs(text: str | None) -> list[tuple[int, int]]:
@@ -67,8 +164,11 @@ def parse_pairs(text: str | None) -> list[tuple[int, int]]:
     return []
   pairs = []
   for p in split_top_level(text.strip()[1:-1]):
-    ids = _ints(p.strip("{} "))
+    try:
+      ids = _ints(p.strip("{} "))
+    except ValueError:
+      ids = []
     if len(ids) != 2:
-      raise HloTextError(f"unsupported source_target_pairs={text}")
+      raise UnsupportedProgram(f"source_target_pairs={text}: cannot read the pair {p!r}")
     pairs.append((ids[0], ids[1]))
   return pairs

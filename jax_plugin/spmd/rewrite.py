@@ -21,8 +21,8 @@ from __future__ import annotations
 import numpy as np
 
 from jax_plugin.spmd import replica_groups as rg
-from jax_plugin.spmd.hlo_text import (ArrayShape, HloTextError, Instruction, callees, computation_header,
-                                      computations, parse_instruction, split_top_level)
+from jax_plugin.spmd.hlo_text import (ArrayShape, HloTextError, Instruction, UnsupportedProgram, callees,
+                                      computation_header, computations, parse_instruction, split_top_level)
 
 _REDUCTIONS = {"add": "sum", "multiply": "product", "maximum": "max", "minimum": "min", "and": "and", "or": "or"}
 
@@ -36,10 +36,6 @@ _REFUSED = {
 
 
 _COLLECTIVES = {"all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute"}
-
-
-class UnsupportedProgram(HloTextError):
-  """A construct of the program that the multi-process path cannot run."""
 
 
 def _dense(values) -> str:
@@ -86,6 +82,13 @@ class _Rewriter:
       mode = "flattened"
     else:
       mode = "replica_and_partition"
+    if groups is not None:
+      bound = {"flattened": replicas * partitions, "partition": partitions}.get(mode, replicas)
+      ids = [i for g in groups for i in g]
+      if any(i < 0 or i >= bound for i in ids) or len(set(ids)) != len(ids):
+        raise UnsupportedProgram(
+            f"{inst.opcode} {inst.name}: replica_groups={inst.attr('replica_groups')} names an id outside "
+            f"0..{bound - 1} (the {mode.replace('_and_partition', '')} ids of this program) or one id twice")
     out: list[list[int]] = []
     if mode == "flattened":
       for g in groups if groups is not None else [list(range(replicas * partitions))]:
@@ -171,8 +174,20 @@ class _Rewriter:
                  f"tuple({', '.join(names)})")
     return lines
 
+  def shape_of(self, name: str) -> ArrayShape | list[ArrayShape] | None:
+    """The shape of an operand. Newer XLA prints an element of a tuple-shaped
+    value as `%value#index` (nested: `%value#1#0`) instead of a separate
+    get-tuple-element instruction."""
+    base, *indices = name.split("#")
+    shape = self.shapes.get(base)
+    for index in indices:
+      if not isinstance(shape, list) or not index.isdigit() or int(index) >= len(shape):
+        return None
+      shape = shape[int(index)]
+    return shape
+
   def operand_shape(self, inst: Instruction, i: int) -> ArrayShape:
-    shape = self.shapes.get(inst.operands[i])
+    shape = self.shape_of(inst.operands[i])
     if not isinstance(shape, ArrayShape):
       raise UnsupportedProgram(f"{inst.opcode} {inst.name} has an operand that is not an array")
     return shape
@@ -272,7 +287,7 @@ class _Rewriter:
     out: list[str] = []
     if self.last is not None and inst.operands and self.fences:
       first = inst.operands[0]
-      shape = self.shapes.get(first)
+      shape = self.shape_of(first)
       if isinstance(shape, ArrayShape):
         fenced = self.fresh(first)
         out.append(self.fence(inst.indent, fenced, first, shape))

@@ -11,6 +11,7 @@ namespace myplugin {
 
 class EngineExecutable {
  public:
+  // `executable` may be null: none (a program with no part on this process).
   EngineExecutable(const EngineLibrary& engine, PJRT_LoadedExecutable* executable)
       : engine_(engine), executable_(executable) {}
   ~EngineExecutable();

@@ -51,6 +51,13 @@ StatusOr<std::unique_ptr<LoadedExecutable>> LoadedExecutable::Wrap(
     std::shared_ptr<const spmd::PartitionedProgram> partitioned) {
   std::unique_ptr<LoadedExecutable> exec(new LoadedExecutable(client, engine_executable));
   exec->partitioned_ = std::move(partitioned);
+  if (engine_executable == nullptr) {
+    if (!exec->partitioned_ || !exec->partitioned_->local.device_order.empty()) {
+      return Internal("a loaded executable without an engine executable must be a multi-process program with no "
+                      "device on this process");
+    }
+    return exec;
+  }
   MYPLUGIN_PJRT_ARGS(PJRT_LoadedExecutable_AddressableDevices_Args, args);
   args.executable = engine_executable;
   MYPLUGIN_RETURN_IF_ERROR(Engine().Consume(Engine().api()->PJRT_LoadedExecutable_AddressableDevices(&args)));
@@ -89,6 +96,12 @@ LoadedExecutable::~LoadedExecutable() {
 
 StatusOr<std::string> LoadedExecutable::Serialize() const {
   if (!unserializable_.empty()) return Unimplemented("this executable cannot be serialized: " + unserializable_);
+  // Its entry would serve only processes without devices in the program,
+  // yet (written under jax's one key for all) keep the others from theirs.
+  if (!has_local_part()) {
+    return Unimplemented("this executable cannot be serialized: the program has no device on this process, so "
+                         "there is no local part to keep");
+  }
   SerializedExecutable out;
   out.platform_version = client_->platform_version();
   StatusOr<std::string> local = engine_.Serialize();
@@ -125,6 +138,15 @@ PJRT_Error* WrapInto(Client* client, PJRT_LoadedExecutable*& slot,
   return nullptr;
 }
 
+Status CanDescribeWithoutLocalPart(const EngineExecutable& shadow) {
+  if (&shadow.engine() != &Engine()) {
+    return Unimplemented(
+        "this program runs only on other processes' devices, and myplugin describes such a program through its "
+        "partition on the CPU engine, which cannot answer for the engine in use (" + Engine().path() + ")");
+  }
+  return OkStatus();
+}
+
 // A program over other processes' devices too: partition it on the shadow
 // engine, then compile this process's rewritten part on the real one.
 PJRT_Error* CompileAcrossProcesses(Client* ours, PJRT_Client_Compile_Args* args, const std::string& options,
@@ -135,6 +157,14 @@ PJRT_Error* CompileAcrossProcesses(Client* ours, PJRT_Client_Compile_Args* args,
       ours->multiprocess_compiler().Partition(*args->program, options, key.value(), assignment);
   if (!partitioned.ok()) return ToPjrtError(partitioned.status());
   const spmd::LocalProgram& local = partitioned.value()->local;
+  if (local.device_order.empty()) {
+    // None of the program's devices is ours: as on jax's CPU backend, this
+    // process takes part without local work. jax still asks the executable
+    // about the whole program, which only a shadow on our own engine answers.
+    if (Status st = CanDescribeWithoutLocalPart(*partitioned.value()->shadow); !st.ok()) return ToPjrtError(st);
+    args->executable = nullptr;
+    return WrapInto(ours, args->executable, partitioned.take());
+  }
   static constexpr char kHlo[] = "hlo";
   PJRT_Program program{};
   program.struct_size = PJRT_Program_STRUCT_SIZE;
@@ -214,6 +244,19 @@ PJRT_Error* LoadAcrossProcesses(Client* ours, SerializedExecutable& blob, const 
       }
       if (d->addressable()) order.push_back(id);
     }
+  }
+  if (order.empty()) {
+    // Nothing runs here: the whole program, for jax's questions, is all this
+    // process needs of the entry.
+    StatusOr<std::unique_ptr<EngineExecutable>> shadow =
+        ours->multiprocess_compiler().LoadShadow(blob.shadow_executable, options);
+    if (!shadow.ok()) return ToPjrtError(shadow.status());
+    if (Status st = CanDescribeWithoutLocalPart(*shadow.value()); !st.ok()) return ToPjrtError(st);
+    auto partitioned = std::make_shared<spmd::PartitionedProgram>();
+    partitioned->assignment = std::move(blob.assignment);
+    partitioned->shadow = shadow.take();
+    slot = nullptr;
+    return WrapInto(ours, slot, std::move(partitioned));
   }
   if (order.size() != blob.device_order.size() || (!blob.process_independent && order != blob.device_order)) {
     return ToPjrtError(FailedPrecondition(
@@ -378,16 +421,39 @@ PJRT_Error* PjrtLoadedExecutableAddressableDevices(PJRT_LoadedExecutable_Address
 }
 
 PJRT_Error* PjrtLoadedExecutableDelete(PJRT_LoadedExecutable_Delete_Args* args) {
+  LoadedExecutable* ours = FromC(args->executable);
+  if (!ours->has_local_part()) {
+    ours->MarkDeleted();
+    return nullptr;
+  }
   ScopedSwap<PJRT_LoadedExecutable*> exec(args->executable, FromC(args->executable)->engine());
   return MYPLUGIN_CALL_ENGINE(PJRT_LoadedExecutable_Delete, args);
 }
 
 PJRT_Error* PjrtLoadedExecutableIsDeleted(PJRT_LoadedExecutable_IsDeleted_Args* args) {
+  LoadedExecutable* ours = FromC(args->executable);
+  if (!ours->has_local_part()) {
+    args->is_deleted = ours->deleted();
+    return nullptr;
+  }
   ScopedSwap<PJRT_LoadedExecutable*> exec(args->executable, FromC(args->executable)->engine());
   return MYPLUGIN_CALL_ENGINE(PJRT_LoadedExecutable_IsDeleted, args);
 }
 
 PJRT_Error* PjrtLoadedExecutableExecute(PJRT_LoadedExecutable_Execute_Args* args) {
+  LoadedExecutable* ours = FromC(args->executable);
+  if (!ours->has_local_part()) {
+    // jax launches every program on every process; one with no device here
+    // has nothing to run (the processes that own its devices run it).
+    bool on_device = MYPLUGIN_HAS_FIELD(args, PJRT_LoadedExecutable_Execute_Args, execute_device) &&
+                     args->execute_device != nullptr;
+    if (args->num_devices != 0 || on_device) {
+      return ToPjrtError(InvalidArgument("this program runs only on other processes' devices; it was launched with " +
+                                         std::to_string(args->num_devices) + " local device(s)"));
+    }
+    if (ours->deleted()) return ToPjrtError(FailedPrecondition("the executable has been deleted"));
+    return nullptr;
+  }
   ScopedSwap<PJRT_LoadedExecutable*> exec(args->executable, FromC(args->executable)->engine());
   if (MYPLUGIN_HAS_FIELD(args, PJRT_LoadedExecutable_Execute_Args, execute_device) &&
       args->execute_device != nullptr) {
@@ -398,6 +464,12 @@ PJRT_Error* PjrtLoadedExecutableExecute(PJRT_LoadedExecutable_Execute_Args* args
 }
 
 PJRT_Error* PjrtLoadedExecutableFingerprint(PJRT_LoadedExecutable_Fingerprint_Args* args) {
+  LoadedExecutable* ours = FromC(args->executable);
+  if (!ours->has_local_part()) {
+    // The whole program's (compile refused it unless the shadow is on our engine).
+    ScopedSwap<PJRT_LoadedExecutable*> exec(args->executable, ours->global_program()->get());
+    return MYPLUGIN_CALL_ENGINE(PJRT_LoadedExecutable_Fingerprint, args);
+  }
   ScopedSwap<PJRT_LoadedExecutable*> exec(args->executable, FromC(args->executable)->engine());
   return MYPLUGIN_CALL_ENGINE(PJRT_LoadedExecutable_Fingerprint, args);
 }

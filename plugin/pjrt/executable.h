@@ -4,6 +4,7 @@
 // questions about the whole program from the shadow compile.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -20,6 +21,8 @@ class LoadedExecutable {
  public:
   // Takes ownership of `engine_executable`, also on failure.
   // `partitioned`: set for the local part of a multi-process program.
+  // `engine_executable` is null for a multi-process program with no device
+  // on this process: it has no addressable device and runs nothing here.
   static StatusOr<std::unique_ptr<LoadedExecutable>> Wrap(
       Client* client, PJRT_LoadedExecutable* engine_executable,
       std::shared_ptr<const spmd::PartitionedProgram> partitioned = nullptr);
@@ -34,6 +37,11 @@ class LoadedExecutable {
   void set_unserializable(std::string reason) { unserializable_ = std::move(reason); }
 
   PJRT_LoadedExecutable* engine() const { return engine_.get(); }
+  // False for a program whose devices all belong to other processes.
+  bool has_local_part() const { return engine_.get() != nullptr; }
+  // Delete/IsDeleted of a program with no local part (the engine has none to ask).
+  void MarkDeleted() { deleted_ = true; }
+  bool deleted() const { return deleted_; }
   Client* client() const { return client_; }
   const std::vector<PJRT_Device*>& c_addressable_devices() const { return c_addressable_devices_; }
   // The whole program as compiled on the shadow engine, or null.
@@ -46,6 +54,7 @@ class LoadedExecutable {
   EngineExecutable engine_;
   std::vector<PJRT_Device*> c_addressable_devices_;
   std::shared_ptr<const spmd::PartitionedProgram> partitioned_;
+  std::atomic<bool> deleted_{false};
   std::string unserializable_;
 };
 
