@@ -64,10 +64,9 @@ def enable(platform: str) -> bool:
   @functools.wraps(put)
   def put_unless_process_local(cache_key, module_name, executable, backend, *args, **kwargs):
     if getattr(backend, "platform", None) == platform:
-      target = _process_local_target(executable)
-      if target is not None:
-        logger.debug("Not writing persistent cache entry for '%s' because it calls %s (a Python host callback "
-                     "of this process)", module_name, target)
+      reason = _not_cacheable(executable)
+      if reason is not None:
+        logger.debug("Not writing persistent cache entry for '%s' because %s", module_name, reason)
         return None
     return put(cache_key, module_name, executable, backend, *args, **kwargs)
 
@@ -78,13 +77,21 @@ def enable(platform: str) -> bool:
   return True
 
 
-def _process_local_target(executable) -> str | None:
+def _not_cacheable(executable) -> str | None:
+  """Why jax should not write this executable (our serializer refuses both
+  cases too, but jax would report that as a warning)."""
+  local_devices = getattr(executable, "local_devices", None)
+  if callable(local_devices) and not local_devices():
+    # A multi-process program with no device here: its entry, under jax's
+    # one key for every process, would keep the processes that run it from
+    # writing theirs.
+    return "it has no device on this process"
   try:
     texts = [m.to_string() for m in executable.hlo_modules()]
-  except Exception as e:  # our serializer refuses such programs anyway
+  except Exception as e:
     logger.debug("myplugin: cannot read the compiled program to check it for host callbacks: %s", e)
     return None
   for target in PROCESS_LOCAL_TARGETS:
     if any(f'custom_call_target="{target}"' in t for t in texts):
-      return target
+      return f"it calls {target} (a Python host callback of this process)"
   return None

@@ -185,6 +185,30 @@ PJRT_Error* CompileAcrossProcesses(Client* ours, PJRT_Client_Compile_Args* args,
   return nullptr;
 }
 
+// A program with no device on this process: its whole program, loaded on the
+// shadow engine, is all that jax asks about; nothing runs here.
+PJRT_Error* LoadWithoutLocalPart(Client* ours, const std::string& whole_program, const std::string& options,
+                                 std::vector<std::vector<int64_t>> assignment, PJRT_LoadedExecutable*& slot) {
+  StatusOr<std::unique_ptr<EngineExecutable>> shadow = ours->multiprocess_compiler().LoadShadow(whole_program, options);
+  if (!shadow.ok()) return ToPjrtError(shadow.status());
+  if (Status st = CanDescribeWithoutLocalPart(*shadow.value()); !st.ok()) return ToPjrtError(st);
+  auto partitioned = std::make_shared<spmd::PartitionedProgram>();
+  partitioned->assignment = std::move(assignment);
+  partitioned->shadow = shadow.take();
+  slot = nullptr;
+  return WrapInto(ours, slot, std::move(partitioned));
+}
+
+bool HasLocalDevice(Client* ours, const std::vector<std::vector<int64_t>>& assignment) {
+  for (const auto& replica : assignment) {
+    for (int64_t id : replica) {
+      Device* d = ours->LookupDevice(static_cast<int>(id));
+      if (d != nullptr && d->addressable()) return true;
+    }
+  }
+  return false;
+}
+
 // A serialized single-process program: the engine's executable, on this
 // process's devices.
 PJRT_Error* LoadLocal(Client* ours, const SerializedExecutable& blob, const std::string& options,
@@ -196,9 +220,14 @@ PJRT_Error* LoadLocal(Client* ours, const SerializedExecutable& blob, const std:
     StatusOr<bool> across = ours->NeedsMultiProcessCompile(assignment.value());
     if (!across.ok()) return ToPjrtError(across.status());
     if (across.value()) {
+      // Another process's program (jax's key is the same for every process):
+      // for a process outside it, the engine's executable is the whole program.
+      if (!HasLocalDevice(ours, assignment.value())) {
+        return LoadWithoutLocalPart(ours, blob.engine_executable, options, assignment.take(), slot);
+      }
       return ToPjrtError(FailedPrecondition(
           "this serialized executable is a program of one process's devices, but the compile options name "
-          "devices of other processes: it cannot run this program"));
+          "devices of this and other processes: it cannot run this program"));
     }
     if (!ours->ids_are_engine_ids()) {
       StatusOr<std::string> remapped =
@@ -248,15 +277,7 @@ PJRT_Error* LoadAcrossProcesses(Client* ours, SerializedExecutable& blob, const 
   if (order.empty()) {
     // Nothing runs here: the whole program, for jax's questions, is all this
     // process needs of the entry.
-    StatusOr<std::unique_ptr<EngineExecutable>> shadow =
-        ours->multiprocess_compiler().LoadShadow(blob.shadow_executable, options);
-    if (!shadow.ok()) return ToPjrtError(shadow.status());
-    if (Status st = CanDescribeWithoutLocalPart(*shadow.value()); !st.ok()) return ToPjrtError(st);
-    auto partitioned = std::make_shared<spmd::PartitionedProgram>();
-    partitioned->assignment = std::move(blob.assignment);
-    partitioned->shadow = shadow.take();
-    slot = nullptr;
-    return WrapInto(ours, slot, std::move(partitioned));
+    return LoadWithoutLocalPart(ours, blob.shadow_executable, options, std::move(blob.assignment), slot);
   }
   if (order.size() != blob.device_order.size() || (!blob.process_independent && order != blob.device_order)) {
     return ToPjrtError(FailedPrecondition(

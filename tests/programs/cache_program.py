@@ -75,16 +75,29 @@ def by_position_interleaved(x):
   return shard_map(body, mesh=mesh2, in_specs=P("d"), out_specs=P("d"))(x)
 
 
+# A program on the first two devices: in a job of 2 processes x 2 devices,
+# process 0's alone, which process 1 compiles (or loads) with no local part.
+mesh0 = Mesh(np.array(devices[:2]), ("d",))
+x0 = jax.make_array_from_callback((8, 3), NamedSharding(mesh0, P("d")), lambda idx: host[:8][idx], dtype=host.dtype)
+
+
+@jax.jit
+def on_two_devices(x):
+  def body(b):
+    return b * (lax.axis_index("d") + 2).astype(b.dtype) + lax.psum(b, "d")
+  return shard_map(body, mesh=mesh0, in_specs=P("d"), out_specs=P("d"))(x)
+
+
 w = jax.device_put(np.linspace(-1, 1, 3 * 5, dtype=np.float32).reshape(3, 5), NamedSharding(mesh, P()))
 results = {"by_position": by_position(x), "train_step": train_step(w, x),
-           "by_position_interleaved": by_position_interleaved(x2)}
+           "by_position_interleaved": by_position_interleaved(x2), "on_two_devices": on_two_devices(x0)}
 # A program of this process's first device alone.
 local = jax.jit(lambda v: jnp.cumsum(v * 3.0) - v.mean())(jax.device_put(host[:, 0], jax.local_devices()[0]))
 
 rank = jax.process_index()
 saved = {"local": np.asarray(local)}
 for name, arr in results.items():
-  m = mesh2 if name == "by_position_interleaved" else mesh
+  m = {"by_position_interleaved": mesh2, "on_two_devices": mesh0}.get(name, mesh)
   position = {d.id: i for i, d in enumerate(m.devices.flat)}
   for s in arr.addressable_shards:
     saved[f"{name}.shard.{position[s.device.id]}"] = np.asarray(s.data)
