@@ -3,8 +3,8 @@
 The engine is XLA's CPU compiler, so a program for myplugin is lowered
 exactly as for "cpu": the same platform-specific rules (LAPACK custom calls,
 CPU-tuned convolutions, threefry) and the same LAPACK FFI handlers, which
-we register into the engine. Python host callbacks are the exception: they
-need jax's in-process CPU client, so their rules fail with a clear error.
+we register into the engine. Python host callbacks are the exception: jax
+emits them only for its own clients, so jax_plugin.callbacks serves them.
 """
 
 from __future__ import annotations
@@ -14,12 +14,6 @@ import logging
 logger = logging.getLogger("jax_plugin")
 
 PLATFORM = "myplugin"
-
-CALLBACK_LIMITATION = (
-    "myplugin does not run Python host callbacks yet ({what}): they need jax's "
-    "own CPU client to call back into Python during execution. Run this part "
-    "with JAX_PLATFORMS=cpu, or move the callback outside jit.")
-
 
 def enable_donation() -> None:
   """jax donates buffers only on the platforms of a hard-coded list."""
@@ -41,26 +35,8 @@ def install_lowering_rules(engine_kind: str = "cpu") -> None:
     raise RuntimeError("this jax keeps no per-platform lowering rules; myplugin cannot lower for its engine")
   for prim, rule in rules.get(engine_kind, {}).items():
     rules[PLATFORM].setdefault(prim, rule)
-  _install_callback_errors(mlir)
-
-
-def _install_callback_errors(mlir) -> None:
-  from jax._src import callback, debugging
-
-  primitives = {
-      "jax.pure_callback": getattr(callback, "pure_callback_p", None),
-      "jax.experimental.io_callback": getattr(callback, "io_callback_p", None),
-      "jax.debug.callback": getattr(debugging, "debug_callback_p", None),
-      "jax.debug.print": getattr(debugging, "debug_print_p", None),
-  }
-  for what, prim in primitives.items():
-    if prim is None:
-      continue
-
-    def rule(ctx, *args, _what=what, **params):
-      raise NotImplementedError(CALLBACK_LIMITATION.format(what=_what))
-
-    mlir.register_lowering(prim, rule, platform=PLATFORM)
+  from jax_plugin import callbacks
+  callbacks.install(engine_kind)
 
 
 def register_collective_targets(engine_kind: str = "cpu") -> None:

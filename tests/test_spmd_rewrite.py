@@ -302,3 +302,15 @@ def test_groups_that_name_missing_or_repeated_ids_are_refused():
                   "use_global_device_ids=true, to_apply=%add", params="p: f32[4]")
     with pytest.raises(UnsupportedProgram, match=r"outside 0\.\.7 \(the flattened ids of this program\) or one"):
       rewrite_module(text, [list(range(8))], 8)
+def test_tuple_element_operand_of_a_collective():
+  """Newer XLA prints a one-result custom call's output used directly as
+  `%t#0` (a pure_callback before a psum): the collective's operand shape is
+  that tuple element."""
+  text = module("""  %p = f32[4,2]{1,0} parameter(0)
+  %cb = (f32[4,2]{1,0}) custom-call(%p), custom_call_target="xla_ffi_python_cpu_callback", api_version=API_VERSION_TYPED_FFI, backend_config={callback_id = 1 : ui64}
+  ROOT %r = f32[4,2]{1,0} all-reduce(%cb#0), channel_id=1, replica_groups=[1,8]<=[8], use_global_device_ids=true, to_apply=%add""")
+  out = rewrite_module(text, [list(range(8))], 8)
+  lines = entry_lines(out)
+  assert any("xla_ffi_python_cpu_callback" in l and "callback_id = 1" in l for l in lines)
+  call = next(l for l in lines if "myplugin_all_reduce" in l)
+  assert "custom-call(%cb#0)" in call and "operand_layout_constraints={f32[4,2]{1,0}}" in call

@@ -30,6 +30,7 @@
 #include "coordination/wire.h"
 
 #include "pjrt/ffi_extension.h"
+#include "python/host_callback.h"
 #include "spmd/program_hooks.h"
 #include "pjrt_c_api.h"
 
@@ -445,6 +446,23 @@ void SetProgramHooks(nb::callable shadow_options, nb::callable local_program) {
   spmd::SetProgramHooks(std::move(hooks));
 }
 
+void BindHostCallbacks(nb::module_& m) {
+  m.def("set_host_callback_dispatcher", [](nb::callable fn) {
+    myplugin::python::SetHostCallbackDispatcher(fn.ptr());
+  }, nb::arg("dispatcher"), "Installs the Python function that runs every host callback (by id).");
+  m.def("host_callback_target", [] { return nb::capsule(myplugin::python::HostCallbackHandler()); },
+        "The host engine's XLA FFI handler of Python host callbacks.");
+  m.def("cuda_host_callback_target", [](const std::string& cudart_path) -> std::optional<nb::capsule> {
+#ifdef MYPLUGIN_HAVE_CUDA_HEADERS
+    return nb::capsule(ValueOrThrow(myplugin::python::CudaHostCallbackHandler(cudart_path)));
+#else
+    return std::nullopt;
+#endif
+  }, nb::arg("cudart_path"),
+     "The CUDA engine's handler, which copies through the CUDA runtime at cudart_path (None when built without "
+     "the CUDA headers).");
+}
+
 }  // namespace
 
 NB_MODULE(_myplugin, m) {
@@ -454,6 +472,7 @@ NB_MODULE(_myplugin, m) {
         nb::arg("fn"), nb::arg("platform"), nb::arg("api_version") = 1, nb::arg("traits") = 0,
         "Registers a typed XLA FFI handler with the engine behind a myplugin PJRT_Api capsule.");
   BindCoordination(m);
+  BindHostCallbacks(m);
   m.def("set_program_hooks", &SetProgramHooks, nb::arg("shadow_options"), nb::arg("local_program"),
         "Installs the Python steps of the multi-process compile.");
 }

@@ -1,0 +1,269 @@
+"""Python host callbacks (jax.pure_callback, io_callback, jax.debug.print,
+jax.debug.callback, checkify) on myplugin.
+
+jax lowers every one of them through `jax._src.callback.emit_python_callback`,
+which refuses platforms outside cpu/cuda/rocm/tpu and emits a custom call that
+only jaxlib's own clients can serve (their handler finds the callables in
+execute-context data that a plugin client never gets). So for platform
+"myplugin" that function is replaced by `emit`, which keeps jax's checks and
+token handling and emits a typed-FFI call whose attribute `callback_id` names
+a `HostCallback` in this module's registry. The FFI handler
+(plugin/python/host_callback.cc) takes the GIL and calls `_dispatch`.
+
+The call keeps jax's target name (`xla_ffi_python_cpu_callback`, or `_gpu_`
+on the CUDA engine), with our handler registered under it in the engine:
+XLA's Shardy export recognizes Python callbacks by these names alone
+(xla/service/spmd/shardy/utils.cc, isPythonCallbackCustomCall) and otherwise
+drops the sharding of a callback without results, which the SPMD
+partitioner then refuses ("Side-effect HLO must have sharding"). The
+attribute differs from jaxlib's (`index`), so jaxlib's own handler could
+never run such a program by mistake.
+
+Lifetime: the `HostCallback` is also appended to jax's `host_callbacks` of the
+module, which jax hands to the compile and jaxlib keeps with the executable;
+the registry holds only a weak reference, so a callback lives exactly as long
+as the lowering or executable that can call it. Being in `host_callbacks` also
+keeps such programs out of jax's persistent compilation cache (jax writes no
+entry for a program with host callbacks), so no other process can load a
+program whose `callback_id` means nothing there.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import logging
+import secrets
+import weakref
+
+import numpy as np
+
+logger = logging.getLogger("jax_plugin")
+
+PLATFORM = "myplugin"
+TARGETS = {"cpu": "xla_ffi_python_cpu_callback", "cuda": "xla_ffi_python_gpu_callback"}
+_target = TARGETS["cpu"]
+
+# No lock: single dict operations are atomic under the GIL, and a lock taken
+# here could deadlock when garbage collection runs `forget` inside it.
+_registry: dict[int, weakref.ref] = {}
+# Ids carry a random per-process prefix, so that a program that reaches
+# another process anyway (a serialized executable) cannot name one of that
+# process's callbacks: it fails with "no longer exists" instead.
+_ids = itertools.count((secrets.randbits(31) + 1) << 32)
+_jax_emit = None  # jax's emit_python_callback, for every other platform
+_unavailable: str | None = None  # why this engine cannot run callbacks, if it cannot
+
+
+class HostCallback:
+  """A lowered callback: the checked callable and the types of its operands
+  (the results are checked by the callable and sized by the handler).
+
+  Called by the handler with one bytearray per operand (None for a token);
+  returns one uint8 view per result, in the result's row-major layout.
+  """
+
+  def __init__(self, fn, operand_avals):
+    self.fn = fn
+    self.operands = [(tuple(a.shape), np.dtype(a.dtype)) for a in operand_avals]
+    self.id = next(_ids)
+    key = self.id
+
+    def forget(_, key=key):
+      _registry.pop(key, None)
+
+    _registry[key] = weakref.ref(self, forget)
+
+  def __call__(self, *args):
+    return self.fn(*args)
+
+  def run(self, raw):
+    operands = iter(self.operands)
+    args = []
+    for r in raw:
+      if r is None:
+        continue  # a token: ordering only, nothing to pass
+      shape, dtype = next(operands)
+      if 0 in shape:
+        args.append(np.zeros(shape, dtype))
+      else:
+        args.append(np.frombuffer(r, dtype=dtype).reshape(shape))
+    outs = self.fn(*args)
+    return [np.ascontiguousarray(o).reshape(-1).view(np.uint8) for o in outs]
+
+
+def _dispatch(callback_id, raw):
+  ref = _registry.get(callback_id)
+  cb = ref() if ref is not None else None
+  if cb is None:
+    raise RuntimeError(f"myplugin: host callback #{callback_id:#x} does not exist in this process (the program "
+                       "outlived its lowering and executable, or was serialized in another process: programs with "
+                       "host callbacks cannot be serialized)")
+  return cb.run(raw)
+
+
+def live_callbacks() -> int:
+  """How many lowered callbacks are still reachable (for tests of their lifetime)."""
+  return sum(1 for r in list(_registry.values()) if r() is not None)
+
+
+def _checked(callback, result_avals):
+  """`callback` with jax's checks of its results (the same errors as jax's
+  CPU backend gives: jax._src.callback.emit_python_callback)."""
+  try:
+    from jax._src import dtypes
+    canonicalize = getattr(dtypes, "canonicalize_value", None)
+  except ImportError:
+    canonicalize = None
+
+  def run(*args):
+    outs = callback(*args)
+    if len(outs) != len(result_avals):
+      raise RuntimeError("Mismatched number of outputs from callback. "
+                         f"Expected: {len(result_avals)}, Actual: {len(outs)}")
+    outs = tuple(np.asarray(o) for o in outs)
+    if canonicalize is not None:
+      outs = tuple(canonicalize(o) for o in outs)
+    for i, (o, aval) in enumerate(zip(outs, result_avals)):
+      if o.shape != aval.shape:
+        raise RuntimeError(f"Incorrect output shape for return value #{i}: "
+                           f"Expected: {aval.shape}, Actual: {o.shape}")
+      if o.dtype != aval.dtype:
+        raise RuntimeError(f"Incorrect output dtype for return value #{i}: "
+                           f"Expected: {aval.dtype}, Actual: {o.dtype}")
+    return outs
+
+  return run
+
+
+def _partitioned_refusal(ctx) -> str | None:
+  """Why a partitioned callback cannot be lowered here, or None.
+
+  jaxlib registers a partitioner for its partitioned target in its own XLA
+  (every partition calls back with its local shards); the engine's SPMD
+  partitioner knows no such rule for ours and would run it once on device 0
+  with whole arrays instead. Without partitioning (one device, shard_map,
+  pmap) the two mean the same thing."""
+  from jax._src import sharding_impls
+  axis_context = ctx.module_context.axis_context
+  if isinstance(axis_context, sharding_impls.ShardingContext) and axis_context.num_devices > 1:
+    return ("myplugin cannot run partitioned=True host callbacks in a jit partitioned over "
+            f"{axis_context.num_devices} devices: the engine has no SPMD rule that calls back once per shard. "
+            "Use partitioned=False, or call it inside shard_map, where every device calls back with its "
+            "own shard")
+  return None
+
+
+def emit(ctx, callback, token, operands, operand_avals, result_avals, *, has_side_effect, returns_token=True,
+         partitioned=False, sharding=None, **kwargs):
+  """jax's emit_python_callback, served by myplugin for its own platform."""
+  platforms = list(getattr(ctx.module_context, "platforms", ()))
+  if platforms != [PLATFORM]:
+    return _jax_emit(ctx, callback, token, operands, operand_avals, result_avals, has_side_effect=has_side_effect,
+                     returns_token=returns_token, partitioned=partitioned, sharding=sharding, **kwargs)
+  if _unavailable is not None:
+    raise NotImplementedError(f"myplugin cannot run Python host callbacks on this engine: {_unavailable}")
+  from jax._src import core, ffi
+  from jax._src.interpreters import mlir
+
+  if partitioned:
+    if result_avals:
+      raise ValueError("Partitioned callback not supported with return values.")
+    why = _partitioned_refusal(ctx)
+    if why is not None:
+      raise NotImplementedError(why)
+
+  host = HostCallback(_checked(callback, result_avals), operand_avals)
+  if token:
+    operands = [token, *operands]
+    sharding = _with_token_sharding(ctx, sharding)
+    ctx = dataclasses.replace(ctx, avals_in=[core.abstract_token, *ctx.avals_in],
+                              avals_out=[core.abstract_token, *ctx.avals_out])
+  add = getattr(ctx.module_context, "add_host_callback", None)
+  if add is not None:
+    add(host)
+  else:
+    ctx.module_context.host_callbacks.append(host)
+  result = ffi.build_ffi_lowering_function(_target, has_side_effect=has_side_effect)(
+      ctx, *operands, callback_id=np.uint64(host.id))
+  if sharding is not None:
+    mlir.set_sharding(ctx.module_context, result, sharding)
+  results = list(result.results)
+  if token:
+    token, *results = results
+  return results, token, host
+
+
+def _with_token_sharding(ctx, sharding):
+  """With Shardy, the token result needs its own (replicated) annotation, as
+  jax adds it for its own targets."""
+  from jax._src import config, sharding_impls
+  array_list = getattr(sharding_impls, "SdyArrayList", None)
+  array = getattr(sharding_impls, "SdyArray", None)
+  shardy = getattr(getattr(config, "use_shardy_partitioner", None), "value", False)
+  if (shardy and array_list is not None and isinstance(sharding, array_list) and len(ctx.avals_out) > 0):
+    first = sharding.shardings[0]
+    return array_list((array(mesh_shape=(), dim_shardings=(), logical_device_ids=first.logical_device_ids),
+                       *sharding.shardings))
+  return sharding
+
+
+def _copy_checkify_rule(engine_kind: str) -> None:
+  """checkify's check is lowered to a callback by a rule registered per
+  platform, in a module jax imports only on first use (after our rules were
+  copied): import it and copy that rule too."""
+  from jax._src.interpreters import mlir
+  try:
+    from jax._src import checkify
+  except ImportError:
+    return
+  prim = getattr(checkify, "check_p", None)
+  rules = getattr(mlir, "_platform_specific_lowerings", {})
+  rule = rules.get(engine_kind, {}).get(prim)
+  if prim is not None and rule is not None and PLATFORM in rules:
+    rules[PLATFORM].setdefault(prim, rule)
+
+
+def _cuda_runtime() -> list[str]:
+  from jax_plugin import engine_selection
+  found = [engine_selection.package_file(pkg, name)
+           for pkg, name in (("nvidia.cuda_runtime", "lib/libcudart.so.12"), ("nvidia.cu13", "lib/libcudart.so.13"))]
+  return [p for p in found if p] + ["libcudart.so.13", "libcudart.so.12", "libcudart.so"]
+
+
+def install(engine_kind: str = "cpu") -> None:
+  """Serves callbacks on myplugin: our emit in jax, our handler in the engine."""
+  global _jax_emit, _unavailable, _target
+  import jax
+  from jax._src import callback
+  from jax_plugin import _myplugin
+
+  current = getattr(callback, "emit_python_callback", None)
+  if current is None:
+    logger.warning("myplugin: this jax has no emit_python_callback; Python host callbacks stay as jax decides")
+    return
+  if engine_kind == "cuda":
+    errors = []
+    capsule = None
+    for path in _cuda_runtime():
+      try:
+        capsule = _myplugin.cuda_host_callback_target(path)
+        break
+      except RuntimeError as e:
+        errors.append(str(e))
+    if capsule is None:
+      _unavailable = "; ".join(errors) or "this myplugin was built without the CUDA headers"
+  else:
+    capsule = _myplugin.host_callback_target()
+  _myplugin.set_host_callback_dispatcher(_dispatch)
+  _target = TARGETS["cuda" if engine_kind == "cuda" else "cpu"]
+  if capsule is not None:
+    try:
+      jax.ffi.register_ffi_target(_target, capsule, platform=PLATFORM)
+    except Exception as e:  # the rest of the backend works without callbacks: say why they do not
+      _unavailable = f"registering the handler {_target} in the engine failed: {e}"
+      logger.warning("myplugin: Python host callbacks will not run: %s", _unavailable)
+  _copy_checkify_rule(engine_kind)
+  if current is not emit:
+    _jax_emit = current
+    callback.emit_python_callback = emit

@@ -1,0 +1,222 @@
+#include "python/host_callback.h"
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "collectives/ffi_common.h"
+
+namespace ffi = xla::ffi;
+
+namespace myplugin::python {
+namespace {
+
+// Only touched with the GIL held.
+PyObject* dispatcher = nullptr;
+
+// The engine calls from its own threads, and jaxlib releases the GIL while it
+// waits for a program, so taking the GIL here cannot deadlock with the caller.
+class GilHold {
+ public:
+  GilHold() : state_(PyGILState_Ensure()) {}
+  ~GilHold() { PyGILState_Release(state_); }
+  GilHold(const GilHold&) = delete;
+  GilHold& operator=(const GilHold&) = delete;
+
+ private:
+  PyGILState_STATE state_;
+};
+
+// Lets other Python threads run while a copy completes.
+Status WaitWithoutGil(BufferAccess& access) {
+  PyThreadState* saved = PyEval_SaveThread();
+  Status st = access.Wait();
+  PyEval_RestoreThread(saved);
+  return st;
+}
+
+std::string Str(PyObject* o) {
+  if (o == nullptr) return "";
+  PyObject* s = PyObject_Str(o);
+  if (s == nullptr) {
+    PyErr_Clear();
+    return "<unprintable>";
+  }
+  const char* c = PyUnicode_AsUTF8(s);
+  std::string out = c ? c : "<unprintable>";
+  if (c == nullptr) PyErr_Clear();
+  Py_DECREF(s);
+  return out;
+}
+
+// The pending Python exception, as the error the caller of the program sees:
+// its type and message first (jax raises it as a JaxRuntimeError), then the
+// traceback of the callback.
+Status TakePythonError() {
+  PyObject *type = nullptr, *value = nullptr, *tb = nullptr;
+  PyErr_Fetch(&type, &value, &tb);
+  PyErr_NormalizeException(&type, &value, &tb);
+  std::string name = "exception";
+  if (type != nullptr) {
+    if (PyObject* n = PyObject_GetAttrString(type, "__qualname__")) {
+      name = Str(n);
+      Py_DECREF(n);
+    } else {
+      PyErr_Clear();
+    }
+  }
+  std::string text = "the Python callback raised " + name + ": " + Str(value);
+  if (PyObject* mod = PyImport_ImportModule("traceback")) {
+    if (PyObject* lines = PyObject_CallMethod(mod, "format_exception", "OOO", type ? type : Py_None,
+                                              value ? value : Py_None, tb ? tb : Py_None)) {
+      PyObject* empty = PyUnicode_FromString("");
+      if (PyObject* joined = PyUnicode_Join(empty, lines)) {
+        text += "\n" + Str(joined);
+        Py_DECREF(joined);
+      }
+      Py_XDECREF(empty);
+      Py_DECREF(lines);
+    }
+    Py_DECREF(mod);
+  }
+  PyErr_Clear();
+  Py_XDECREF(type);
+  Py_XDECREF(value);
+  Py_XDECREF(tb);
+  return Status(Code::kUnknown, text);
+}
+
+class PyRef {
+ public:
+  explicit PyRef(PyObject* o = nullptr) : o_(o) {}
+  ~PyRef() { Py_XDECREF(o_); }
+  PyRef(const PyRef&) = delete;
+  PyRef& operator=(const PyRef&) = delete;
+  PyObject* get() const { return o_; }
+
+ private:
+  PyObject* o_;
+};
+
+// A Python object's bytes, held for as long as this lives.
+class PyBytesView {
+ public:
+  explicit PyBytesView(PyObject* o) { ok_ = PyObject_GetBuffer(o, &view_, PyBUF_C_CONTIGUOUS) == 0; }
+  ~PyBytesView() {
+    if (ok_) PyBuffer_Release(&view_);
+  }
+  PyBytesView(const PyBytesView&) = delete;
+  PyBytesView& operator=(const PyBytesView&) = delete;
+  bool ok() const { return ok_; }
+  const void* data() const { return view_.buf; }
+  size_t size() const { return static_cast<size_t>(view_.len); }
+
+ private:
+  Py_buffer view_{};
+  bool ok_ = false;
+};
+
+}  // namespace
+
+Status RunHostCallback(uint64_t callback_id, ffi::RemainingArgs args, ffi::RemainingRets rets,
+                       BufferAccess& access) {
+  if (!Py_IsInitialized()) return FailedPrecondition("a Python callback ran after the interpreter shut down");
+  GilHold gil;
+  if (dispatcher == nullptr) {
+    return FailedPrecondition("no Python callback dispatcher is installed (jax_plugin was not initialized)");
+  }
+  PyRef py_args(PyTuple_New(static_cast<Py_ssize_t>(args.size())));
+  if (py_args.get() == nullptr) return TakePythonError();
+  for (size_t i = 0; i < args.size(); ++i) {
+    auto arg = args.get<ffi::AnyBuffer>(i);
+    if (arg.has_error()) return InvalidArgument("operand " + std::to_string(i) + " of the callback is not a buffer");
+    PyObject* item;
+    if (arg->element_type() == ffi::DataType::TOKEN) {
+      item = Py_NewRef(Py_None);
+    } else {
+      const size_t bytes = arg->size_bytes();
+      item = PyByteArray_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(bytes));
+      if (item == nullptr) return TakePythonError();
+      if (bytes > 0) {
+        Status st = access.ToHost(PyByteArray_AS_STRING(item), arg->untyped_data(), bytes);
+        if (!st.ok()) {
+          Py_DECREF(item);
+          return st;
+        }
+      }
+    }
+    PyTuple_SET_ITEM(py_args.get(), static_cast<Py_ssize_t>(i), item);
+  }
+  if (Status st = WaitWithoutGil(access); !st.ok()) return st;
+
+  PyRef result(PyObject_CallFunction(dispatcher, "KO", static_cast<unsigned long long>(callback_id), py_args.get()));
+  if (result.get() == nullptr) return TakePythonError();
+  PyRef outputs(PySequence_Fast(result.get(), "the callback dispatcher must return a sequence"));
+  if (outputs.get() == nullptr) return TakePythonError();
+
+  std::vector<std::unique_ptr<PyBytesView>> keep;  // until the copies finish
+  Py_ssize_t next = 0;
+  const Py_ssize_t returned = PySequence_Fast_GET_SIZE(outputs.get());
+  for (size_t i = 0; i < rets.size(); ++i) {
+    auto ret = rets.get<ffi::AnyBuffer>(i);
+    if (ret.has_error()) return InvalidArgument("result " + std::to_string(i) + " of the callback is not a buffer");
+    if ((*ret)->element_type() == ffi::DataType::TOKEN) continue;
+    if (next >= returned) {
+      return InvalidArgument("the callback returned " + std::to_string(returned) + " arrays, the program expects more");
+    }
+    auto view = std::make_unique<PyBytesView>(PySequence_Fast_GET_ITEM(outputs.get(), next));
+    if (!view->ok()) return TakePythonError();
+    const size_t bytes = (*ret)->size_bytes();
+    if (view->size() != bytes) {
+      return InvalidArgument("callback result " + std::to_string(next) + " has " + std::to_string(view->size()) +
+                             " bytes; the program expects " + std::to_string(bytes));
+    }
+    if (bytes > 0) {
+      if (Status st = access.ToBuffer((*ret)->untyped_data(), view->data(), bytes); !st.ok()) return st;
+    }
+    keep.push_back(std::move(view));
+    ++next;
+  }
+  if (next != returned) {
+    return InvalidArgument("the callback returned " + std::to_string(returned) + " arrays; the program expects " +
+                           std::to_string(next));
+  }
+  return WaitWithoutGil(access);
+}
+
+namespace {
+
+class HostMemory final : public BufferAccess {
+ public:
+  Status ToHost(void* host, const void* buffer, size_t bytes) override {
+    std::memcpy(host, buffer, bytes);
+    return Status();
+  }
+  Status ToBuffer(void* buffer, const void* host, size_t bytes) override {
+    std::memcpy(buffer, host, bytes);
+    return Status();
+  }
+  Status Wait() override { return Status(); }
+};
+
+ffi::Error HostCallbackImpl(ffi::RemainingArgs args, ffi::RemainingRets rets, uint64_t callback_id) {
+  HostMemory access;
+  return collectives::ToFfi(RunHostCallback(callback_id, args, rets, access));
+}
+
+}  // namespace
+
+void SetHostCallbackDispatcher(PyObject* fn) {
+  Py_XINCREF(fn);
+  Py_XDECREF(dispatcher);
+  dispatcher = fn;
+}
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginHostCallback, HostCallbackImpl,
+                              ffi::Ffi::Bind().RemainingArgs().RemainingRets().Attr<uint64_t>("callback_id"));
+
+void* HostCallbackHandler() { return reinterpret_cast<void*>(MypluginHostCallback); }
+
+}  // namespace myplugin::python

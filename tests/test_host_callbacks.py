@@ -1,0 +1,503 @@
+"""Python host callbacks (jax.debug.print, jax.debug.callback, pure_callback,
+io_callback) on myplugin, against jax's CPU backend running the same
+program in the same process (both with 8 devices): the same results and the
+same printed text."""
+from __future__ import annotations
+
+import functools
+import gc
+import threading
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+from jax.experimental import io_callback
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from reference import assert_same
+
+shard_map = getattr(jax, "shard_map", None)
+if shard_map is None:
+  from jax.experimental.shard_map import shard_map
+
+PLATFORMS = ("myplugin", "cpu")
+
+
+def run_both(program, capsys, *, sort_lines=False):
+  """program(devices) on each platform (its first device the default), its
+  results as numpy and what it printed; asserts that both agree."""
+  out = {}
+  for platform in PLATFORMS:
+    devices = jax.devices(platform)
+    with jax.default_device(devices[0]):
+      result = jax.tree.map(np.asarray, program(devices))
+    jax.effects_barrier()
+    text = capsys.readouterr().out
+    lines = text.splitlines()
+    out[platform] = (result, sorted(lines) if sort_lines else lines)
+  (ours, our_lines), (ref, ref_lines) = out["myplugin"], out["cpu"]
+  assert_same(ours, ref)
+  assert our_lines == ref_lines
+  assert ref_lines or ref is not None
+  return ours, our_lines
+
+
+def test_debug_print_formats_like_cpu(capsys):
+  def program(devices):
+    @jax.jit
+    def f(x, n):
+      jax.debug.print("x={x} sum={s:.3f} n={} first={x[0]}", n, x=x, s=x.sum())
+      jax.debug.print("bool={} bf16={} i8={}", x > 1, x.astype(jnp.bfloat16), n.astype(jnp.int8))
+      jax.debug.print("empty={} scalar={}", jnp.zeros((0, 3)), jnp.float32(2.5), ordered=True)
+      return x * 2
+    return f(np.arange(4, dtype=np.float32), np.int32(7))
+  # Unordered prints without data dependencies may run in either order.
+  _, lines = run_both(program, capsys, sort_lines=True)
+  assert "x=[0. 1. 2. 3.] sum=6.000 n=7 first=0.0" in lines
+  assert len(lines) == 3
+
+
+@pytest.mark.parametrize("ordered", [False, True])
+def test_debug_print_eager_and_in_jit(capsys, ordered):
+  def program(devices):
+    x = jnp.arange(3.0)
+    jax.debug.print("eager {}", x, ordered=ordered)
+    jax.jit(lambda v: jax.debug.print("jit {} {}", v, v + 1, ordered=ordered))(x)
+    return x
+  _, lines = run_both(program, capsys)
+  assert lines == ["eager [0. 1. 2.]", "jit [0. 1. 2.] [1. 2. 3.]"]
+
+
+def test_debug_callback_receives_values(capsys):
+  def program(devices):
+    seen = []
+    f = jax.jit(lambda x: jax.debug.callback(lambda a, b: seen.append((np.asarray(a).tolist(), int(b))), x,
+                                             x.shape[0]) or x + 1)
+    out = f(jnp.arange(5, dtype=jnp.int32))
+    jax.effects_barrier()
+    print(seen)
+    return out
+  _, lines = run_both(program, capsys)
+  assert lines == ["[([0, 1, 2, 3, 4], 5)]"]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, ml_dtypes.bfloat16, np.complex64, np.int8, np.uint8, np.int16,
+                                   np.uint32, np.int32, np.bool_])
+@pytest.mark.parametrize("shape", [(), (0,), (3, 4)])
+def test_pure_callback_dtypes_and_shapes(capsys, dtype, shape):
+  def program(devices):
+    x = (np.arange(int(np.prod(shape))).reshape(shape) % 3).astype(dtype)
+
+    def host(a):
+      a = np.asarray(a)
+      assert a.dtype == np.dtype(dtype) and a.shape == shape
+      return a, (a == a.astype(dtype)).astype(np.bool_), np.float32(a.size)
+
+    types = (jax.ShapeDtypeStruct(shape, dtype), jax.ShapeDtypeStruct(shape, np.bool_),
+             jax.ShapeDtypeStruct((), np.float32))
+    return jax.jit(lambda v: jax.pure_callback(host, types, v))(x)
+  ours, _ = run_both(program, capsys)
+  assert ours[0].dtype == np.dtype(dtype)
+
+
+def test_pure_callback_pytrees_and_several_outputs(capsys):
+  def program(devices):
+    def host(tree):
+      return {"sum": np.float32(tree["a"].sum() + tree["b"][0].sum()), "pair": (tree["b"][1] * 2, tree["a"][::-1])}
+
+    x = {"a": np.arange(4, dtype=np.float32), "b": (np.ones((2, 2), np.int32), np.arange(3, dtype=np.int32))}
+    types = {"sum": jax.ShapeDtypeStruct((), np.float32),
+             "pair": (jax.ShapeDtypeStruct((3,), np.int32), jax.ShapeDtypeStruct((4,), np.float32))}
+    return jax.jit(lambda t: jax.pure_callback(host, types, t))(x)
+  ours, _ = run_both(program, capsys)
+  np.testing.assert_array_equal(ours["pair"][1], [3, 2, 1, 0])
+
+
+@pytest.mark.parametrize("vmap_method", ["sequential", "expand_dims", "broadcast_all"])
+def test_pure_callback_vmap_methods(capsys, vmap_method):
+  def program(devices):
+    calls = []
+
+    def host(a, b):
+      calls.append((a.shape, b.shape))
+      return np.asarray(a) * np.asarray(b) + 1
+
+    def f(a, b):
+      return jax.pure_callback(host, jax.ShapeDtypeStruct(jnp.broadcast_shapes(a.shape, b.shape), a.dtype), a, b,
+                               vmap_method=vmap_method)
+    out = jax.jit(jax.vmap(f, in_axes=(0, None)))(np.arange(6.0, dtype=np.float32).reshape(3, 2),
+                                                   np.float32(2.0) * np.ones(2, np.float32))
+    print(calls)
+    return out
+  run_both(program, capsys)
+
+
+@pytest.mark.parametrize("ordered", [False, True])
+def test_io_callback(capsys, ordered):
+  def program(devices):
+    log = []
+
+    def host(a):
+      log.append(np.asarray(a).tolist())
+      return np.asarray(a).sum(keepdims=True)
+
+    f = jax.jit(lambda x: io_callback(host, jax.ShapeDtypeStruct((1,), jnp.float32), x, ordered=ordered) * 3)
+    out = [f(jnp.arange(3.0) + i) for i in range(3)]
+    jax.effects_barrier()
+    print(log if ordered else sorted(log))
+    return out
+  run_both(program, capsys)
+
+
+def test_ordered_effects_keep_program_order(capsys):
+  """Ordered io_callbacks and prints inside loops run in program order."""
+  def program(devices):
+    log = []
+
+    def record(tag):
+      def host(i):
+        log.append((tag, int(i)))
+        return np.int32(i)
+      return lambda i: io_callback(host, jax.ShapeDtypeStruct((), jnp.int32), i, ordered=True)
+
+    def body(i, acc):
+      a = record("a")(i)
+      jax.debug.print("step {}", i, ordered=True)
+      b = record("b")(i * 10)
+      return acc + a + b
+
+    out = jax.jit(lambda n: jax.lax.fori_loop(0, n, body, jnp.int32(0)))(5)
+    jax.effects_barrier()
+    print(log)
+    return out
+  _, lines = run_both(program, capsys)
+  assert lines[0] == "step 0" and lines[4] == "step 4"
+  assert lines[-1] == str([(t, i * (10 if t == "b" else 1)) for i in range(5) for t in ("a", "b")])
+
+
+def test_grad_vmap_and_control_flow(capsys):
+  def program(devices):
+    def loss(w):
+      jax.debug.print("w={}", w)
+      y = jnp.sin(w) * 3
+      jax.debug.callback(lambda v: print("y", np.round(np.asarray(v), 4)), y)
+      return jnp.sum(y ** 2)
+
+    g = jax.jit(jax.grad(loss))(jnp.arange(3.0))
+
+    def step(c, x):
+      jax.debug.print("scan c={} x={}", c, x, ordered=True)
+      return c + x, jax.pure_callback(lambda a: np.asarray(a) * 2, jax.ShapeDtypeStruct((), jnp.float32), x)
+    s = jax.jit(lambda xs: jax.lax.scan(step, 0.0, xs))(jnp.arange(4.0))
+
+    def cond_fn(c):
+      return c < 3
+    def body_fn(c):
+      jax.debug.print("while {}", c, ordered=True)
+      return c + 1
+    w = jax.jit(lambda: jax.lax.while_loop(cond_fn, body_fn, 0))()
+
+    c = jax.jit(lambda p, x: jax.lax.cond(p, lambda v: jax.pure_callback(
+        lambda a: np.asarray(a) + 100, jax.ShapeDtypeStruct((2,), jnp.float32), v), lambda v: v - 1, x))
+    c1, c2 = c(True, jnp.ones(2)), c(False, jnp.ones(2))
+    v = jax.jit(jax.vmap(lambda x: jax.debug.print("vmap {}", x) or x * 2))(jnp.arange(3.0))
+    return g, s, w, c1, c2, v
+  _, lines = run_both(program, capsys, sort_lines=True)
+  assert "while 2" in lines and "scan c=3.0 x=3.0" in lines
+
+
+def test_exception_in_callback_reaches_caller(capsys):
+  for platform in PLATFORMS:
+    def host(a):
+      raise ValueError(f"bad value {float(a)} from the callback")
+    x = jax.device_put(np.float32(1.5), jax.devices(platform)[0])
+    f = jax.jit(lambda v: jax.pure_callback(host, jax.ShapeDtypeStruct((), jnp.float32), v))
+    with pytest.raises(Exception, match=r"ValueError: bad value 1.5 from the callback") as info:
+      np.asarray(f(x))
+    assert "ValueError" in str(info.value), platform
+  # And the backend still works afterwards.
+  x = jax.device_put(np.float32(2.0), jax.devices("myplugin")[0])
+  assert float(jax.jit(lambda v: jax.pure_callback(lambda a: a * 2, jax.ShapeDtypeStruct((), jnp.float32), v))(x)) == 4
+
+
+@pytest.mark.parametrize("bad,expected", [
+    (lambda a: np.zeros(4, np.float32), r"Incorrect output shape for return value #0: Expected: \(3,\), Actual: \(4,\)"),
+    (lambda a: np.zeros(3, np.int32), r"Incorrect output dtype for return value #0: Expected: float32, Actual: int32"),
+])
+def test_wrong_result_gives_jax_error(bad, expected):
+  for platform in PLATFORMS:
+    x = jax.device_put(np.zeros(3, np.float32), jax.devices(platform)[0])
+    f = jax.jit(lambda v: jax.pure_callback(bad, jax.ShapeDtypeStruct((3,), jnp.float32), v))
+    with pytest.raises(Exception, match=expected):
+      np.asarray(f(x))
+
+
+def test_callback_that_calls_jax(capsys):
+  """The callback runs jax itself (on the host's CPU device and on myplugin)
+  while the engine waits for it: no deadlock on the GIL."""
+  def program(devices):
+    def host(a):
+      inner = jax.jit(lambda v: jnp.cumsum(v) * 2)(a)  # jax puts the operands on its CPU device
+      mine = jax.jit(lambda v: v + 1)(jax.device_put(np.asarray(a), devices[1]))
+      return np.asarray(inner) + np.asarray(mine)
+    return jax.jit(lambda v: jax.pure_callback(host, jax.ShapeDtypeStruct((4,), jnp.float32), v))(
+        jnp.arange(4.0))
+  run_both(program, capsys)
+
+
+def _mesh(devices):
+  return Mesh(np.array(devices), ("i",))
+
+
+def test_shard_map_callbacks_on_8_devices_with_collectives(capsys):
+  """Every device calls back at once (each with its own shard), around a psum."""
+  def program(devices):
+    mesh = _mesh(devices)
+
+    def body(x):
+      i = jax.lax.axis_index("i")
+      jax.debug.print("device {i}: x={x}", i=i, x=x)
+      y = jax.pure_callback(lambda a: np.asarray(a) ** 2, jax.ShapeDtypeStruct(x.shape, x.dtype), x)
+      s = jax.lax.psum(y, "i")
+      jax.debug.print("device {i}: psum={s}", i=i, s=s)
+      return y + s
+    f = jax.jit(shard_map(body, mesh=mesh, in_specs=P("i"), out_specs=P("i")))
+    x = jax.device_put(np.arange(16, dtype=np.float32), NamedSharding(mesh, P("i")))
+    return [f(x) for _ in range(3)]
+  _, lines = run_both(program, capsys, sort_lines=True)
+  assert len(lines) == 3 * 16
+
+
+def test_8_devices_call_back_into_jax_at_once(capsys):
+  """Every device's callback runs a jitted program on device 0 of the same
+  backend while the engine waits for all of them: no deadlock."""
+  def program(devices):
+    mesh = _mesh(devices)
+    inner = jax.jit(lambda v: v * 10 + 1)
+
+    def host(a):
+      return np.asarray(inner(jax.device_put(np.asarray(a), devices[0])))
+    f = jax.jit(shard_map(lambda v: jax.pure_callback(host, jax.ShapeDtypeStruct(v.shape, v.dtype), v), mesh=mesh,
+                          in_specs=P("i"), out_specs=P("i")))
+    return f(jax.device_put(np.arange(16, dtype=np.float32), NamedSharding(mesh, P("i"))))
+  ours, _ = run_both(program, capsys)
+  np.testing.assert_array_equal(ours, np.arange(16) * 10 + 1)
+
+
+def test_jit_over_8_devices_calls_back_once(capsys):
+  def program(devices):
+    mesh = _mesh(devices)
+    x = jax.device_put(np.arange(16, dtype=np.float32), NamedSharding(mesh, P("i")))
+
+    def f(v):
+      jax.debug.print("total {}", v.sum())
+      r = jax.pure_callback(lambda a: np.asarray(a)[::-1].copy(), jax.ShapeDtypeStruct(v.shape, v.dtype), v)
+      return r * 2 + v
+    return jax.jit(f, out_shardings=NamedSharding(mesh, P("i")))(x)
+  _, lines = run_both(program, capsys)
+  assert lines == ["total 120.0"]
+
+
+def test_pmap_on_8_devices(capsys):
+  def program(devices):
+    f = jax.pmap(lambda x: jax.debug.print("pmap {}", x) or jax.lax.psum(
+        jax.pure_callback(lambda a: np.asarray(a) + 0.5, jax.ShapeDtypeStruct(x.shape, x.dtype), x), "d"),
+                 axis_name="d", devices=devices)
+    return f(np.arange(8, dtype=np.float32))
+  _, lines = run_both(program, capsys, sort_lines=True)
+  assert len(lines) == 8
+
+
+def test_partitioned_callbacks(capsys):
+  """partitioned=True: on one device and inside shard_map like jax's CPU
+  backend; in a jit partitioned over several devices, a clear refusal."""
+  def program(devices):
+    jax.jit(lambda v: jax.debug.callback(lambda a: print("one", a), v, partitioned=True))(jnp.arange(2.0))
+    mesh = _mesh(devices)
+    x = jax.device_put(np.arange(8, dtype=np.float32), NamedSharding(mesh, P("i")))
+    jax.jit(shard_map(lambda v: jax.debug.print("shard {}", v, partitioned=True) or v, mesh=mesh,
+                      in_specs=P("i"), out_specs=P("i")))(x)
+    return x
+  run_both(program, capsys, sort_lines=True)
+  mesh = _mesh(jax.devices("myplugin"))
+  x = jax.device_put(np.arange(8, dtype=np.float32), NamedSharding(mesh, P("i")))
+  with pytest.raises(NotImplementedError, match="partitioned=True host callbacks in a jit partitioned over 8"):
+    jax.jit(lambda v: jax.debug.print("{}", v, partitioned=True))(x)
+
+
+def test_checkify_runtime_errors_like_cpu():
+  """With xla_runtime_errors, checkify.check lowers to a callback that raises."""
+  from jax._src import config
+  from jax.experimental import checkify
+  errors = []
+  for platform in PLATFORMS:
+    x = jax.device_put(np.float32(-1.0), jax.devices(platform)[0])
+    with config.xla_runtime_errors(True):
+      f = jax.jit(lambda v: checkify.check(v > 0, "needs positive, got {}", v) or v)
+      with pytest.raises(Exception, match="needs positive, got -1.0") as info:
+        f(x).block_until_ready()
+    errors.append(info.type)
+  assert errors[0] == errors[1]
+
+
+def test_callable_lives_with_the_executable():
+  from jax_plugin import callbacks
+  jax.clear_caches()
+  gc.collect()
+  before = callbacks.live_callbacks()
+  x = jax.device_put(np.arange(4, dtype=np.float32), jax.devices("myplugin")[0])
+  compiled = jax.jit(lambda v: jax.pure_callback(np.cos, jax.ShapeDtypeStruct((4,), jnp.float32), v)).lower(
+      x).compile()
+  jax.clear_caches()
+  gc.collect()
+  assert callbacks.live_callbacks() == before + 1  # held by the executable alone
+  np.testing.assert_allclose(np.asarray(compiled(x)), np.cos(np.arange(4, dtype=np.float32)), rtol=1e-6)
+  del compiled
+  gc.collect()
+  assert callbacks.live_callbacks() == before
+
+
+def test_programs_with_callbacks_declare_them_to_jax():
+  """jax writes no persistent-cache entry for a program with host callbacks:
+  ours are in the list jax checks, so no other process can load an id that
+  means nothing there."""
+  from jax_plugin import callbacks
+  x = jax.device_put(np.float32(1.0), jax.devices("myplugin")[0])
+  lowered = jax.jit(lambda v: jax.debug.print("{}", v) or v).lower(x)
+  args = getattr(getattr(lowered, "_lowering", None), "compile_args", None)
+  if args is None:
+    pytest.fail("this jax keeps no compile_args on its lowering; check how it decides on caching")
+  assert any(isinstance(h, callbacks.HostCallback) for h in args["host_callbacks"])
+  assert "callback_id" in lowered.as_text()
+
+
+def test_many_threads_call_back_at_once(capsys):
+  """Python threads dispatching programs with callbacks while the engine's
+  threads call back: every result arrives."""
+  x = jax.device_put(np.arange(4, dtype=np.float32), jax.devices("myplugin")[0])
+  f = jax.jit(lambda v: jax.pure_callback(lambda a: np.asarray(a) + 1, jax.ShapeDtypeStruct((4,), jnp.float32), v))
+  results = [None] * 8
+
+  def work(k):
+    results[k] = [float(np.asarray(f(x + k)).sum()) for _ in range(5)]
+  threads = [threading.Thread(target=work, args=(k,)) for k in range(8)]
+  for t in threads:
+    t.start()
+  for t in threads:
+    t.join(timeout=60)
+  assert all(not t.is_alive() for t in threads)
+  assert results == [[float(np.sum(np.arange(4) + k + 1))] * 5 for k in range(8)]
+
+
+def test_cuda_handler_loads_only_a_cuda_runtime():
+  """The CUDA engine's handler (never run here: no GPU) refuses what is not a
+  CUDA runtime, naming it."""
+  from jax_plugin import _myplugin
+  if _myplugin.cuda_host_callback_target.__doc__ is None:
+    pytest.fail("binding missing")
+  try:
+    r = _myplugin.cuda_host_callback_target("/nonexistent/libcudart.so.12")
+  except RuntimeError as e:
+    assert "cannot load the CUDA runtime (/nonexistent/libcudart.so.12)" in str(e)
+  else:
+    assert r is None  # built without the CUDA headers
+    return
+  with pytest.raises(RuntimeError, match="has no cudaMemcpyAsync: not a CUDA runtime"):
+    _myplugin.cuda_host_callback_target("libc.so.6")
+  # The runtime of the test extra's nvidia-cuda-runtime-cu12 loads without a GPU.
+  from jax_plugin import engine_selection
+  cudart = engine_selection.package_file("nvidia.cuda_runtime", "lib/libcudart.so.12")
+  if cudart is None:
+    pytest.fail("nvidia-cuda-runtime-cu12 (the test extra) is not installed")
+  assert type(_myplugin.cuda_host_callback_target(cudart)).__name__ == "PyCapsule"
+
+
+def test_without_jax_cpu_backend_callbacks_fail_with_jax_message():
+  """jax's callback code puts operands on jax's CPU device; with
+  JAX_PLATFORMS=myplugin alone it says so (as on jax's GPU backend): a clear
+  error, no hang or crash."""
+  from proc import child_env, run_python
+  code = ("import jax, jax.numpy as jnp\n"
+          "try:\n"
+          "  jax.jit(lambda v: jax.debug.print('v {}', v))(jnp.arange(2.0)); jax.effects_barrier()\n"
+          "except Exception as e:\n"
+          "  print('ERROR', type(e).__name__, str(e).splitlines()[0])\n"
+          "print('after', float(jax.jit(lambda v: v.sum())(jnp.arange(3.0))))\n")
+  r = run_python(["-c", code], child_env(JAX_PLATFORMS="myplugin"), timeout=120)
+  assert r.returncode == 0, r.output
+  assert 'Make sure "cpu" is listed in --jax_platforms or the JAX_PLATFORMS environment variable' in r.output
+  assert "after 3.0" in r.stdout
+
+
+def test_multi_process_each_process_runs_its_devices_callbacks(tmp_path):
+  """2 processes x 4 devices: each process prints and receives the callbacks
+  of its own devices (and process 0 the whole-array callback, which runs on
+  device 0), as jax's CPU backend does in one process with 8 devices; the
+  results equal that run's."""
+  import json
+  import os
+  import sys
+  from proc import child_env, run_python
+  program = os.path.join(os.path.dirname(__file__), "programs", "host_callbacks_program.py")
+  ref_out = str(tmp_path / "ref.{rank}.json")
+  r = run_python([program, ref_out], child_env(JAX_PLATFORMS="cpu", JAX_NUM_CPU_DEVICES="8"), timeout=120)
+  assert r.returncode == 0, r.output
+  ref = json.load(open(ref_out.format(rank=0)))
+  # The same program on myplugin's 8 devices in one process.
+  one_out = str(tmp_path / "one.{rank}.json")
+  r = run_python([program, one_out], child_env(JAX_PLATFORMS="myplugin,cpu", MYPLUGIN_NUM_DEVICES="8"), timeout=120)
+  assert r.returncode == 0, r.output
+  one = json.load(open(one_out.format(rank=0)))
+  assert one["platform"] == "myplugin" and sorted(one["lines"]) == sorted(ref["lines"])
+  assert (one["received"], one["ordered"], one["shards"]) == (ref["received"], ref["ordered"], ref["shards"])
+  out = str(tmp_path / "mp.{rank}.json")
+  # jax's pure_callback puts its operands on jax's CPU device: list "cpu" too.
+  r = run_python(["-m", "jax_plugin.launcher", "-n", "2", "--devices-per-process", "4", "--timeout", "150", "--",
+                  sys.executable, program, out], child_env(JAX_PLATFORMS="myplugin,cpu"), timeout=180)
+  assert r.returncode == 0, r.output
+  seen_lines = []
+  for rank in range(2):
+    got = json.load(open(out.format(rank=rank)))
+    assert got["platform"] == "myplugin" and got["processes"] == 2
+    local = range(rank * 4, rank * 4 + 4)
+    want = [l for l in ref["lines"] if l.startswith("device ") and int(l.split()[1].rstrip(":")) in local]
+    if rank == 0:
+      want += [l for l in ref["lines"] if l.startswith("total ")]
+    assert sorted(got["lines"]) == sorted(want), rank
+    assert got["received"] == [e for e in ref["received"] if e[0] in local]
+    assert got["ordered"] == [d for d in ref["ordered"] if d in local] and len(got["ordered"]) == 8
+    for name, shards in got["shards"].items():
+      assert sorted(shards) == [str(d) for d in local]
+      for device, values in shards.items():
+        np.testing.assert_allclose(values, ref["shards"][name][device], rtol=1e-6)
+    seen_lines += got["lines"]
+  assert sorted(seen_lines) == sorted(ref["lines"])
+
+
+def test_engine_without_the_handler_refuses_at_lowering(monkeypatch):
+  """If the engine refused our handler, callbacks fail at lowering with the
+  reason (the rest of the backend keeps working), never at run time."""
+  from jax_plugin import callbacks
+  monkeypatch.setattr(callbacks, "_unavailable", "registering the handler failed: test")
+  x = jax.device_put(np.float32(1.0), jax.devices("myplugin")[0])
+  with pytest.raises(NotImplementedError, match="cannot run Python host callbacks on this engine: registering"):
+    jax.jit(lambda v: jax.debug.print("never {}", v) or v * 3)(x)
+  assert float(jax.jit(lambda v: v * 3)(x)) == 3.0
+  y = jax.device_put(np.float32(1.0), jax.devices("cpu")[0])
+  np.testing.assert_allclose(
+      np.asarray(jax.jit(lambda v: jax.pure_callback(np.sin, jax.ShapeDtypeStruct((), jnp.float32), v))(y)),
+      np.sin(np.float32(1.0)), rtol=1e-6)
+
+
+def test_an_unknown_callback_id_is_an_error():
+  """Ids carry a per-process prefix: an id from elsewhere (or of a freed
+  callback) is refused by name, never run as some other callback."""
+  from jax_plugin import callbacks
+  x = jax.device_put(np.float32(1.0), jax.devices("myplugin")[0])
+  lowered = jax.jit(lambda v: jax.pure_callback(np.cos, jax.ShapeDtypeStruct((), jnp.float32), v)).lower(x)
+  ids = [h.id for h in lowered._lowering.compile_args["host_callbacks"]]
+  assert ids and all(i >> 32 for i in ids)  # the prefix
+  with pytest.raises(RuntimeError, match="host callback #0x1 does not exist in this process"):
+    callbacks._dispatch(1, ())
