@@ -12,8 +12,9 @@ serializes and loads the executables (plugin/pjrt/executable.cc), with the
 plugin's build in the platform version that jax puts into every key.
 
 A program that calls a Python host callback names a callable of this
-process only, so it cannot be cached: jax's write is skipped with a debug
-log line, like jax's own skip for its host callbacks.
+process only, and a multi-process program with no device here has nothing
+to keep: neither is written (a debug log line says why). jax itself already
+skips programs whose lowering handed it host callbacks, as ours does.
 """
 
 from __future__ import annotations
@@ -22,11 +23,6 @@ import functools
 import logging
 
 logger = logging.getLogger("jax_plugin")
-
-# Custom calls whose attributes name state of this process alone; the C++
-# side refuses to serialize them too (kProcessLocalTargets in
-# plugin/pjrt/executable.cc).
-PROCESS_LOCAL_TARGETS = ("myplugin_python_callback",)
 
 _MARK = "_myplugin_cache_hook"
 
@@ -91,7 +87,10 @@ def _not_cacheable(executable) -> str | None:
   except Exception as e:
     logger.debug("myplugin: cannot read the compiled program to check it for host callbacks: %s", e)
     return None
-  for target in PROCESS_LOCAL_TARGETS:
+  # Custom calls whose attributes name callables of this process (the C++
+  # serializer refuses them too: kProcessLocalTargets in plugin/pjrt/executable.cc).
+  from jax_plugin.callbacks import TARGETS
+  for target in TARGETS.values():
     if any(f'custom_call_target="{target}"' in t for t in texts):
       return f"it calls {target} (a Python host callback of this process)"
   return None

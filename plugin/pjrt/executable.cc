@@ -26,10 +26,13 @@ ExecutableOrigins& Origins() {
   return *origins;
 }
 
-// Custom calls whose attributes name state of this process alone (a Python
-// callable that jax_plugin keeps, for host callbacks): a program with one
-// cannot be serialized for another process or a later run.
-constexpr std::string_view kProcessLocalTargets[] = {"myplugin_python_callback"};
+// Custom calls whose attributes name state of this process alone: jax's
+// Python host-callback targets, which jax_plugin serves with callables it
+// keeps (jax_plugin/callbacks.py, TARGETS). A program with one cannot be
+// serialized for another process or a later run.
+constexpr std::string_view kProcessLocalTargets[] = {"xla_ffi_python_cpu_callback", "xla_ffi_python_gpu_callback",
+                                                     "xla_ffi_partitioned_python_cpu_callback",
+                                                     "xla_ffi_partitioned_python_gpu_callback"};
 
 // The target names appear verbatim in StableHLO text and bytecode alike (a
 // bytecode keeps its strings in one plain section), and in HLO protos.
@@ -38,7 +41,7 @@ std::string UnserializableReason(const PJRT_Program& program) {
   for (std::string_view target : kProcessLocalTargets) {
     if (code.find(target) != std::string_view::npos) {
       return "the program calls " + std::string(target) +
-             " (a Python host callback), which exists only in the process that compiled it";
+             " (a Python host callback), whose callable exists only in the process that compiled it";
     }
   }
   return "";
