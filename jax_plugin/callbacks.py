@@ -264,6 +264,26 @@ def install(engine_kind: str = "cpu") -> None:
       _unavailable = f"registering the handler {_target} in the engine failed: {e}"
       logger.warning("myplugin: Python host callbacks will not run: %s", _unavailable)
   _copy_checkify_rule(engine_kind)
+  _keep_a_host_platform()
   if current is not emit:
     _jax_emit = current
     callback.emit_python_callback = emit
+
+
+def _keep_a_host_platform() -> None:
+  """jax runs every callback's Python side on its CPU device (its
+  `pure_callback_impl`, `debug_callback_impl` and `io_callback_impl` place
+  the arguments there first and fail without one). Under
+  `JAX_PLATFORMS=myplugin` alone, that would break even `jax.debug.print`,
+  so jax's CPU backend is put behind ours in the list, as jax itself does
+  when JAX_PLATFORMS is unset: myplugin stays the default backend. This runs
+  during plugin discovery, before jax reads the list."""
+  from jax._src import config
+
+  value = config.jax_platforms.value
+  if not value:
+    return
+  platforms = [p.strip() for p in value.split(",")]
+  if PLATFORM in platforms and "cpu" not in platforms:
+    config.update("jax_platforms", ",".join(platforms + ["cpu"]))
+    logger.info("myplugin: added jax's cpu backend behind myplugin (it runs Python callbacks' arguments)")

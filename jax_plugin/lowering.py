@@ -2,18 +2,21 @@
 
 The engine is XLA's CPU compiler, so a program for myplugin is lowered
 exactly as for "cpu": the same platform-specific rules (LAPACK custom calls,
-CPU-tuned convolutions, threefry) and the same LAPACK FFI handlers, which
-we register into the engine. Python host callbacks are the exception: jax
-emits them only for its own clients, so jax_plugin.callbacks serves them.
+CPU-tuned convolutions, threefry) and the same FFI handlers (every one that
+jaxlib has for its CPU backend), which we register into the engine. Python
+host callbacks are the exception: jax emits them only for its own clients,
+so jax_plugin.callbacks serves them.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 
 logger = logging.getLogger("jax_plugin")
 
 PLATFORM = "myplugin"
+_HOST = "Host"  # XLA's name for the CPU platform of its FFI registry
 
 def enable_donation() -> None:
   """jax donates buffers only on the platforms of a hard-coded list."""
@@ -56,16 +59,131 @@ def register_collective_targets(engine_kind: str = "cpu") -> None:
     jax.ffi.register_ffi_target(name, capsule, platform=PLATFORM)
 
 
-def register_lapack_targets(c_api) -> None:
-  """Registers jaxlib's LAPACK FFI handlers (the ones jnp.linalg calls on CPU) in the engine."""
+def jaxlib_cpu_targets() -> dict:
+  """Every typed FFI handler that jaxlib has for its own CPU backend, by name.
+
+  Found by enumeration, in three places: jaxlib's FFI registry for XLA's
+  host platform (`_jax.custom_call_targets("Host")`: handlers jaxlib
+  registers itself, such as dce_sink, and those jax registered for "cpu"
+  while its CPU backend existed); the registrations for "cpu" that jax holds
+  back until its CPU backend exists (all of them under
+  JAX_PLATFORMS=myplugin); and the `registrations()["cpu"]` of every jaxlib
+  module already imported (LAPACK, CPU sparse), which jax registers only
+  when it first needs them.
+  """
+  import sys
+  from jax._src import lib
+  from jax._src.lib import xla_client
+
+  targets: dict = {}
+  registry = getattr(getattr(lib, "_jax", None), "custom_call_targets", None)
+  if registry is None:
+    logger.warning("myplugin: this jaxlib does not list its FFI registry; only its modules' targets are registered")
+  else:
+    targets.update(registry(_HOST))
+  for entry in list((getattr(xla_client, "_custom_callback", None) or {}).get(_HOST, [])):
+    if len(entry) >= 3 and entry[2] == 1:  # (name, fn, api_version, traits)
+      targets.setdefault(entry[0], entry[1])
+  lapack = sys.modules.get("jaxlib.lapack")
+  if lapack is not None and hasattr(getattr(lapack, "_lapack", None), "initialize"):
+    lapack._lapack.initialize()  # binds the LAPACK routines its handlers call
+  for name, module in sorted(list(sys.modules.items())):
+    if not name.startswith("jaxlib.") or not callable(getattr(module, "registrations", None)):
+      continue
+    try:
+      cpu = module.registrations().get("cpu", [])
+    except Exception as e:  # one module's failure must not cost the others
+      logger.warning("myplugin: %s.registrations() failed: %s", name, e)
+      continue
+    # The Python modules list (name, handler, api_version) per platform; their
+    # C extensions (jaxlib.cpu._lapack) map names to handlers and have no "cpu".
+    if not isinstance(cpu, (list, tuple)):
+      continue
+    for entry in cpu:
+      if isinstance(entry, tuple) and len(entry) == 3 and entry[2] == 1:  # typed FFI only: jax emits no other
+        targets.setdefault(entry[0], entry[1])
+  return targets
+
+
+def _register(c_api, name, fn) -> bool:
   from jax_plugin import _myplugin
   try:
-    from jaxlib import lapack
-  except ImportError as e:
-    logger.warning("myplugin: jaxlib has no LAPACK module (%s); jnp.linalg decompositions will fail", e)
+    _myplugin.register_custom_call_target(c_api, name, fn, PLATFORM, 1, 0)
+  except (ValueError, TypeError, RuntimeError) as e:  # one bad target must not cost the others
+    logger.warning("myplugin: the CPU FFI target %s is not available on myplugin: %s", name, e)
+    return False
+  return True
+
+
+def register_jaxlib_cpu_targets(c_api) -> list[str]:
+  """Registers jaxlib's CPU FFI handlers (jaxlib_cpu_targets) in the engine,
+  so that what jax lowers for "cpu" also runs on myplugin, and follows every
+  typed target registered for "cpu" from now on (a program's own
+  `jax.ffi.register_ffi_target(..., platform="cpu")`, a jax module imported
+  later). Returns the names registered now."""
+  _follow_cpu_registrations(c_api)
+  return [name for name, fn in jaxlib_cpu_targets().items() if name not in _served_by_myplugin() and
+          _register(c_api, name, fn)]
+
+
+def _served_by_myplugin() -> set[str]:
+  """Names whose handler in the engine is myplugin's own: jaxlib's handler
+  under the same name would collide with it (Python host callbacks read
+  state that only jax's own CPU client supplies)."""
+  from jax_plugin import callbacks
+  return set(callbacks.TARGETS.values())
+
+
+def _follow_cpu_registrations(c_api) -> None:
+  # jax.ffi.register_ffi_target calls xla_client.register_custom_call_target
+  # by attribute, and jax offers no other way to learn of a "cpu" target.
+  from jax._src.lib import xla_client
+
+  register = getattr(xla_client, "register_custom_call_target", None)
+  if register is None or getattr(register, "_myplugin_follows", False):
     return
-  lapack._lapack.initialize()
-  for name, capsule, api_version in lapack.registrations().get("cpu", []):
-    if api_version != 1:
-      continue  # legacy custom calls: jax no longer emits them
-    _myplugin.register_custom_call_target(c_api, name, capsule, PLATFORM, 1, 0)
+  names = getattr(xla_client, "xla_platform_names", {})
+
+  @functools.wraps(register)
+  def follow(name, fn, platform="cpu", api_version=0, *args, **kwargs):
+    result = register(name, fn, platform, api_version, *args, **kwargs)
+    if names.get(platform, platform) == _HOST and name not in _served_by_myplugin():
+      if api_version == 1:
+        _register(c_api, name, fn)
+      else:
+        logger.warning("myplugin: custom call target %s uses the untyped custom-call API (api_version=%s); "
+                       "myplugin runs typed XLA FFI handlers only, so it will not run there", name, api_version)
+    return result
+
+  follow._myplugin_follows = True
+  xla_client.register_custom_call_target = follow
+
+
+class _FollowingRules(dict):
+  """myplugin's own lowering rules, then the engine platform's, looked up at
+  lowering time: a "cpu" rule that jax registers after start-up (importing
+  jax.experimental.sparse late) serves myplugin too."""
+
+  def __init__(self, own: dict, engine_rules: dict):
+    super().__init__(own)
+    self._engine_rules = engine_rules
+
+  def __contains__(self, prim) -> bool:
+    return dict.__contains__(self, prim) or prim in self._engine_rules
+
+  def __missing__(self, prim):
+    return self._engine_rules[prim]
+
+  def get(self, prim, default=None):
+    return self[prim] if prim in self else default
+
+
+def follow_engine_lowering_rules(engine_kind: str = "cpu") -> None:
+  """Makes jax's rules for the engine's platform, present and future, serve
+  myplugin wherever myplugin has no rule of its own."""
+  from jax._src.interpreters import mlir
+
+  rules = getattr(mlir, "_platform_specific_lowerings", None)
+  if rules is None or isinstance(rules.get(PLATFORM), _FollowingRules):
+    return
+  rules[PLATFORM] = _FollowingRules(rules.get(PLATFORM, {}), rules[engine_kind])

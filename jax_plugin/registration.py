@@ -89,20 +89,22 @@ def _initialize() -> None:
   if _c_api is None:
     raise RuntimeError("jax refused to register the myplugin PJRT library (see jax's log)")
 
-  from jax_plugin import _myplugin, lowering
+  from jax_plugin import _myplugin, cost_analysis, lowering
   from jax_plugin.spmd import compile_hooks
   _install_custom_call_handler(_c_api)
   _myplugin.set_program_hooks(compile_hooks.shadow_options, compile_hooks.local_program)
+  _myplugin.set_cost_analysis_hook(cost_analysis.analyze)
   lowering.enable_donation()
   from jax_plugin import persistent_cache
   persistent_cache.enable(PLATFORM)
   lowering.install_lowering_rules(kind)
+  lowering.follow_engine_lowering_rules(kind)
   lowering.register_collective_targets(kind)
   if kind == "cpu":
     try:
-      lowering.register_lapack_targets(_c_api)
+      lowering.register_jaxlib_cpu_targets(_c_api)
     except Exception as e:  # the backend itself may still work; say what is lost
-      logger.warning("myplugin: jnp.linalg decompositions (LAPACK) will not run: %s", e)
+      logger.warning("myplugin: jaxlib's CPU FFI handlers (LAPACK, sparse, dce_sink) will not run: %s", e)
 
 
 def _client_options() -> dict:

@@ -406,13 +406,10 @@ PJRT_Error* PjrtExecutableSerialize(PJRT_Executable_Serialize_Args* args) {
   return nullptr;
 }
 
-PJRT_Error* PjrtExecutableDestroy(PJRT_Executable_Destroy_Args* args) {
-  {
-    ExecutableOrigins& o = Origins();
-    std::lock_guard<std::mutex> lock(o.mu);
-    o.of.erase(args->executable);
-  }
-  return MYPLUGIN_CALL_ENGINE(PJRT_Executable_Destroy, args);
+void ForgetExecutableOrigin(const PJRT_Executable* executable) {
+  ExecutableOrigins& o = Origins();
+  std::lock_guard<std::mutex> lock(o.mu);
+  o.of.erase(executable);
 }
 
 PJRT_Error* PjrtLoadedExecutableDestroy(PJRT_LoadedExecutable_Destroy_Args* args) {

@@ -65,7 +65,8 @@ inline LoadedExecutable* FromC(PJRT_LoadedExecutable* e) { return reinterpret_ca
 PJRT_Error* PjrtClientCompile(PJRT_Client_Compile_Args* args);
 PJRT_Error* PjrtExecutableDeserializeAndLoad(PJRT_Executable_DeserializeAndLoad_Args* args);
 PJRT_Error* PjrtExecutableSerialize(PJRT_Executable_Serialize_Args* args);
-PJRT_Error* PjrtExecutableDestroy(PJRT_Executable_Destroy_Args* args);
+// PJRT_Executable_Destroy calls it: `executable` no longer names one of ours.
+void ForgetExecutableOrigin(const PJRT_Executable* executable);
 PJRT_Error* PjrtLoadedExecutableDestroy(PJRT_LoadedExecutable_Destroy_Args* args);
 PJRT_Error* PjrtLoadedExecutableGetExecutable(PJRT_LoadedExecutable_GetExecutable_Args* args);
 PJRT_Error* PjrtLoadedExecutableAddressableDevices(PJRT_LoadedExecutable_AddressableDevices_Args* args);

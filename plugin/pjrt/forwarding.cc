@@ -1,6 +1,7 @@
 #include "pjrt/forwarding.h"
 
 #include "pjrt/client.h"
+#include "pjrt/cost_analysis.h"
 #include "pjrt/device.h"
 #include "pjrt/executable.h"
 
@@ -146,6 +147,14 @@ PJRT_Error* TransferManagerDevice(PJRT_AsyncHostToDeviceTransferManager_Device_A
   return nullptr;
 }
 
+// ---- Executables: the engine's; cost analysis is answered for them (cost_analysis.h) ----
+
+PJRT_Error* ExecutableDestroy(PJRT_Executable_Destroy_Args* args) {
+  ForgetCostAnalysis(args->executable);
+  ForgetExecutableOrigin(args->executable);
+  return MYPLUGIN_CALL_ENGINE(PJRT_Executable_Destroy, args);
+}
+
 // Entry points that hold no object of ours: the engine's own, unchanged
 // but for the error type.
 #define MYPLUGIN_PASS_THROUGH(name) \
@@ -159,7 +168,6 @@ MYPLUGIN_PASS_THROUGH(PJRT_Executable_NumReplicas)
 MYPLUGIN_PASS_THROUGH(PJRT_Executable_NumPartitions)
 MYPLUGIN_PASS_THROUGH(PJRT_Executable_NumOutputs)
 MYPLUGIN_PASS_THROUGH(PJRT_Executable_SizeOfGeneratedCodeInBytes)
-MYPLUGIN_PASS_THROUGH(PJRT_Executable_GetCostAnalysis)
 MYPLUGIN_PASS_THROUGH(PJRT_Executable_OutputMemoryKinds)
 MYPLUGIN_PASS_THROUGH(PJRT_Executable_OptimizedProgram)
 MYPLUGIN_PASS_THROUGH(PJRT_Executable_OutputElementTypes)
@@ -216,11 +224,12 @@ void InstallPassThroughEntries(PJRT_Api& api) {
   api.PJRT_Buffer_CopyToMemory = BufferCopyToMemory;
   api.PJRT_AsyncHostToDeviceTransferManager_Device = TransferManagerDevice;
   api.PJRT_Client_DefaultDeviceAssignment = ClientDefaultDeviceAssignment;
+  api.PJRT_Executable_Destroy = ExecutableDestroy;
+  api.PJRT_Executable_GetCostAnalysis = ExecutableGetCostAnalysis;
   // Serialized executables are ours (pjrt/executable.h): the engine's bytes
   // in an envelope that names the build and, for multi-process programs,
   // their local and global parts.
   api.PJRT_Executable_Serialize = PjrtExecutableSerialize;
-  api.PJRT_Executable_Destroy = PjrtExecutableDestroy;
 
 #define MYPLUGIN_INSTALL(name) api.name = Forward_##name
   MYPLUGIN_INSTALL(PJRT_Client_DmaMap);
@@ -235,7 +244,6 @@ void InstallPassThroughEntries(PJRT_Api& api) {
   MYPLUGIN_INSTALL(PJRT_Executable_NumPartitions);
   MYPLUGIN_INSTALL(PJRT_Executable_NumOutputs);
   MYPLUGIN_INSTALL(PJRT_Executable_SizeOfGeneratedCodeInBytes);
-  MYPLUGIN_INSTALL(PJRT_Executable_GetCostAnalysis);
   MYPLUGIN_INSTALL(PJRT_Executable_OutputMemoryKinds);
   MYPLUGIN_INSTALL(PJRT_Executable_OptimizedProgram);
   MYPLUGIN_INSTALL(PJRT_Executable_OutputElementTypes);

@@ -31,6 +31,7 @@
 
 #include "pjrt/ffi_extension.h"
 #include "python/host_callback.h"
+#include "spmd/cost_analysis_hook.h"
 #include "spmd/program_hooks.h"
 #include "pjrt_c_api.h"
 
@@ -463,6 +464,33 @@ void BindHostCallbacks(nb::module_& m) {
      "the CUDA headers).");
 }
 
+void SetCostAnalysisHook(nb::callable analyze) {
+  auto fn = std::shared_ptr<nb::object>(new nb::object(std::move(analyze)), [](nb::object* o) {
+    nb::gil_scoped_acquire gil;
+    delete o;
+  });
+  myplugin::spmd::SetCostAnalysisHook(
+      [fn](const std::string& module) -> myplugin::StatusOr<myplugin::spmd::CostProperties> {
+        nb::gil_scoped_acquire gil;
+        try {
+          nb::object out = (*fn)(nb::bytes(module.data(), module.size()));
+          myplugin::spmd::CostProperties props;
+          for (auto [name, value] : nb::cast<nb::dict>(out)) {
+            props.emplace_back(nb::cast<std::string>(name), nb::cast<double>(value));
+          }
+          return props;
+        } catch (nb::python_error& e) {
+          // jax reads UNIMPLEMENTED as "no cost analysis" (None), anything else as a failure.
+          if (e.matches(PyExc_NotImplementedError)) {
+            return myplugin::Unimplemented("cost analysis: " + nb::cast<std::string>(nb::str(e.value())));
+          }
+          return FromPythonError(e, "cost analysis");
+        } catch (std::exception& e) {
+          return myplugin::Internal(std::string("cost analysis: ") + e.what());
+        }
+      });
+}
+
 }  // namespace
 
 NB_MODULE(_myplugin, m) {
@@ -475,4 +503,6 @@ NB_MODULE(_myplugin, m) {
   BindHostCallbacks(m);
   m.def("set_program_hooks", &SetProgramHooks, nb::arg("shadow_options"), nb::arg("local_program"),
         "Installs the Python steps of the multi-process compile.");
+  m.def("set_cost_analysis_hook", &SetCostAnalysisHook, nb::arg("analyze"),
+        "Installs XLA's cost analysis of a serialized HloModuleProto (-> {property: value}).");
 }
