@@ -6,6 +6,11 @@
    against jax.distributed.initialize on jax's CPU backend, interleaved.
 2. Failure detection: from SIGKILL / SIGSTOP of one process until every
    other process has exited, against the configured heartbeat timeout.
+3. Shutdown of a finished job: 8 processes that have joined and done their
+   work are told to return at the same instant; the time until the last one
+   has exited (the shutdown barrier, the service's stop, the interpreter's
+   teardown). Joined through jax_plugin.distributed, through an unmodified
+   jax.distributed.initialize served by ours, and on jax's own service.
 
 usage: python bench/coordination.py [--counts 2,8,32,64] [--rounds 3]
 """
@@ -93,13 +98,84 @@ def detection_round(sig: int, heartbeat: float, n: int = 4) -> float:
     kill_groups(procs)
 
 
+FINISH = """
+import atexit, os, sys, time
+how, address, n, pid, ready, go = sys.argv[1:7]
+# Registered first, so it runs last: when every shutdown hook is done.
+atexit.register(lambda: open(os.path.join(ready, pid + ".done"), "w").write(repr(time.monotonic())))
+if how == "none":  # no job: the interpreter's teardown alone
+  import jax
+  jax.devices()
+elif how == "ours":
+  from jax_plugin import distributed
+  distributed.initialize(address, int(n), int(pid))
+else:
+  import jax
+  jax.distributed.initialize(coordinator_address=address, num_processes=int(n), process_id=int(pid))
+  jax.devices()
+open(os.path.join(ready, pid), "w").close()
+while not os.path.exists(go):
+  time.sleep(0.001)
+"""
+
+
+def shutdown_round(how: str, n: int = 8, timeout: float = 300) -> tuple[float, float]:
+  """Seconds from 'return now' until the last of n finished processes (1) had
+  run every exit hook (shutdown done), (2) had exited."""
+  with tempfile.TemporaryDirectory() as tmp:
+    ready, go = os.path.join(tmp, "ready"), os.path.join(tmp, "go")
+    os.mkdir(ready)
+    address = f"127.0.0.1:{free_port()}"
+    env = env_for("jax" if how == "jax" else "ours")
+    procs = [subprocess.Popen([sys.executable, "-c", FINISH, how, address, str(n), str(i), ready, go], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+             for i in range(n)]
+    try:
+      deadline = time.monotonic() + timeout
+      while len(os.listdir(ready)) < n:
+        if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
+          raise RuntimeError(f"{how}: processes did not get ready")
+        time.sleep(0.01)
+      time.sleep(0.2)  # all idle in their wait loop
+      t0 = time.monotonic()
+      open(go, "w").close()
+      for p in procs:
+        if p.wait(timeout=timeout) != 0:
+          raise RuntimeError(f"{how}: a process exited with {p.returncode}")
+      exited = time.monotonic() - t0
+      done = max(float(open(os.path.join(ready, f"{i}.done")).read()) for i in range(n)) - t0
+      return done, exited
+    finally:
+      kill_groups(procs)
+
+
 def main():
   parser = argparse.ArgumentParser()
   parser.add_argument("--counts", default="2,8,32,64")
   parser.add_argument("--rounds", type=int, default=3)
+  parser.add_argument("--only-shutdown", action="store_true")
   args = parser.parse_args()
   counts = [int(c) for c in args.counts.split(",")]
 
+  if not args.only_shutdown:
+    registration_and_detection(counts, args.rounds)
+  print()
+  print("shutdown of a finished job, 8 processes: seconds from 'return now' until the last one had run its exit")
+  print(f"hooks (shutdown done), and until it had exited (the interpreter's teardown too); median of {args.rounds}")
+  print("| joined through | shutdown done (worst round) | exited (worst round) |")
+  print("|---|---|---|")
+  for how, name in (("ours", "jax_plugin.distributed.initialize, no jax import"),
+                    ("ours-jax", "unmodified jax.distributed.initialize, served by myplugin"),
+                    ("jax", "jax.distributed.initialize on jax's own service (JAX_PLATFORMS=cpu)"),
+                    ("none", "no job: 8 processes that import jax and exit")):
+    rounds = [shutdown_round(how) for _ in range(args.rounds)]
+    done, exited = [d for d, _ in rounds], [e for _, e in rounds]
+    print(f"| {name} | {statistics.median(done):.2f} s ({max(done):.2f}) | {statistics.median(exited):.2f} s "
+          f"({max(exited):.2f}) |", flush=True)
+
+
+def registration_and_detection(counts, rounds):
+  args = argparse.Namespace(rounds=rounds)
   print(f"registration: the initialize call, imports excluded; best / median of {args.rounds} interleaved rounds")
   print("| processes | myplugin median call | myplugin slowest call | jax median call | jax slowest call | "
         "ratio myplugin/jax (median call) |")

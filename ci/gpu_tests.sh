@@ -1,32 +1,222 @@
 #!/usr/bin/env bash
-# The GPU job of ci/github/gpu.yml, on a machine with NVIDIA GPUs:
-#   build with the CUDA extra, record nvidia-smi, run the tests marked gpu,
-#   the multi-process NCCL tests (one process per GPU, --leg multi), and
-#   the all-reduce benchmark, keeping every log in --out.
+# The GPU job of ci/github/gpu.yml, and the offline GPU test kit.
 #
-# usage: ci/gpu_tests.sh [--leg single|multi] [--out DIR] [--dry-run]
+# usage: ci/gpu_tests.sh [--leg single|multi] [--cuda 12|13] [--out DIR] [--dry-run]
+#        ci/gpu_tests.sh --prepare DIR                 (networked machine: gather the kit)
+#        ci/gpu_tests.sh --offline DIR [--out DIR]     (GPU machine, no network: install the kit, run)
+#
+# Default (a GPU machine with network): build with CUDA's headers, record
+# nvidia-smi, run the tests marked gpu, the multi-process NCCL tests (one
+# process per GPU, --leg multi), and the benchmarks, keeping every log in --out.
+#
+# --prepare DIR builds a cp312 wheel of myplugin (the GPU machine's Python)
+# against jaxlib $GPU_JAX and CUDA 13's NCCL headers, and gathers what such
+# a machine lacks: the Debian packages of the libraries the wheel links
+# outside the system's (libgloo and its own), and pytest's wheels. Not the
+# CPU engine (lammps-jax-pjrt-cpu, ~200 MB): single-GPU tests never
+# partition on it; only multi-process programs (tests/gpu/test_nccl_multiprocess.py,
+# two GPUs) need it.
+#
+# --offline DIR installs that kit without any network (pip --no-index into
+# a private folder on PYTHONPATH, the .debs unpacked with dpkg -x into a
+# private prefix on LD_LIBRARY_PATH; the machine's own jax, jaxlib, CUDA
+# plugin and NCCL are kept), says what is missing, records nvidia-smi, runs
+# pytest -m gpu tests/gpu with MYPLUGIN_ENGINE=cuda and bench/gpu.py, and
+# writes at most 8 files into --out (what the device tool brings back).
 #
 # --dry-run runs everything that needs no GPU (argument checks, tool
-# checks, the CUDA engine's availability on the package index, test
-# collection with the gpu marker, the benchmark's argument parsing) and
+# checks, the CUDA engines' availability on the package index, test
+# collection with the gpu marker, the benchmarks' argument parsing) and
 # prints the GPU commands instead of running them. .ci/run calls it so.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# The GPU machine's jax/jaxlib/jax-cuda13-pjrt release, which the kit's wheel is built for.
+GPU_JAX=0.11.2
+KIT_LIMIT_MB=64
+
 leg=single
+cuda=13
 out=gpu-results
 dry=0
+mode=online
+kit=""
+usage="usage: $0 [--leg single|multi] [--cuda 12|13] [--out DIR] [--dry-run] | --prepare DIR | --offline DIR [--out DIR]"
 while [ $# -gt 0 ]; do
   case "$1" in
     --leg) leg="$2"; shift 2 ;;
+    --cuda) cuda="$2"; shift 2 ;;
     --out) out="$2"; shift 2 ;;
     --dry-run) dry=1; shift ;;
-    *) echo "usage: $0 [--leg single|multi] [--out DIR] [--dry-run]" >&2; exit 2 ;;
+    --prepare) mode=prepare; kit="${2:?--prepare needs a folder}"; shift 2 ;;
+    --offline) mode=offline; kit="${2:?--offline needs a folder}"; shift 2 ;;
+    *) echo "$usage" >&2; exit 2 ;;
   esac
 done
 case "$leg" in single|multi) ;; *) echo "--leg must be single or multi, not '$leg'" >&2; exit 2 ;; esac
-mkdir -p "$out"
+case "$cuda" in 12|13) ;; *) echo "--cuda must be 12 or 13, not '$cuda'" >&2; exit 2 ;; esac
 
+# CUDA's headers the NCCL backend compiles against (NCCL's first).
+cuda_headers() {
+  case "$1" in
+    12) echo "nvidia-nccl-cu12>=2.18 nvidia-cuda-runtime-cu12==12.9.* nvidia-cuda-nvcc-cu12==12.9.* nvidia-cuda-cccl-cu12==12.9.*" ;;
+    13) echo "nvidia-nccl-cu13>=2.27.7 nvidia-cuda-runtime==13.0.* nvidia-cuda-crt==13.0.* nvidia-cuda-cccl==13.0.*" ;;
+  esac
+}
+# The build requirements, read from pyproject.toml (defined there only).
+build_requirements() {
+  "$1" -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['build-system']['requires']))"
+}
+# Fails unless the built library holds the NCCL backend (an isolated build
+# without CUDA's headers silently leaves it out).
+has_nccl_backend() {
+  grep -q ncclAllReduce "$1" || { echo "$1 was built without the NCCL backend (no CUDA headers at build time)" >&2; return 1; }
+}
+
+# ---------------------------------------------------------------- --prepare
+if [ "$mode" = prepare ]; then
+  # Replaces only an earlier kit: never a folder of something else.
+  if [ -d "$kit" ] && [ -n "$(ls -A "$kit")" ] && [ ! -f "$kit/MANIFEST.txt" ]; then
+    echo "--prepare: $kit exists and is not a kit (no MANIFEST.txt); name a new folder" >&2; exit 2
+  fi
+  py="${PYTHON312:-$(pyenv root 2>/dev/null)/versions/3.12.1/bin/python}"
+  [ -x "$py" ] && "$py" -c 'import sys; assert sys.version_info[:2] == (3, 12)' 2>/dev/null ||
+    { echo "--prepare needs Python 3.12 (the GPU machine's): $py is missing or another version; set PYTHON312" >&2; exit 2; }
+  rm -rf "$kit" && mkdir -p "$kit/wheels" "$kit/debs"
+  kit="$(cd "$kit" && pwd)"
+  work="$(mktemp -d)"
+  trap 'rm -rf "$work"' EXIT
+  "$py" -m venv "$work/venv"
+  vpy="$work/venv/bin/python"
+  mapfile -t reqs < <(build_requirements "$vpy")
+  # shellcheck disable=SC2046
+  "$vpy" -m pip install -q "${reqs[@]}" "jaxlib==$GPU_JAX" cmake ninja $(cuda_headers 13)
+  "$vpy" -m pip wheel -q --no-build-isolation --no-deps -w "$kit" .
+  wheel="$(ls "$kit"/myplugin-*-cp312-*.whl)"
+  mkdir "$work/unpacked" && (cd "$work/unpacked" && "$vpy" -m zipfile -e "$wheel" .)
+  has_nccl_backend "$work/unpacked/jax_plugin/libmyplugin_runtime.so"
+  # Every library the wheel's .so files load from outside the wheel and the
+  # base system, as the Debian packages that hold them.
+  base="libc6 libgcc-s1 libstdc++6 zlib1g"
+  libs="$(for so in "$work"/unpacked/jax_plugin/*.so; do
+            LD_LIBRARY_PATH="$work/unpacked/jax_plugin" ldd "$so"; done |
+          awk '$2 == "=>" && $3 ~ /^\// {print $3}' | sort -u)"
+  pkgs=""
+  for lib in $libs; do
+    case "$lib" in "$work"/*) continue ;; esac
+    pkg="$(dpkg -S "$lib" 2>/dev/null || dpkg -S "$(readlink -f "$lib")" 2>/dev/null || dpkg -S "/usr$lib" 2>/dev/null)" ||
+      { echo "no Debian package holds $lib" >&2; exit 1; }
+    pkg="${pkg%%:*}"
+    case " $base " in *" $pkg "*) continue ;; esac
+    pkgs="$pkgs $pkg"
+  done
+  pkgs="$(echo "$pkgs" | tr ' ' '\n' | sort -u | tr '\n' ' ')"
+  echo "Debian packages the wheel needs beyond the base system: $pkgs"
+  # shellcheck disable=SC2086
+  (cd "$kit/debs" && apt-get download $pkgs)
+  "$vpy" -m pip download -q --only-binary=:all: -d "$kit/wheels" pytest pytest-timeout
+  size_mb=$(( $(du -sk "$kit" | cut -f1) / 1024 ))
+  { echo "myplugin GPU test kit, prepared $(date -u +%FT%TZ) on $(uname -n) for jax/jaxlib $GPU_JAX, CUDA 13"
+    echo "commit: $(git rev-parse HEAD 2>/dev/null || echo unknown)"
+    echo "size: $size_mb MiB"
+    (cd "$kit" && find . -type f ! -name MANIFEST.txt -printf '%s\t%p\n' | sort -k2); } >"$kit/MANIFEST.txt"
+  cat "$kit/MANIFEST.txt"
+  [ "$size_mb" -lt "$KIT_LIMIT_MB" ] || { echo "the kit is $size_mb MiB, over $KIT_LIMIT_MB MiB" >&2; exit 1; }
+  echo "gpu_tests.sh: kit ready in $kit ($size_mb MiB)"
+  exit 0
+fi
+
+mkdir -p "$out"
+out="$(cd "$out" && pwd)"
+
+# ---------------------------------------------------------------- --offline
+if [ "$mode" = offline ]; then
+  [ -d "$kit" ] || { echo "--offline: no kit at $kit (make one with --prepare on a networked machine)" >&2; exit 2; }
+  kit="$(cd "$kit" && pwd)"
+  export PYTHONUNBUFFERED=1
+  failed=""
+  summary="$out/summary.txt"
+  : >"$summary"
+  note() { echo "$*" | tee -a "$summary"; }
+  # What the machine must bring itself; missing pieces are named, not guessed.
+  python3 - >"$out/environment.txt" 2>&1 <<PY || true
+import importlib.metadata as md, importlib.util, os, platform, sys
+import datetime
+print("date:", datetime.datetime.now(datetime.timezone.utc).isoformat())
+print("python:", sys.version.split()[0], sys.executable, "| machine:", platform.platform())
+for dist in ("jax", "jaxlib", "jax-cuda13-pjrt", "jax-cuda13-plugin", "jax-cuda12-pjrt", "jax-cuda12-plugin",
+             "nvidia-nccl-cu13", "nvidia-nccl-cu12", "numpy", "ml_dtypes", "pytest", "pytest-timeout"):
+  try:
+    print(f"{dist}: {md.version(dist)}")
+  except md.PackageNotFoundError:
+    print(f"{dist}: absent")
+missing = []
+try:
+  if md.version("jaxlib") != "$GPU_JAX":
+    missing.append(f"jaxlib {md.version('jaxlib')}: the kit's wheel was built for $GPU_JAX")
+except md.PackageNotFoundError:
+  missing.append("jaxlib (pip install jax==$GPU_JAX jaxlib==$GPU_JAX)")
+def importable(module):
+  try:
+    return importlib.util.find_spec(module) is not None
+  except ImportError:  # its parent package is absent
+    return False
+if not any(importable(m) for m in ("jax_plugins.xla_cuda13", "jax_plugins.xla_cuda12")):
+  missing.append("XLA's CUDA engine (jax-cuda13-pjrt $GPU_JAX)")
+nccl = importable("nvidia.nccl") and os.path.exists(
+    os.path.join(list(importlib.import_module("nvidia.nccl").__path__)[0], "lib", "libnccl.so.2"))
+if not nccl:
+  missing.append("libnccl.so.2 from nvidia-nccl-cu13 (the NCCL tests will fail; set MYPLUGIN_NCCL_PATH to another)")
+for m in missing:
+  print("MISSING:", m)
+PY
+  cat "$out/environment.txt"
+  grep -h "^MISSING" "$out/environment.txt" >>"$summary" || true
+  if command -v nvidia-smi >/dev/null; then
+    { nvidia-smi; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; } >"$out/nvidia-smi.txt" 2>&1 || true
+  else
+    echo "nvidia-smi is not on PATH" >"$out/nvidia-smi.txt"
+  fi
+
+  site="$(mktemp -d)/site"
+  python3 -m pip install -q --no-index --no-deps --no-compile --target "$site" "$kit"/myplugin-*.whl
+  python3 -c "import pytest, pytest_timeout" 2>/dev/null ||
+    python3 -m pip install -q --no-index --find-links "$kit/wheels" --no-compile --target "$site" pytest pytest-timeout
+  export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}" PATH="$site/bin:$PATH"
+  # The libraries the wheel loads that this system lacks (libgloo...), from the .debs.
+  missing_libraries() {
+    LD_LIBRARY_PATH="$site/jax_plugin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" ldd "$site"/jax_plugin/*.so | grep "not found" | sort -u || true
+  }
+  if [ -n "$(missing_libraries)" ]; then
+    note "unpacking the kit's .debs for: $(missing_libraries | awk '{print $1}' | tr '\n' ' ')"
+    prefix="$(mktemp -d)"
+    for deb in "$kit"/debs/*.deb; do dpkg -x "$deb" "$prefix"; done
+    export LD_LIBRARY_PATH="$prefix/usr/lib/x86_64-linux-gnu:$prefix/usr/lib:$prefix/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  fi
+  if [ -n "$(missing_libraries)" ]; then
+    note "FAILED: missing even with the kit's .debs: $(missing_libraries | tr '\n' ' ')"; exit 1
+  fi
+  has_nccl_backend "$site/jax_plugin/libmyplugin_runtime.so" || failed="$failed nccl-backend"
+  cd "$(mktemp -d)"  # away from the checkout: imports must find the installed jax_plugin
+  root="$OLDPWD"
+  set +e
+  MYPLUGIN_ENGINE=cuda timeout 330 pytest -v -p no:cacheprovider --timeout 150 -m gpu "$root/tests/gpu" -k 'not multiprocess' \
+    --junitxml="$out/gpu-tests.xml" -o junit_family=xunit2 >"$out/gpu-tests.log" 2>&1
+  rc=$?
+  tail -n 40 "$out/gpu-tests.log"
+  [ $rc = 0 ] || failed="$failed gpu-tests(rc=$rc)"
+  MYPLUGIN_ENGINE=cuda timeout 150 python3 "$root/bench/gpu.py" >"$out/bench-gpu.txt" 2>&1
+  rc=$?
+  cat "$out/bench-gpu.txt"
+  [ $rc = 0 ] || failed="$failed bench(rc=$rc)"
+  set -e
+  note "pytest: $(grep -Eo '[0-9]+ (passed|failed|skipped|error)[^=]*' "$out/gpu-tests.log" | tail -n 1)"
+  if [ -n "$failed" ]; then note "FAILED:$failed"; exit 1; fi
+  note "gpu_tests.sh --offline: all passed (results in $out)"
+  exit 0
+fi
+
+# ---------------------------------------------------------------- online (CI)
 # Runs a command that needs a GPU (or changes the machine); in a dry run,
 # only says it would.
 gpu() {
@@ -40,20 +230,25 @@ always() {
 }
 
 always python3 --version
-always python3 -c "import sys; assert sys.version_info >= (3, 10), sys.version"
+always python3 -c "import sys; assert sys.version_info >= (3, 11), sys.version"
 for tool in bash pip pytest; do always command -v "$tool"; done
 # The CUDA engine matching the jaxlib that this Python resolves is on the index.
-always python3 - <<'PY'
-import json, subprocess, sys
-out = subprocess.run([sys.executable, "-m", "pip", "index", "versions", "jax-cuda12-pjrt"],
-                     capture_output=True, text=True)
-if out.returncode != 0 or "0.10.2" not in out.stdout:
-  sys.exit("jax-cuda12-pjrt 0.10.2 is not on the package index: " + (out.stdout + out.stderr)[-500:])
-print("jax-cuda12-pjrt 0.10.2: available")
+always python3 - "$cuda" <<'PY'
+import subprocess, sys
+want = "0.10.2" if sys.version_info < (3, 12) else "0.11.2"
+name = f"jax-cuda{sys.argv[1]}-pjrt"
+out = subprocess.run([sys.executable, "-m", "pip", "index", "versions", name], capture_output=True, text=True)
+if out.returncode != 0 or want not in out.stdout:
+  sys.exit(f"{name} {want} is not on the package index: " + (out.stdout + out.stderr)[-500:])
+print(f"{name} {want}: available")
 PY
 
 gpu sudo apt-get install -y -qq --no-install-recommends ccache binutils libgloo-dev
-gpu pip install '.[test,cuda12]'
+# Not an isolated build: CUDA's headers must be importable for the NCCL backend.
+mapfile -t reqs < <(build_requirements python3)
+# shellcheck disable=SC2046
+gpu pip install "${reqs[@]}" cmake ninja $(cuda_headers "$cuda") pytest pytest-timeout
+gpu pip install --no-build-isolation ".[cuda$cuda]"
 gpu bash -c "nvidia-smi | tee '$out/nvidia-smi.txt'"
 gpu bash -c "nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee '$out/gpus.csv'"
 
@@ -65,7 +260,10 @@ if [ "$leg" = multi ]; then
   gpu bash -c "MYPLUGIN_ENGINE=cuda pytest -v -m gpu tests/gpu -k multiprocess --junitxml='$out/nccl-tests.xml' 2>&1 | tee '$out/nccl-tests.log'"
 fi
 
-# The all-reduce benchmark (host collectives; the NCCL bandwidth test is in tests/gpu).
+# The benchmarks: myplugin against jax's own CUDA plugin, and the all-reduce
+# over host collectives (the NCCL bandwidth test is in tests/gpu).
+always python3 bench/gpu.py --help >/dev/null
+gpu bash -c "MYPLUGIN_ENGINE=cuda python3 bench/gpu.py 2>&1 | tee '$out/bench-gpu.txt'"
 always python3 bench/collectives.py --help >/dev/null
 gpu bash -c "python3 bench/collectives.py --processes 2 --rounds 2 --max-mb 64 2>&1 | tee '$out/bench-collectives.txt'"
-echo "gpu_tests.sh: done (leg $leg, dry run $dry, results in $out)"
+echo "gpu_tests.sh: done (leg $leg, CUDA $cuda, dry run $dry, results in $out)"

@@ -21,6 +21,11 @@ from jax_plugin import _myplugin, cluster
 
 _ENGINE_DEVICE_KIND = "cpu"
 _DEFAULT_SHUTDOWN_TIMEOUT = 300.0
+# How long a process that ends with an uncaught exception waits for news of
+# an earlier failure elsewhere before it reports its own (see
+# _await_earlier_failure): far above the service's reaction to a lost
+# connection, and paid only on a failing exit.
+_PEER_FAILURE_GRACE_S = 1.0
 # The key under which process 0 publishes the service's address in jax's
 # own key-value store, when jax.distributed bootstraps the job.
 JAX_KV_KEY = "myplugin/coordination_service"
@@ -28,6 +33,7 @@ JAX_KV_KEY = "myplugin/coordination_service"
 _atexit_registered = False
 _service = None  # the CoordinationService this process hosts, if any
 _fate_sharing = True
+_departed = False  # this process has left its job (shutdown)
 
 
 def _is_loopback(host: str) -> bool:
@@ -76,7 +82,11 @@ def initialize(coordinator_address: str | None = None,
 
 
 def _initialize(coordinator_address, num_processes, process_id, local_device_ids, cluster_detection_method,
-                initialization_timeout, heartbeat_timeout_seconds, coordinator_bind_address, fate_sharing):
+                initialization_timeout, heartbeat_timeout_seconds, coordinator_bind_address, fate_sharing,
+                unauthenticated_ok=False):
+  """unauthenticated_ok: jax.distributed.initialize's contract, whose own
+  service has no authentication: without a token the service then listens
+  on every interface, as jax's would (README, threat notes)."""
   global _atexit_registered
   explicit = coordinator_address is not None and num_processes is not None and process_id is not None
   spec = None if explicit and cluster_detection_method is None else cluster.detect(cluster_detection_method)
@@ -112,7 +122,7 @@ def _initialize(coordinator_address, num_processes, process_id, local_device_ids
 
   host, port = _split_address(coordinator_address)
   token = os.environ.get("MYPLUGIN_COORDINATOR_TOKEN", "")
-  if not token and not _is_loopback(host):
+  if not token and not _is_loopback(host) and not unauthenticated_ok:
     raise ValueError(
         f"the coordinator address {coordinator_address} is not on this host, and no token was given: set "
         "MYPLUGIN_COORDINATOR_TOKEN to the same secret in every process (without a token the service listens "
@@ -122,7 +132,7 @@ def _initialize(coordinator_address, num_processes, process_id, local_device_ids
     if coordinator_bind_address is not None:
       bind_host, bind_port = _split_address(coordinator_bind_address)
     else:
-      bind_host, bind_port = ("0.0.0.0" if token else "127.0.0.1"), port
+      bind_host, bind_port = ("0.0.0.0" if token or not _is_loopback(host) else "127.0.0.1"), port
     _start_service(bind_host, bind_port, num_processes, token, heartbeat_timeout_seconds, initialization_timeout)
   _join([coordinator_address], num_processes, process_id, token, initialization_timeout, fate_sharing, num_devices)
 
@@ -152,6 +162,8 @@ def _join(addresses, num_processes, process_id, token, initialization_timeout, f
     atexit.register(_shutdown_at_exit)
     _install_excepthook()
     _atexit_registered = True
+  from jax_plugin import jax_client
+  jax_client.sync()  # jax.distributed.is_initialized() is true from here on
 
 
 _uncaught = []
@@ -213,7 +225,7 @@ def initialize_through_jax(jax_state, initialization_timeout: float = 300,
 def initialize_from_environment() -> bool:
   """Used by plugin registration: joins the job described by MYPLUGIN_* variables, if any."""
   spec = cluster.from_myplugin_env(os.environ)
-  if spec is None or is_initialized():
+  if spec is None or is_initialized() or _departed:
     return False
   _initialize(None, None, None, None, "myplugin", float(os.environ.get("MYPLUGIN_INITIALIZATION_TIMEOUT", 300)),
               float(os.environ.get("MYPLUGIN_HEARTBEAT_TIMEOUT", 100)), None, True)
@@ -222,7 +234,10 @@ def initialize_from_environment() -> bool:
 
 def shutdown(timeout: float | None = None) -> None:
   """The shutdown barrier: waits for every process to finish, then leaves."""
-  global _service
+  global _service, _departed
+  from jax_plugin import jax_client
+  jax_client.uninstall()
+  _departed = True
   if timeout is None:
     timeout = float(os.environ.get("MYPLUGIN_SHUTDOWN_TIMEOUT", _DEFAULT_SHUTDOWN_TIMEOUT))
   try:
@@ -236,7 +251,7 @@ def shutdown(timeout: float | None = None) -> None:
 def _shutdown_at_exit() -> None:
   if not is_initialized():
     return
-  if _uncaught and _myplugin.failure() is None:
+  if _uncaught and _await_earlier_failure() is None:
     _myplugin.report_error(f"exited with an uncaught exception: {_uncaught[-1]}"[:2000])
     return
   if _myplugin.failure() is None:
@@ -252,6 +267,18 @@ def _shutdown_at_exit() -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(_myplugin.FATE_SHARING_EXIT_CODE)
+
+
+def _await_earlier_failure():
+  """An exception may be this process's own fault, or the echo of a peer that
+  died an instant earlier (a collective whose connection broke before the
+  service's notice arrived). The service is told which after a short wait,
+  so that the job's failure names the process that caused it."""
+  import time
+  deadline = time.monotonic() + _PEER_FAILURE_GRACE_S
+  while (failure := _myplugin.failure()) is None and time.monotonic() < deadline:
+    time.sleep(0.01)
+  return failure
 
 
 def _default_device_count() -> int:

@@ -2,10 +2,20 @@
 with NVIDIA GPUs, XLA's CUDA engine.
 
   MYPLUGIN_ENGINE=cpu            the CPU engine (package lammps-jax-pjrt-cpu)
-  MYPLUGIN_ENGINE=cuda           the CUDA engine (package jax-cuda12-pjrt, pip install 'myplugin[cuda12]');
-                                 an error that names what is missing if it cannot run
+  MYPLUGIN_ENGINE=cuda           the CUDA engine (package jax-cuda13-pjrt or jax-cuda12-pjrt: pip install
+                                 'myplugin[cuda13]' or 'myplugin[cuda12]'); an error that names what is
+                                 missing if it cannot run
   MYPLUGIN_ENGINE=/path/to.so    any PJRT plugin library (MYPLUGIN_ENGINE_PATH too, for compatibility)
   unset                          CUDA when a GPU, its driver and the CUDA engine are all present, else CPU
+
+With both CUDA engines installed, the one whose release equals jaxlib's
+wins (jax's own CUDA plugin must match jaxlib too), then CUDA 13 (drivers
+from 580 on run both; older ones only 12).
+
+The NCCL library for the collectives: MYPLUGIN_NCCL_PATH if set (a path
+that is not a file is an error naming it), else libnccl.so.2 from the
+nvidia-nccl-cu13 or nvidia-nccl-cu12 wheel (both install it under
+nvidia/nccl/lib), else the system's.
 
 Detecting a GPU never initializes CUDA: it counts /proc/driver/nvidia/gpus
 and loads libcuda.so.1 without calling it, so a machine without a driver
@@ -16,13 +26,18 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import importlib.metadata
 import importlib.util
 import os
 from typing import Callable
 
 CPU_PACKAGE, CPU_FILE = "lammps_jax_pjrt_cpu", "pjrt_c_api_cpu_plugin.so"
-CUDA_PACKAGE, CUDA_FILE = "jax_plugins.xla_cuda12", "xla_cuda_plugin.so"
-CUDA_DISTRIBUTION = "jax-cuda12-pjrt"
+CUDA_FILE = "xla_cuda_plugin.so"
+# (module, distribution), most preferred first when versions do not decide.
+CUDA_ENGINES = (("jax_plugins.xla_cuda13", "jax-cuda13-pjrt"), ("jax_plugins.xla_cuda12", "jax-cuda12-pjrt"))
+CUDA_INSTALL_HINT = "pip install 'myplugin[cuda13]' (or 'myplugin[cuda12]' for drivers before 580)"
+# Where the NCCL wheels put the library, relative to their packages.
+NCCL_FILES = (("nvidia.nccl", "lib/libnccl.so.2"), ("nvidia.cu13", "lib/libnccl.so.2"))
 
 
 class EngineSelectionError(RuntimeError):
@@ -64,7 +79,40 @@ def probe_gpus(proc_dir: str = "/proc/driver/nvidia/gpus",
   return gpus, f"{gpus} NVIDIA GPU(s)"
 
 
-def select(env=None, probe=probe_gpus, find=package_file) -> Engine:
+def distribution_version(name: str) -> str | None:
+  try:
+    return importlib.metadata.version(name)
+  except importlib.metadata.PackageNotFoundError:
+    return None
+
+
+def find_cuda_engine(find=package_file, version=distribution_version) -> tuple[str | None, str]:
+  """(path of the CUDA engine to load or None, its distribution or what to install)."""
+  found = [(find(module, CUDA_FILE), dist) for module, dist in CUDA_ENGINES]
+  found = [(path, dist) for path, dist in found if path is not None]
+  if not found:
+    return None, "jax-cuda13-pjrt or jax-cuda12-pjrt"
+  jaxlib = version("jaxlib")
+  matching = [(path, dist) for path, dist in found if jaxlib is not None and version(dist) == jaxlib]
+  return (matching or found)[0]
+
+
+def nccl_library(env=None, find=package_file) -> str | None:
+  """The libnccl.so.2 the NCCL collectives load, or None for the system's."""
+  env = os.environ if env is None else env
+  explicit = env.get("MYPLUGIN_NCCL_PATH", "").strip()
+  if explicit:
+    if not os.path.isfile(explicit):
+      raise EngineSelectionError(f"MYPLUGIN_NCCL_PATH={explicit}: no such file (it must name libnccl.so.2 itself)")
+    return explicit
+  for package, name in NCCL_FILES:
+    path = find(package, name)
+    if path is not None:
+      return path
+  return None
+
+
+def select(env=None, probe=probe_gpus, find=package_file, version=distribution_version) -> Engine:
   env = os.environ if env is None else env
   requested = env.get("MYPLUGIN_ENGINE", "").strip()
   legacy_path = env.get("MYPLUGIN_ENGINE_PATH", "").strip()
@@ -76,17 +124,17 @@ def select(env=None, probe=probe_gpus, find=package_file) -> Engine:
   if requested == "cpu":
     return Engine("cpu", cpu, "MYPLUGIN_ENGINE=cpu")
   gpus, why = probe()
-  cuda = find(CUDA_PACKAGE, CUDA_FILE)
+  cuda, distribution = find_cuda_engine(find, version)
   if requested == "cuda":
     if gpus == 0:
       raise EngineSelectionError(f"MYPLUGIN_ENGINE=cuda, but no CUDA driver/GPU found: {why}")
     if cuda is None:
-      raise EngineSelectionError(f"MYPLUGIN_ENGINE=cuda, but the CUDA engine is not installed: pip install "
-                                 f"'myplugin[cuda12]' (package {CUDA_DISTRIBUTION})")
-    return Engine("cuda", cuda, f"MYPLUGIN_ENGINE=cuda ({why})")
+      raise EngineSelectionError(f"MYPLUGIN_ENGINE=cuda, but the CUDA engine is not installed: "
+                                 f"{CUDA_INSTALL_HINT} (package {distribution})")
+    return Engine("cuda", cuda, f"MYPLUGIN_ENGINE=cuda ({why}, {distribution})")
   if gpus > 0 and cuda is not None:
-    return Engine("cuda", cuda, why)
-  reason = why if gpus == 0 else f"{why}, but {CUDA_DISTRIBUTION} is not installed"
+    return Engine("cuda", cuda, f"{why}, {distribution}")
+  reason = why if gpus == 0 else f"{why}, but neither jax-cuda13-pjrt nor jax-cuda12-pjrt is installed"
   return Engine("cpu", cpu, f"CPU engine: {reason}")
 
 

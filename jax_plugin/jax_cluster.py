@@ -1,6 +1,8 @@
-"""A jax cluster environment for myplugin's launcher variables, so that an
-unmodified ``jax.distributed.initialize()`` with no arguments works under
-myplugin-run, the way it does under Slurm.
+"""A jax cluster environment for myplugin's launcher variables, for the one
+case in which jax's own service runs a job under myplugin-run: JAX_PLATFORMS
+without myplugin (otherwise jax.distributed is served by ours, see
+jax_client), so that ``jax.distributed.initialize()`` with no arguments
+works there the way it does under Slurm.
 
 jax detects cluster environments by subclass registration, and
 ``jax.distributed.initialize`` runs before plugin discovery, so the class

@@ -5,7 +5,11 @@
 It hosts the coordination service itself, starts the processes with the
 MYPLUGIN_* variables set (JAX_PLATFORMS=myplugin unless set), prefixes each
 output line with the rank, and on the first failure ends every process and
-exits with 100 + the rank that failed first (and says so).
+exits with 100 + the rank that caused it (and says so). The culprit is the
+process whose failure the coordination service recorded first (its own
+exception, signal, early exit or silence), never one that fate-sharing ended
+afterwards (those exit with 42); a rank that failed before it joined the
+service is found by exit order instead.
 """
 
 from __future__ import annotations
@@ -25,6 +29,9 @@ EXIT_INTERRUPTED = 130
 # After a first failure, the others get this long to report their own
 # error (fate-sharing) before they are killed.
 FAILURE_GRACE_S = 5.0
+# How long a culprit that is still there (stopped, hung) is waited for once
+# every other rank has ended.
+CULPRIT_GRACE_S = 0.5
 
 
 def _free_port() -> int:
@@ -119,17 +126,16 @@ def main(argv: list[str] | None = None) -> int:
 
   previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
   deadline = time.monotonic() + args.timeout if args.timeout else None
-  first_failure = None
+  first_exit = None  # (rank, code) of the first process seen to end with an error
   failure_seen_at = None
   status = 0
   try:
     while True:
       codes = [p.poll() for p in procs]
-      if first_failure is None:
-        for rank, code in enumerate(codes):
-          if code not in (None, 0):
-            first_failure, failure_seen_at = (rank, code), time.monotonic()
-            break
+      if failure_seen_at is None:
+        first_exit = next(((r, c) for r, c in enumerate(codes) if c not in (None, 0)), None)
+        if first_exit is not None or service.failed_process() is not None:
+          failure_seen_at = time.monotonic()
       if all(c is not None for c in codes):
         break
       if interrupted:
@@ -142,27 +148,54 @@ def main(argv: list[str] | None = None) -> int:
         print(f"myplugin-run: the job did not finish within {args.timeout:g} s; ending ranks {running}",
               file=sys.stderr)
         break
-      if failure_seen_at is not None and time.monotonic() - failure_seen_at > FAILURE_GRACE_S:
-        break
-      time.sleep(0.05)
+      if failure_seen_at is not None:
+        waited = time.monotonic() - failure_seen_at
+        culprit = service.failed_process()
+        # A culprit that is stopped or hung will not end by itself: once
+        # every other rank has reported, it gets no more than a moment.
+        others_done = culprit is not None and all(c is not None for r, c in enumerate(codes) if r != culprit)
+        if waited > FAILURE_GRACE_S or (others_done and waited > CULPRIT_GRACE_S):
+          break
+      time.sleep(0.02)
   finally:
+    # The culprit is read before the launcher's own kills can add failures
+    # (the first failure is final, so this only matters if there was none).
+    culprit = service.failed_process()
+    why = service.failure()
     _kill_all(procs)
     for p in procs:
       p.wait()
     for t in pumps:
       t.join(timeout=5)
-    why = service.failure()
     service.stop()
     for s, h in previous.items():
       signal.signal(s, h)
 
-  if first_failure is not None:
-    rank, code = first_failure
+  if status:
+    return status
+  if culprit is None and first_exit is not None:
+    # It failed before the service knew it (e.g. before it joined): the
+    # first rank to end with an error that is not fate-sharing's.
+    codes = [p.returncode for p in procs]
+    culprit = next((r for r, c in enumerate(codes) if c not in (0, _myplugin.FATE_SHARING_EXIT_CODE)), first_exit[0])
+  if culprit is not None:
+    code = procs[culprit].returncode
+    ended = [r for r, p in enumerate(procs) if r != culprit and p.returncode == _myplugin.FATE_SHARING_EXIT_CODE]
     detail = f" ({why})" if why else ""
-    print(f"myplugin-run: rank {rank} failed first with exit code {code}{detail}; all ranks were ended",
+    bystanders = f"; ranks {ended} were ended because of it (exit code {_myplugin.FATE_SHARING_EXIT_CODE})" if ended else ""
+    print(f"myplugin-run: rank {culprit} failed first {_describe(code)}{detail}{bystanders}; all ranks were ended",
           file=sys.stderr)
-    return failure_exit_code(rank)
+    return failure_exit_code(culprit)
   return status
+
+
+def _describe(code: int) -> str:
+  if code < 0:
+    try:
+      return f"(killed by {signal.Signals(-code).name})"
+    except ValueError:
+      return f"(killed by signal {-code})"
+  return f"with exit code {code}"
 
 
 if __name__ == "__main__":

@@ -60,9 +60,9 @@ def _initialize() -> None:
   engine = engine_selection.select()
   kind = engine.kind
   if kind == "cuda":
-    nccl = engine_selection.package_file("nvidia.nccl", "lib/libnccl.so.2")
+    nccl = engine_selection.nccl_library()
     if nccl is not None:
-      os.environ.setdefault("MYPLUGIN_NCCL_LIBRARY", nccl)
+      os.environ["MYPLUGIN_NCCL_LIBRARY"] = nccl
   if engine.path is None:
     logger.warning("myplugin: no XLA engine found: install lammps-jax-pjrt-cpu or set MYPLUGIN_ENGINE")
   else:
@@ -109,16 +109,30 @@ def _initialize() -> None:
 
 def _client_options() -> dict:
   """Joins the job before the client exists: from MYPLUGIN_* variables (the
-  launcher's), or through jax.distributed's key-value store."""
+  launcher's), or through jax.distributed's key-value store when jax's own
+  service runs the job. Our client gets no node_id/num_nodes: it reads the
+  job from our runtime (and jax's client, if any, is never handed to it)."""
   from jax._src import distributed as jax_distributed
-  from jax_plugin import distributed
+  from jax._src import xla_bridge
+  from jax_plugin import distributed, jax_client
 
-  if not distributed.is_initialized():
-    if not distributed.initialize_from_environment():
-      state = jax_distributed.global_state
-      if state.client is not None and (state.num_processes or 1) > 1:
-        distributed.initialize_through_jax(state)
+  with jax_client.backend_init():
+    if not distributed.is_initialized():
+      if not distributed.initialize_from_environment():
+        state = jax_distributed.global_state
+        if state.client is not None and not jax_client.is_ours(state.client) and (state.num_processes or 1) > 1:
+          distributed.initialize_through_jax(state)
+  # jax's distributed state gets our client once the backend exists (it
+  # must not see it while jaxlib creates the backend).
+  hooks = getattr(xla_bridge, "_backend_initialization_hooks", None)
+  if isinstance(hooks, list) and _sync_after_backend_init not in hooks:
+    hooks.append(_sync_after_backend_init)
   return {}
+
+
+def _sync_after_backend_init(backend) -> None:
+  from jax_plugin import jax_client
+  jax_client.sync()
 
 
 def _install_custom_call_handler(capsule) -> None:

@@ -6,10 +6,19 @@ from jax_plugin import engine_selection as es
 from proc import child_env, run_python
 
 CPU, CUDA = "/pkgs/cpu/engine.so", "/pkgs/cuda/xla_cuda_plugin.so"
+CUDA12, CUDA13 = "/pkgs/xla_cuda12/xla_cuda_plugin.so", "/pkgs/xla_cuda13/xla_cuda_plugin.so"
 
 
 def find_both(package, name):
-  return {es.CPU_PACKAGE: CPU, es.CUDA_PACKAGE: CUDA}[package]
+  return {es.CPU_PACKAGE: CPU, "jax_plugins.xla_cuda12": CUDA}.get(package)
+
+
+def find_all(package, name):
+  return {es.CPU_PACKAGE: CPU, "jax_plugins.xla_cuda12": CUDA12, "jax_plugins.xla_cuda13": CUDA13}.get(package)
+
+
+def versions(**installed):
+  return lambda dist: installed.get(dist.replace("-", "_"))
 
 
 def find_cpu_only(package, name):
@@ -25,11 +34,11 @@ def two_gpus():
 
 
 def test_default_is_cuda_only_with_gpus_and_the_cuda_engine():
-  assert es.select({}, probe=two_gpus, find=find_both) == es.Engine("cuda", CUDA, "2 NVIDIA GPU(s)")
+  assert es.select({}, probe=two_gpus, find=find_both) == es.Engine("cuda", CUDA, "2 NVIDIA GPU(s), jax-cuda12-pjrt")
   cpu = es.select({}, probe=no_gpu, find=find_both)
   assert (cpu.kind, cpu.path) == ("cpu", CPU) and "no NVIDIA driver" in cpu.reason
   no_package = es.select({}, probe=two_gpus, find=find_cpu_only)
-  assert (no_package.kind, no_package.path) == ("cpu", CPU) and "jax-cuda12-pjrt is not installed" in no_package.reason
+  assert (no_package.kind, no_package.path) == ("cpu", CPU) and "jax-cuda13-pjrt nor jax-cuda12-pjrt is installed" in no_package.reason
 
 
 def test_explicit_choices():
@@ -45,8 +54,36 @@ def test_explicit_choices():
 def test_cuda_that_cannot_run_names_what_is_missing():
   with pytest.raises(es.EngineSelectionError, match="no CUDA driver/GPU found: no NVIDIA driver"):
     es.select({"MYPLUGIN_ENGINE": "cuda"}, probe=no_gpu, find=find_both)
-  with pytest.raises(es.EngineSelectionError, match=r"pip install 'myplugin\[cuda12\]'"):
+  with pytest.raises(es.EngineSelectionError, match=r"pip install 'myplugin\[cuda13\]'.*'myplugin\[cuda12\]'"):
     es.select({"MYPLUGIN_ENGINE": "cuda"}, probe=two_gpus, find=find_cpu_only)
+
+
+def test_cuda13_beside_cuda12_the_one_matching_jaxlib_wins():
+  only13 = lambda package, name: {"jax_plugins.xla_cuda13": CUDA13}.get(package)  # noqa: E731
+  assert es.select({"MYPLUGIN_ENGINE": "cuda"}, probe=two_gpus, find=only13, version=versions()).path == CUDA13
+  both = dict(probe=two_gpus, find=find_all)
+  on_0112 = es.select({}, version=versions(jaxlib="0.11.2", jax_cuda12_pjrt="0.11.2", jax_cuda13_pjrt="0.10.2"), **both)
+  assert on_0112 == es.Engine("cuda", CUDA12, "2 NVIDIA GPU(s), jax-cuda12-pjrt")
+  on_0102 = es.select({}, version=versions(jaxlib="0.10.2", jax_cuda12_pjrt="0.11.2", jax_cuda13_pjrt="0.10.2"), **both)
+  assert (on_0102.path, on_0102.reason) == (CUDA13, "2 NVIDIA GPU(s), jax-cuda13-pjrt")
+  # Neither matches (or no metadata): CUDA 13 first.
+  assert es.select({}, version=versions(jaxlib="0.11.2"), **both).path == CUDA13
+
+
+def test_nccl_library_explicit_path_wins_then_the_wheels(tmp_path):
+  wheel = "/site/nvidia/nccl/lib/libnccl.so.2"
+  from_wheel = lambda package, name: wheel if (package, name) == ("nvidia.nccl", "lib/libnccl.so.2") else None  # noqa: E731
+  cu13_dir = lambda package, name: "/site/nvidia/cu13/lib/libnccl.so.2" if package == "nvidia.cu13" else None  # noqa: E731
+  assert es.nccl_library({}, find=from_wheel) == wheel
+  assert es.nccl_library({}, find=cu13_dir) == "/site/nvidia/cu13/lib/libnccl.so.2"
+  assert es.nccl_library({}, find=lambda package, name: None) is None  # the system's libnccl.so.2
+  mine = tmp_path / "libnccl.so.2"
+  mine.write_bytes(b"")
+  assert es.nccl_library({"MYPLUGIN_NCCL_PATH": str(mine)}, find=from_wheel) == str(mine)
+  with pytest.raises(es.EngineSelectionError, match=f"MYPLUGIN_NCCL_PATH={tmp_path}/nope.so: no such file"):
+    es.nccl_library({"MYPLUGIN_NCCL_PATH": str(tmp_path / "nope.so")}, find=from_wheel)
+  with pytest.raises(es.EngineSelectionError, match="MYPLUGIN_NCCL_PATH"):
+    es.nccl_library({"MYPLUGIN_NCCL_PATH": str(tmp_path)}, find=from_wheel)  # a folder is not the library
 
 
 def test_gpu_probe_never_initializes_cuda(tmp_path):

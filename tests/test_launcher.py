@@ -68,3 +68,23 @@ def test_usage_errors():
   assert r.returncode == 2 and "no command given" in r.stderr
   r = run_python(LAUNCHER + ["-n", "0", "--", "true"], child_env(), timeout=60)
   assert r.returncode == 2 and "-n must be at least 1" in r.stderr
+
+
+CULPRIT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "programs", "culprit_worker.py")
+
+
+@pytest.mark.parametrize("mode", ["raise", "kill", "stop"])
+def test_exit_code_names_the_culprit_every_time(mode):
+  # Rank 1 raises, is SIGKILLed, or is SIGSTOPped (then found by a 2 s
+  # heartbeat timeout: short, yet far above a loaded machine's stalls of the
+  # healthy rank) while rank 0 waits for it in an all-reduce. Rank 0 is
+  # ended by fate-sharing, and used to win the race to be blamed.
+  for trial in range(20):
+    r = run_python(LAUNCHER + ["-n", "2", "--heartbeat-timeout", "2", "--timeout", "60", "--", sys.executable,
+                               CULPRIT, mode], child_env(), timeout=90)
+    assert r.returncode == 101, f"trial {trial}: exit {r.returncode}\n{r.output}"
+    assert "myplugin-run: rank 1 failed first" in r.stderr, r.output
+    # The bystander's own status says another rank ended it.
+    assert "ranks [0] were ended because of it (exit code 42)" in r.stderr, r.output
+    assert "[0] myplugin: process 1 failed: " in r.stderr, r.output
+    assert "all-reduce returned" not in r.stdout

@@ -9,7 +9,7 @@ StatusOr<NcclApi> NcclApi::Load(const std::string& path) {
   if (handle == nullptr) {
     const char* why = dlerror();
     return FailedPrecondition("cannot load NCCL (" + path + "): " + (why ? why : "unknown error") +
-                              " (pip install nvidia-nccl-cu12, or set MYPLUGIN_NCCL_PATH)");
+                              " (pip install nvidia-nccl-cu13 or nvidia-nccl-cu12, or set MYPLUGIN_NCCL_PATH)");
   }
   NcclApi api;
   Status missing;

@@ -74,7 +74,7 @@ void NcclCliques::AbortAll(const Status& why) {
 namespace {
 
 // The process's cliques: libnccl from MYPLUGIN_NCCL_LIBRARY (jax_plugin
-// points it at the nvidia-nccl-cu12 wheel), the unique ids through our
+// points it at MYPLUGIN_NCCL_PATH or an NCCL wheel), the unique ids through our
 // key-value store (or in memory for a job of one process), and every
 // communicator aborted when the coordination service reports a failure.
 StatusOr<NcclCliques*> Cliques() {

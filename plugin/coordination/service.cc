@@ -100,6 +100,11 @@ std::optional<Status> CoordinationService::failure() {
   return failure_;
 }
 
+int CoordinationService::failed_process() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return failed_process_;
+}
+
 bool CoordinationService::all_departed() {
   std::lock_guard<std::mutex> lock(mu_);
   for (const Process& p : processes_) {
@@ -503,6 +508,7 @@ void CoordinationService::DeclareFailure(int process_id, const std::string& reas
   if (failure_) return;  // the first failure is the job's failure
   Status st(Code::kAborted, "process " + std::to_string(process_id) + " failed: " + reason);
   failure_ = st;
+  failed_process_ = process_id;
   Log(st.message());
   std::string note = Writer(MessageType::kFailure).U32(static_cast<uint32_t>(process_id)).Bytes(reason).Finish();
   for (size_t i = 0; i < processes_.size(); ++i) {

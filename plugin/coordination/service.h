@@ -48,6 +48,9 @@ class CoordinationService {
 
   // For tests and the launcher: the job's first failure, if any.
   std::optional<Status> failure();
+  // The process whose failure was the job's first (-1 while there is none):
+  // the culprit, never a process that fate-sharing ended afterwards.
+  int failed_process();
   // True once every process has completed the shutdown barrier.
   bool all_departed();
 
@@ -115,6 +118,7 @@ class CoordinationService {
   std::multimap<std::string, KeyWaiter> key_waiters_;
   std::map<std::string, Barrier> barriers_;
   std::optional<Status> failure_;
+  int failed_process_ = -1;
 };
 
 }  // namespace myplugin::coordination

@@ -259,6 +259,12 @@ void BindCoordination(nb::module_& m) {
              if (!f) return std::nullopt;
              return f->message();
            })
+      .def("failed_process",
+           [](coord::CoordinationService& s) -> std::optional<int> {
+             int p = s.failed_process();
+             if (p < 0) return std::nullopt;
+             return p;
+           })
       .def("all_departed", &coord::CoordinationService::all_departed);
 
   m.def(

@@ -17,7 +17,7 @@ def gpu_count() -> int:
 
 def pytest_collection_modifyitems(config, items):
   count, why = engine_selection.probe_gpus()
-  cuda = engine_selection.package_file(engine_selection.CUDA_PACKAGE, engine_selection.CUDA_FILE)
+  cuda, _ = engine_selection.find_cuda_engine()
   here = os.path.dirname(os.path.abspath(__file__))
   for item in items:
     if not str(item.fspath).startswith(here):
@@ -26,4 +26,4 @@ def pytest_collection_modifyitems(config, items):
     if count == 0:
       item.add_marker(pytest.mark.skip(reason=f"needs an NVIDIA GPU: {why}"))
     elif cuda is None:
-      item.add_marker(pytest.mark.skip(reason="needs the CUDA engine: pip install '.[cuda12]'"))
+      item.add_marker(pytest.mark.skip(reason="needs the CUDA engine: pip install '.[cuda13]' (or '.[cuda12]')"))

@@ -1,0 +1,77 @@
+"""Records what jax's distributed client and multihost_utils do in a
+two-process job, however the job was started:
+
+  jax_client_worker.py none|jax|plugin [explicit]
+
+none: no initialize call (myplugin-run, MYPLUGIN_* variables); jax: an
+unmodified jax.distributed.initialize(); plugin: jax_plugin.distributed's.
+With 'explicit' the call gets ADDRESS and RANK from the environment,
+otherwise it detects the job (Slurm, Open MPI). Prints one RESULT line whose
+fields are compared with the same program on jax's own service.
+"""
+import json
+import os
+import sys
+
+import jax
+import numpy as np
+from jax.experimental import multihost_utils
+
+how = sys.argv[1]
+explicit = sys.argv[2:] == ["explicit"]
+args = dict(coordinator_address=os.environ["ADDRESS"], num_processes=2,
+            process_id=int(os.environ["RANK"])) if explicit else {}
+if how == "jax":
+  jax.distributed.initialize(**args)
+elif how == "plugin":
+  from jax_plugin import distributed
+  distributed.initialize(**args)
+
+from jax._src import distributed as jax_distributed  # noqa: E402
+
+state = jax_distributed.global_state
+c, me = state.client, state.process_id
+other = 1 - me
+
+
+def outcome(f):
+  try:
+    return ["ok", f()]
+  except Exception as e:
+    return ["error", type(e).__name__, str(e).split(":")[0]]
+
+
+r = {"initialized": jax.distributed.is_initialized(), "process": [jax.process_index(), jax.process_count()],
+     "state": [state.process_id, state.num_processes]}
+r["set"] = outcome(lambda: c.key_value_set(f"w/{me}", f"v{me}"))
+r["set_again"] = outcome(lambda: c.key_value_set(f"w/{me}", "x"))
+r["overwrite"] = outcome(lambda: c.key_value_set(f"w/{me}", f"v{me}", allow_overwrite=True))
+r["set_bytes"] = outcome(lambda: c.key_value_set_bytes(f"b/{me}", bytes([0, 255, me])))
+r["barrier"] = outcome(lambda: c.wait_at_barrier("b1", 60000))
+r["get_other"] = outcome(lambda: c.blocking_key_value_get(f"w/{other}", 60000))
+r["get_bytes"] = outcome(lambda: list(c.blocking_key_value_get_bytes(f"b/{other}", 60000)))
+r["try_present"] = outcome(lambda: c.key_value_try_get(f"w/{other}"))
+r["try_missing"] = outcome(lambda: c.key_value_try_get("nope"))
+r["timeout"] = outcome(lambda: c.blocking_key_value_get("never", 200))
+r["dir"] = outcome(lambda: sorted(map(list, c.key_value_dir_get("w"))))
+r["dir_slash"] = outcome(lambda: sorted(map(list, c.key_value_dir_get("w/"))))
+r["dir_bytes"] = outcome(lambda: sorted([k, list(v)] for k, v in c.key_value_dir_get_bytes("b")))
+r["subset_barrier"] = outcome(lambda: c.wait_at_barrier("b2", 60000, process_ids=[0, 1]))
+r["barrier_again"] = outcome(lambda: c.wait_at_barrier("b3", 60000))
+if me == 0:
+  r["delete"] = outcome(lambda: c.key_value_delete("w"))
+r["barrier_after_delete"] = outcome(lambda: c.wait_at_barrier("b4", 60000))
+r["dir_after_delete"] = outcome(lambda: c.key_value_dir_get("w"))
+r["live"] = outcome(lambda: sorted(c.get_live_nodes([0, 1])))
+r["allgather"] = multihost_utils.process_allgather(np.array([me, 10 + me])).tolist()
+r["broadcast"] = multihost_utils.broadcast_one_to_all(np.array([me + 5])).tolist()
+multihost_utils.sync_global_devices("synced")
+multihost_utils.assert_equal(np.arange(3), "same everywhere")
+r["assert_equal_differs"] = outcome(lambda: multihost_utils.assert_equal(np.array([me]), "differs"))
+extra = {"event": "extra", "client": type(c).__module__, "jax_service_started": state.service is not None}
+# jax.distributed.shutdown() ends the job's distributed state, ours included.
+jax.distributed.shutdown()
+from jax_plugin import distributed as ours  # noqa: E402
+r["after_shutdown"] = [jax.distributed.is_initialized(), ours.is_initialized()]
+print("RESULT " + json.dumps(r), flush=True)
+print("RESULT " + json.dumps(extra), flush=True)

@@ -1,0 +1,84 @@
+"""The parts of the GPU tests and of ci/gpu_tests.sh that need no GPU: the
+GPU tests' programs run here on jax's CPU backend and on myplugin's CPU
+engine, their checks pass there and fail on a wrong number, and the kit
+script refuses bad arguments clearly."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+from proc import child_env, run_python
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+GPU_TESTS = os.path.join(ROOT, "tests", "gpu")
+sys.path.insert(0, GPU_TESTS)
+import numerics  # noqa: E402
+import test_gpu_single as single  # noqa: E402
+
+
+def test_numerics_program_and_checks_on_the_cpu(tmp_path):
+  for platform in ("cpu", "myplugin"):
+    r = run_python([os.path.join(GPU_TESTS, "numerics.py"), str(tmp_path / f"{platform}.npz")],
+                   child_env(JAX_PLATFORMS=platform), timeout=180)
+    assert r.returncode == 0, r.output
+  cpu, ours = np.load(tmp_path / "cpu.npz"), np.load(tmp_path / "myplugin.npz")
+  assert str(ours["platform"]) == "myplugin"
+  assert numerics.check_against_numpy(cpu) == []
+  assert numerics.check_against_numpy(ours) == []
+  assert numerics.check_against_each_other(ours, cpu) == []
+  # The checks can fail: one wrong element, one dtype's worth of error too much.
+  wrong = dict(ours)
+  wrong["solve"] = ours["solve"].copy()
+  wrong["solve"][3] += 0.1 * np.abs(ours["solve"]).max()
+  wrong["matmul_bfloat16"] = ours["matmul_bfloat16"] * (1 + 2 * numerics.RTOL["bfloat16"])
+  wrong["random_bits"] = ours["random_bits"] ^ np.uint32(1)
+  assert [p.split(":")[0] for p in numerics.check_against_numpy(wrong)] == ["solve", "matmul_bfloat16"]
+  assert [p.split(":")[0] for p in numerics.check_against_each_other(wrong, cpu)] == [
+      "random_bits differ", "solve", "matmul_bfloat16"]
+
+
+def test_seed_and_nccl_programs_of_the_gpu_tests_run_on_the_cpu_engine(tmp_path):
+  program = tmp_path / "seeds.py"
+  program.write_text(single.SEEDS_ON_ONE_DEVICE)
+  for platform in ("cpu", "myplugin"):
+    r = run_python([str(program), str(tmp_path / f"{platform}.npz")], child_env(JAX_PLATFORMS=platform), timeout=180)
+    assert r.returncode == 0, r.output
+  want, got = np.load(tmp_path / "cpu.npz"), np.load(tmp_path / "myplugin.npz")
+  assert sorted(want.files) == ["constraint", "pmap_psum", "shard_map_psum", "sharded_jit"]
+  for key in want.files:
+    np.testing.assert_allclose(got[key], want[key], rtol=1e-5, err_msg=key)
+  # The FFI handlers over a group of one (Gloo here, NCCL on a GPU).
+  r = run_python(["-c", single.NCCL_CLIQUE_OF_ONE], child_env(JAX_PLATFORMS="myplugin"), timeout=180)
+  assert r.returncode == 0, r.output
+  want = (np.arange(64, dtype=np.float32) - 20.0).tolist()
+  assert single.last_json(r) == {"all_reduce": want, "all_gather": want, "psum": want}
+
+
+def test_soak_program_measures_memory_on_the_cpu():
+  r = run_python(["-c", single.SOAK.replace("range(1000)", "range(20)")], child_env(JAX_PLATFORMS="cpu"), timeout=180)
+  assert r.returncode == 0, r.output
+  before, after, finite = json.loads(r.stdout.strip().splitlines()[-1])
+  assert finite  # jax's CPU backend may report no memory stats: the GPU test then fails with its reason
+
+
+def kit(*args, **env):
+  return subprocess.run(["bash", os.path.join(ROOT, "ci", "gpu_tests.sh"), *args], capture_output=True, text=True,
+                        timeout=60, env=dict(os.environ, **env))
+
+
+def test_kit_script_refuses_bad_arguments(tmp_path):
+  r = kit("--offline", str(tmp_path / "no-kit"), "--out", str(tmp_path / "out"))
+  assert r.returncode == 2 and "no kit at" in r.stderr and "--prepare" in r.stderr, r.stderr
+  r = kit("--cuda", "11", "--dry-run")
+  assert r.returncode == 2 and "--cuda must be 12 or 13, not '11'" in r.stderr, r.stderr
+  r = kit("--prepare", str(tmp_path / "kit"), PYTHON312=str(tmp_path / "python3.12"))
+  assert r.returncode == 2 and "needs Python 3.12" in r.stderr, r.stderr
+  assert not (tmp_path / "kit").exists()
+  # A folder of something else is never wiped.
+  (tmp_path / "precious").mkdir()
+  (tmp_path / "precious" / "notes.txt").write_text("keep")
+  r = kit("--prepare", str(tmp_path / "precious"), PYTHON312=sys.executable)
+  assert r.returncode == 2 and "is not a kit" in r.stderr, r.stderr
+  assert (tmp_path / "precious" / "notes.txt").read_text() == "keep"
