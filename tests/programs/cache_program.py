@@ -108,6 +108,9 @@ requests = events.count("/jax/compilation_cache/compile_requests_use_cache")
 saved["hits"] = np.int64(events.count("/jax/compilation_cache/cache_hits"))
 saved["misses"] = np.int64(requests - saved["hits"])
 saved["writes"] = np.int64(events.count("/jax/compilation_cache/cache_misses"))
+# jax writes entries only where its own process id is 0.
+from jax._src import distributed  # noqa: E402
+saved["jax_process_id"] = np.int64(getattr(distributed.global_state, "process_id", 0) or 0)
 # After a load as after a compile, jax's questions about the whole program
 # (its optimized module, its shardings) are answered for all n devices.
 whole = train_step.lower(w, x).compile()
