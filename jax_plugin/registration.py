@@ -95,6 +95,8 @@ def _initialize() -> None:
   _myplugin.set_program_hooks(compile_hooks.shadow_options, compile_hooks.local_program)
   _myplugin.set_cost_analysis_hook(cost_analysis.analyze)
   lowering.enable_donation()
+  from jax_plugin import persistent_cache
+  persistent_cache.enable(PLATFORM)
   lowering.install_lowering_rules(kind)
   lowering.follow_engine_lowering_rules(kind)
   lowering.register_collective_targets(kind)

@@ -52,8 +52,9 @@ def _partitioned_text(dump_dir: str) -> str:
 
 
 def local_program(dump_dir: str, options: bytes, assignment: list[list[int]], num_devices: int,
-                  local_engine_ids: dict[int, int]) -> tuple[bytes, bytes, list[int]]:
-  """(HloModuleProto, compile options, local devices in execution order).
+                  local_engine_ids: dict[int, int]) -> tuple[bytes, bytes, list[int], bool]:
+  """(HloModuleProto, compile options, local devices in execution order,
+  whether the module is the same on every process).
 
   assignment: [replicas][partitions] global device ids of the program.
   local_engine_ids: this process's global device ids -> the engine's ids.
@@ -64,13 +65,16 @@ def local_program(dump_dir: str, options: bytes, assignment: list[list[int]], nu
   # jax numbers a program's devices replica-major (logical id r * P + p) and
   # hands this process's arguments over in that order.
   order = [int(d) for d in np.asarray(assignment).reshape(-1) if int(d) in local_engine_ids]
-  fences = os.environ.get("MYPLUGIN_ENGINE_KIND", "cpu") != "cuda"
-  text = rewrite_module(_partitioned_text(dump_dir), assignment, num_devices, order, fences)
+  host = os.environ.get("MYPLUGIN_ENGINE_KIND", "cpu") != "cuda"
+  # On the host engine our partition-id/replica-id handlers make the module
+  # the same on every process, so one compilation-cache entry serves them all.
+  text = rewrite_module(_partitioned_text(dump_dir), assignment, num_devices, order, fences=host,
+                        runtime_device_ids=host)
   if not order:
     # Every device of the program belongs to other processes: nothing runs
     # here (the rewrite above still refuses, on every process alike, what
     # the others could not run).
-    return b"", b"", []
+    return b"", b"", [], host
   if os.environ.get("MYPLUGIN_DUMP_REWRITTEN"):
     with open(os.path.join(os.environ["MYPLUGIN_DUMP_REWRITTEN"], f"rewritten.{os.getpid()}.txt"), "a") as f:
       f.write(text)
@@ -85,4 +89,4 @@ def local_program(dump_dir: str, options: bytes, assignment: list[list[int]], nu
   build.use_shardy_partitioner = False
   build.allow_spmd_sharding_propagation_to_output = [False]
   build.allow_spmd_sharding_propagation_to_parameters = [False]
-  return module.as_serialized_hlo_module_proto(), opts.SerializeAsString(), order
+  return module.as_serialized_hlo_module_proto(), opts.SerializeAsString(), order, host

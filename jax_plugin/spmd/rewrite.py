@@ -46,7 +46,8 @@ def _dense(values) -> str:
 class _Rewriter:
 
   def __init__(self, lines: list[str], assignment: np.ndarray, num_devices: int, local_order: list[int],
-               fences: bool):
+               fences: bool, runtime_device_ids: bool):
+    self.runtime_device_ids = runtime_device_ids
     self.assignment = assignment  # [replicas, partitions] -> global device id
     self.num_devices = num_devices
     self.local_order = local_order  # the local program's replica r is global device local_order[r]
@@ -241,9 +242,16 @@ class _Rewriter:
 
   def device_id(self, inst: Instruction) -> list[str]:
     """partition-id / replica-id of the global program: a table lookup by the
-    local program's own replica id (its replica r runs local_order[r])."""
+    local program's own replica id (its replica r runs local_order[r]), or,
+    with runtime_device_ids, our handler's lookup by the device's global id,
+    which keeps the module the same on every process."""
     axis = 1 if inst.opcode == "partition-id" else 0
     where = {int(d): index[axis] for index, d in np.ndenumerate(self.assignment)}
+    if self.runtime_device_ids:
+      ids = [where.get(d, -1) for d in range(self.num_devices)]
+      return [f"{inst.indent}{'ROOT ' if inst.root else ''}{inst.name} = {inst.shape_text} custom-call(), "
+              f"custom_call_target=\"myplugin_{inst.opcode.replace('-', '_')}\", "
+              f"api_version=API_VERSION_TYPED_FFI, backend_config={{ids = {_dense(ids)}}}"]
     table = [where[d] for d in self.local_order]
     rid, values, sliced = self.fresh(inst.name), self.fresh(inst.name), self.fresh(inst.name)
     n = len(table)
@@ -348,7 +356,8 @@ def _local_header(line: str) -> str:
   return "HloModule " + ", ".join(p for p in parts if not p.startswith(drop))
 
 
-def rewrite_module(text: str, assignment, num_devices: int, local_order=None, fences: bool = True) -> str:
+def rewrite_module(text: str, assignment, num_devices: int, local_order=None, fences: bool = True,
+                   runtime_device_ids: bool = False) -> str:
   """`text` (a partitioned module) with myplugin's collectives.
 
   assignment: [replicas][partitions] global device ids, as compiled.
@@ -358,8 +367,13 @@ def rewrite_module(text: str, assignment, num_devices: int, local_order=None, fe
   fences: order loops and branches after earlier collectives (the CPU
     runtime runs independent work concurrently; the GPU one runs a stream in
     order and needs none).
+  runtime_device_ids: partition-id and replica-id become calls of our
+    handlers, which find the device's global id at run time; the module then
+    does not depend on local_order, and its compiled form serves every
+    process (a compilation cache entry). Needs the handlers in the engine
+    (the host engine has them).
   """
   lines = text.splitlines()
   da = np.asarray(assignment, dtype=np.int64).reshape(len(assignment), -1)
   order = [int(d) for d in da.reshape(-1)] if local_order is None else [int(d) for d in local_order]
-  return "\n".join(_Rewriter(lines, da, num_devices, order, fences).run()) + "\n"
+  return "\n".join(_Rewriter(lines, da, num_devices, order, fences, runtime_device_ids).run()) + "\n"

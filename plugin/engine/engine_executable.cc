@@ -9,4 +9,40 @@ EngineExecutable::~EngineExecutable() {
   engine_.Consume(engine_.api()->PJRT_LoadedExecutable_Destroy(&args));
 }
 
+StatusOr<std::string> EngineExecutable::Serialize() const {
+  const PJRT_Api* api = engine_.api();
+  MYPLUGIN_PJRT_ARGS(PJRT_LoadedExecutable_GetExecutable_Args, get);
+  get.loaded_executable = executable_;
+  MYPLUGIN_RETURN_IF_ERROR(engine_.Consume(api->PJRT_LoadedExecutable_GetExecutable(&get)));
+  MYPLUGIN_PJRT_ARGS(PJRT_Executable_Serialize_Args, ser);
+  ser.executable = get.executable;
+  Status st = engine_.Consume(api->PJRT_Executable_Serialize(&ser));
+  std::string bytes;
+  if (st.ok()) {
+    bytes.assign(ser.serialized_bytes, ser.serialized_bytes_size);
+    if (ser.serialized_executable_deleter) ser.serialized_executable_deleter(ser.serialized_executable);
+  }
+  MYPLUGIN_PJRT_ARGS(PJRT_Executable_Destroy_Args, destroy);
+  destroy.executable = get.executable;
+  engine_.Consume(api->PJRT_Executable_Destroy(&destroy));
+  if (!st.ok()) return st;
+  return bytes;
+}
+
+StatusOr<std::unique_ptr<EngineExecutable>> EngineExecutable::Deserialize(const EngineLibrary& engine,
+                                                                          PJRT_Client* client,
+                                                                          const std::string& bytes,
+                                                                          const std::string& compile_options) {
+  MYPLUGIN_PJRT_ARGS(PJRT_Executable_DeserializeAndLoad_Args, args);
+  args.client = client;
+  args.serialized_executable = bytes.data();
+  args.serialized_executable_size = bytes.size();
+  if (!compile_options.empty()) {
+    args.overridden_serialized_compile_options = compile_options.data();
+    args.overridden_serialized_compile_options_size = compile_options.size();
+  }
+  MYPLUGIN_RETURN_IF_ERROR(engine.Consume(engine.api()->PJRT_Executable_DeserializeAndLoad(&args)));
+  return std::make_unique<EngineExecutable>(engine, args.loaded_executable);
+}
+
 }  // namespace myplugin

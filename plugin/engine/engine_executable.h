@@ -2,6 +2,9 @@
 // library that made it.
 #pragma once
 
+#include <memory>
+#include <string>
+
 #include "engine/engine_library.h"
 
 namespace myplugin {
@@ -15,8 +18,23 @@ class EngineExecutable {
   EngineExecutable(const EngineExecutable&) = delete;
   EngineExecutable& operator=(const EngineExecutable&) = delete;
 
+  // The engine's own serialized form of the executable.
+  StatusOr<std::string> Serialize() const;
+  // Loads `bytes` (from Serialize) into `client` with `compile_options` (a
+  // serialized CompileOptionsProto; the device assignment counts), or with
+  // the options inside `bytes` when they are empty.
+  static StatusOr<std::unique_ptr<EngineExecutable>> Deserialize(const EngineLibrary& engine, PJRT_Client* client,
+                                                                 const std::string& bytes,
+                                                                 const std::string& compile_options);
+
   const EngineLibrary& engine() const { return engine_; }
   PJRT_LoadedExecutable* get() const { return executable_; }
+  // Gives up ownership.
+  PJRT_LoadedExecutable* release() {
+    PJRT_LoadedExecutable* e = executable_;
+    executable_ = nullptr;
+    return e;
+  }
 
  private:
   const EngineLibrary& engine_;

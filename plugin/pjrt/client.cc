@@ -8,6 +8,7 @@
 
 #include "collectives/device_ids.h"
 #include "coordination/runtime.h"
+#include "pjrt/build_id.h"
 #include "pjrt/engine_instance.h"
 #include "pjrt/error.h"
 
@@ -138,7 +139,10 @@ Status Client::BuildDevices(const std::vector<coordination::ProcessInfo>& proces
   EngineClient& engine = *engine_client_;
   std::vector<PJRT_DeviceDescription*> descriptions;
   for (const auto& d : devices_) descriptions.push_back(ToC(&d->description()));
-  platform_version_ = std::string(kPlatformName) + " " + kPluginVersion + " over XLA engine '" +
+  // The build id and the engine's version: jax keys its compilation cache by
+  // this string, and our serialized executables load only where it is equal.
+  platform_version_ = std::string(kPlatformName) + " " + kPluginVersion + " (build " + BuildId() +
+                      ") over XLA engine '" +
                       engine.platform_name() + "' " + engine.platform_version() + " (PJRT C API " +
                       Engine().ApiVersionString() + ")";
   topology_ = std::make_unique<Topology>(kPlatformName, platform_version_, std::move(descriptions));

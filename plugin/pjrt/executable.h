@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "common/status.h"
@@ -25,8 +26,15 @@ class LoadedExecutable {
   static StatusOr<std::unique_ptr<LoadedExecutable>> Wrap(
       Client* client, PJRT_LoadedExecutable* engine_executable,
       std::shared_ptr<const spmd::PartitionedProgram> partitioned = nullptr);
+  ~LoadedExecutable();
   LoadedExecutable(const LoadedExecutable&) = delete;
   LoadedExecutable& operator=(const LoadedExecutable&) = delete;
+
+  // Our serialized form (serialized_executable.h); an error for a program
+  // that cannot outlive this process.
+  StatusOr<std::string> Serialize() const;
+  // Why this program cannot be serialized; empty when it can.
+  void set_unserializable(std::string reason) { unserializable_ = std::move(reason); }
 
   PJRT_LoadedExecutable* engine() const { return engine_.get(); }
   // False for a program whose devices all belong to other processes.
@@ -47,6 +55,7 @@ class LoadedExecutable {
   std::vector<PJRT_Device*> c_addressable_devices_;
   std::shared_ptr<const spmd::PartitionedProgram> partitioned_;
   std::atomic<bool> deleted_{false};
+  std::string unserializable_;
 };
 
 inline PJRT_LoadedExecutable* ToC(LoadedExecutable* e) { return reinterpret_cast<PJRT_LoadedExecutable*>(e); }
@@ -55,6 +64,9 @@ inline LoadedExecutable* FromC(PJRT_LoadedExecutable* e) { return reinterpret_ca
 // C API adapters.
 PJRT_Error* PjrtClientCompile(PJRT_Client_Compile_Args* args);
 PJRT_Error* PjrtExecutableDeserializeAndLoad(PJRT_Executable_DeserializeAndLoad_Args* args);
+PJRT_Error* PjrtExecutableSerialize(PJRT_Executable_Serialize_Args* args);
+// PJRT_Executable_Destroy calls it: `executable` no longer names one of ours.
+void ForgetExecutableOrigin(const PJRT_Executable* executable);
 PJRT_Error* PjrtLoadedExecutableDestroy(PJRT_LoadedExecutable_Destroy_Args* args);
 PJRT_Error* PjrtLoadedExecutableGetExecutable(PJRT_LoadedExecutable_GetExecutable_Args* args);
 PJRT_Error* PjrtLoadedExecutableAddressableDevices(PJRT_LoadedExecutable_AddressableDevices_Args* args);

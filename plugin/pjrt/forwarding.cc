@@ -3,6 +3,7 @@
 #include "pjrt/client.h"
 #include "pjrt/cost_analysis.h"
 #include "pjrt/device.h"
+#include "pjrt/executable.h"
 
 namespace myplugin {
 namespace {
@@ -150,6 +151,7 @@ PJRT_Error* TransferManagerDevice(PJRT_AsyncHostToDeviceTransferManager_Device_A
 
 PJRT_Error* ExecutableDestroy(PJRT_Executable_Destroy_Args* args) {
   ForgetCostAnalysis(args->executable);
+  ForgetExecutableOrigin(args->executable);
   return MYPLUGIN_CALL_ENGINE(PJRT_Executable_Destroy, args);
 }
 
@@ -168,7 +170,6 @@ MYPLUGIN_PASS_THROUGH(PJRT_Executable_NumOutputs)
 MYPLUGIN_PASS_THROUGH(PJRT_Executable_SizeOfGeneratedCodeInBytes)
 MYPLUGIN_PASS_THROUGH(PJRT_Executable_OutputMemoryKinds)
 MYPLUGIN_PASS_THROUGH(PJRT_Executable_OptimizedProgram)
-MYPLUGIN_PASS_THROUGH(PJRT_Executable_Serialize)
 MYPLUGIN_PASS_THROUGH(PJRT_Executable_OutputElementTypes)
 MYPLUGIN_PASS_THROUGH(PJRT_Executable_OutputDimensions)
 MYPLUGIN_PASS_THROUGH(PJRT_Executable_Fingerprint)
@@ -225,6 +226,10 @@ void InstallPassThroughEntries(PJRT_Api& api) {
   api.PJRT_Client_DefaultDeviceAssignment = ClientDefaultDeviceAssignment;
   api.PJRT_Executable_Destroy = ExecutableDestroy;
   api.PJRT_Executable_GetCostAnalysis = ExecutableGetCostAnalysis;
+  // Serialized executables are ours (pjrt/executable.h): the engine's bytes
+  // in an envelope that names the build and, for multi-process programs,
+  // their local and global parts.
+  api.PJRT_Executable_Serialize = PjrtExecutableSerialize;
 
 #define MYPLUGIN_INSTALL(name) api.name = Forward_##name
   MYPLUGIN_INSTALL(PJRT_Client_DmaMap);
@@ -241,7 +246,6 @@ void InstallPassThroughEntries(PJRT_Api& api) {
   MYPLUGIN_INSTALL(PJRT_Executable_SizeOfGeneratedCodeInBytes);
   MYPLUGIN_INSTALL(PJRT_Executable_OutputMemoryKinds);
   MYPLUGIN_INSTALL(PJRT_Executable_OptimizedProgram);
-  MYPLUGIN_INSTALL(PJRT_Executable_Serialize);
   MYPLUGIN_INSTALL(PJRT_Executable_OutputElementTypes);
   MYPLUGIN_INSTALL(PJRT_Executable_OutputDimensions);
   MYPLUGIN_INSTALL(PJRT_Executable_Fingerprint);

@@ -437,11 +437,12 @@ void SetProgramHooks(nb::callable shadow_options, nb::callable local_program) {
     try {
       nb::object out = (*local_fn)(r.dump_dir, nb::bytes(r.compile_options.data(), r.compile_options.size()),
                                    r.assignment, r.num_devices, r.local_engine_ids);
-      auto t = nb::cast<std::tuple<nb::bytes, nb::bytes, std::vector<int64_t>>>(out);
+      auto t = nb::cast<std::tuple<nb::bytes, nb::bytes, std::vector<int64_t>, bool>>(out);
       spmd::LocalProgram p;
       p.hlo_module_proto.assign(std::get<0>(t).c_str(), std::get<0>(t).size());
       p.compile_options.assign(std::get<1>(t).c_str(), std::get<1>(t).size());
       p.device_order = std::get<2>(t);
+      p.process_independent = std::get<3>(t);
       return p;
     } catch (nb::python_error& e) {
       return FromPythonError(e, "rewriting the partitioned program");

@@ -85,6 +85,14 @@ StatusOr<std::shared_ptr<const PartitionedProgram>> MultiProcessCompiler::Partit
   return partitioned;
 }
 
+StatusOr<std::unique_ptr<EngineExecutable>> MultiProcessCompiler::LoadShadow(const std::string& bytes,
+                                                                               const std::string& options) {
+  std::lock_guard<std::mutex> lock(mu_);
+  StatusOr<EngineClient*> shadow = Shadow();
+  if (!shadow.ok()) return shadow.status();
+  return EngineExecutable::Deserialize(*engine_, shadow.value()->get(), bytes, options);
+}
+
 StatusOr<std::shared_ptr<const PartitionedProgram>> MultiProcessCompiler::PartitionUncached(
     const PJRT_Program& program, const std::string& options, const std::vector<std::vector<int64_t>>& assignment) {
   ProgramHooks hooks = GetProgramHooks();
@@ -111,6 +119,7 @@ StatusOr<std::shared_ptr<const PartitionedProgram>> MultiProcessCompiler::Partit
   if (!st.ok()) return Status(st.code(), "partitioning the program for " + std::to_string(num_devices_) +
                                              " devices failed: " + st.message());
   auto result = std::make_shared<PartitionedProgram>();
+  result->assignment = assignment;
   result->shadow = std::make_unique<EngineExecutable>(*engine_, compile.executable);
   double shadow_seconds = Seconds(start);
 

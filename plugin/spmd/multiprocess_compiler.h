@@ -29,6 +29,7 @@ namespace myplugin::spmd {
 
 struct PartitionedProgram {
   LocalProgram local;
+  std::vector<std::vector<int64_t>> assignment;  // the whole program's [replica][partition] global ids
   // The global program as the shadow compiled it: what jax asks about the
   // executable (shardings, device assignment, partitions) is answered by it.
   std::unique_ptr<EngineExecutable> shadow;
@@ -50,6 +51,10 @@ class MultiProcessCompiler {
                                                                 const std::string& options,
                                                                 const std::string& cache_key,
                                                                 const std::vector<std::vector<int64_t>>& assignment);
+
+  // The whole program from its serialized shadow executable (a compilation
+  // cache entry), loaded into the shadow client with `options` (global ids).
+  StatusOr<std::unique_ptr<EngineExecutable>> LoadShadow(const std::string& bytes, const std::string& options);
 
  private:
   StatusOr<EngineClient*> Shadow();

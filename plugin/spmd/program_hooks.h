@@ -26,6 +26,9 @@ struct LocalProgram {
   std::string hlo_module_proto;          // the rewritten module
   std::string compile_options;           // for this process's devices alone
   std::vector<int64_t> device_order;     // global ids, in execution order
+  // The module is the same on every process (it reads device ids at run
+  // time, not from constants), so its compiled form may serve any process.
+  bool process_independent = false;
 };
 
 struct ProgramHooks {

@@ -21,6 +21,8 @@ using myplugin::StatusOr;
 
 // Defined in nccl_unit_tests.cc; false when the NCCL backend is not built.
 bool RunNcclTests();
+// Defined in serialized_executable_tests.cc.
+void RunSerializedExecutableTests();
 
 namespace {
 
@@ -179,6 +181,7 @@ int main() {
   TestWireRejectsMalformed();
   TestProcessInfo();
   TestHostPort();
+  RunSerializedExecutableTests();
   bool nccl = RunNcclTests();
   std::printf("NCCL backend tests: %s\n", nccl ? "ran" : "not built (no NCCL headers)");
   std::printf("%d passed, %d failed\n", unit::passes, unit::failures);
