@@ -1,0 +1,32 @@
+"""The data-parallel training step that the multi-process benchmarks compile
+and run (bench/multiprocess_worker.py, bench/compilation_cache_worker.py):
+an MLP 256-512-1 with gelu, batch 4096 split over every device of `mesh`'s
+axis "d", plain SGD."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+
+def loss_fn(p, x, y):
+  h = jax.nn.gelu(x @ p["w1"] + p["b1"])
+  return jnp.mean((h @ p["w2"] + p["b2"] - y) ** 2)
+
+
+def step(p, x, y):
+  loss, grads = jax.value_and_grad(loss_fn)(p, x, y)
+  return jax.tree.map(lambda a, g: a - 0.01 * g, p, grads), loss
+
+
+def inputs(mesh):
+  """(params replicated, xs and ys sharded by batch) on `mesh`, the same on every process."""
+  rng = np.random.default_rng(0)
+  xb = rng.normal(size=(4096, 256)).astype(np.float32)
+  yb = np.sin(xb[:, :1]).astype(np.float32)
+  params = {"w1": (rng.normal(size=(256, 512)) / 16).astype(np.float32), "b1": np.zeros(512, np.float32),
+            "w2": (rng.normal(size=(512, 1)) / 22).astype(np.float32), "b2": np.zeros(1, np.float32)}
+  params = jax.device_put(params, NamedSharding(mesh, P()))
+  batch = NamedSharding(mesh, P("d"))
+  xs = jax.make_array_from_callback(xb.shape, batch, lambda i: xb[i])
+  ys = jax.make_array_from_callback(yb.shape, batch, lambda i: yb[i])
+  return params, xs, ys
