@@ -30,7 +30,17 @@ def _bytes(a: np.ndarray) -> np.ndarray:
   return a.reshape(-1).view(np.uint8)
 
 
+def _join_first() -> None:
+  """A process started as part of a job (myplugin-run, MYPLUGIN_* variables)
+  that has not joined yet joins now: acting alone would give a silent wrong
+  result (an all-reduce of one process's data)."""
+  from jax_plugin import distributed
+  if not distributed.is_initialized():
+    distributed.initialize_from_environment()
+
+
 def _run(op: str, xs, out_shape_of, reduction: str = "", clique=None, pairs=()):
+  _join_first()
   single = not isinstance(xs, (list, tuple))
   arrays = [np.asarray(x, order="C") for x in ([xs] if single else xs)]  # keeps 0-d arrays 0-d
   if not arrays:
@@ -42,6 +52,7 @@ def _run(op: str, xs, out_shape_of, reduction: str = "", clique=None, pairs=()):
 
 
 def clique_size(clique: Sequence[int] | None = None) -> int:
+  _join_first()
   return len(clique) if clique else _myplugin.local_device_count() * _myplugin.num_processes()
 
 
@@ -90,4 +101,5 @@ def collective_permute(xs, pairs: Sequence[tuple[int, int]], clique: Sequence[in
 
 def barrier(processes: Sequence[int] | None = None) -> None:
   """A barrier of processes (every process of the job by default)."""
+  _join_first()
   _myplugin.collective_barrier(list(processes or []))

@@ -170,3 +170,57 @@ except RuntimeError as e:
   r = run_python(["-c", code], child_env(JAX_PLATFORMS="myplugin"), timeout=60)
   assert "TWICE jax_plugin.distributed.initialize should only be called once" in r.stdout, r.output
   assert "AFTER" in r.stdout and "before any JAX computation" in r.stdout, r.output
+
+
+def test_failure_reason_that_is_not_utf8(service):
+  # An authenticated peer reports a failure whose reason is not UTF-8: the
+  # service's failure() escapes the bytes instead of raising UnicodeDecodeError.
+  reason = b"\xff\xfe bad \xc3\x28 ok \xc3\xa9"
+  with connect(service) as s:
+    s.sendall(hello())
+    assert recv_reply(s)[0] == 2  # HelloOk
+    s.sendall(frame(struct.pack("<BI", 18, 7) + struct.pack("<I", len(reason)) + reason))  # ReportError
+    deadline = __import__("time").monotonic() + 10
+    while service.failure() is None and __import__("time").monotonic() < deadline:
+      __import__("time").sleep(0.05)
+  failure = service.failure()
+  assert failure is not None and "\\xff\\xfe bad \\xc3( ok \u00e9" in failure, failure
+
+
+def test_peer_bytes_in_errors_and_saturated_timeouts():
+  # A key that is not UTF-8 in a timed-out get is named with escapes (the
+  # error is the timeout, not a UnicodeDecodeError); timeouts of 2^63 ms (and
+  # beyond what the clocks hold) wait instead of expiring at once.
+  code = """
+import threading, time
+from jax_plugin import distributed as d
+d.initialize('127.0.0.1:%d', 1, 0)
+try:
+  d.key_value_get(b"\\xff\\xfe-key", timeout=0.2)
+except RuntimeError as e:
+  print('MISSING', e)
+threading.Timer(1.0, lambda: d.key_value_set('later', 'v')).start()
+t = time.monotonic()
+print('HUGE', d.key_value_get('later', timeout=2.0**63 / 1000), round(time.monotonic() - t) >= 1)
+threading.Timer(1.0, lambda: d.key_value_set('later2', 'w')).start()
+print('HUGER', d.key_value_get('later2', timeout=1e300))
+d.barrier('b', timeout=2.0**63 / 1000)
+print('BARRIER ok')
+d.shutdown()
+""" % free_port()
+  r = run_python(["-c", code], child_env(), timeout=60)
+  assert r.returncode == 0, r.output
+  assert "MISSING" in r.stdout and "\\xff\\xfe-key" in r.stdout and "UnicodeDecodeError" not in r.output, r.output
+  assert "HUGE b'v' True" in r.stdout and "HUGER b'w'" in r.stdout and "BARRIER ok" in r.stdout, r.output
+
+
+def test_collectives_join_the_job_before_the_first_call():
+  # Under myplugin-run, a collective called before any initialize joins the
+  # job first: an all-reduce of two processes' ones is 2, never a silent 1.
+  import sys
+  code = ("import numpy as np\nfrom jax_plugin import collectives\n"
+          "print('SUM', collectives.all_reduce(np.ones(4, np.float32)).tolist())\n")
+  r = run_python(["-m", "jax_plugin.launcher", "-n", "2", "--timeout", "60", "--", sys.executable, "-c", code],
+                 child_env(), timeout=120)
+  assert r.returncode == 0, r.output
+  assert r.stdout.count("SUM [2.0, 2.0, 2.0, 2.0]") == 2, r.output

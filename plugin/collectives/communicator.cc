@@ -6,6 +6,8 @@
 #include <set>
 #include <thread>
 
+#include "common/deadline.h"
+
 namespace myplugin::collectives {
 namespace {
 
@@ -70,7 +72,7 @@ void Communicator::PeerFinished(int process, double grace_s) {
   std::weak_ptr<Communicator> weak = weak_from_this();
   int me = clique_[rank_];
   std::thread([weak, call, what, process, me, grace_s] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(static_cast<int64_t>(grace_s * 1000)));
+    std::this_thread::sleep_for(Millis(grace_s));
     auto self = weak.lock();
     if (!self) return;
     {

@@ -13,6 +13,8 @@
 #include <cstring>
 #include <exception>
 
+#include "common/deadline.h"
+
 namespace myplugin::collectives {
 namespace {
 
@@ -22,7 +24,6 @@ struct alignas(16) Complex128Bits {
   uint64_t re, im;
 };
 
-std::chrono::milliseconds Millis(double s) { return std::chrono::milliseconds(static_cast<int64_t>(s * 1000)); }
 
 // Gloo's rendezvous store on our key-value store. Gloo reports a failed
 // store call by exception; the messages name the key.

@@ -1,6 +1,7 @@
 #include "collectives/local_rendezvous.h"
 
 #include "collectives/communicator.h"
+#include "common/deadline.h"
 
 #include <chrono>
 
@@ -17,7 +18,7 @@ Status LocalRendezvous::Join(const std::vector<int>& clique, int slot, int local
     DeviceBuffers b{{send}, {recv}};
     return op(b);
   }
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
+  auto deadline = After(timeout_s);
   std::unique_lock<std::mutex> lock(mu_);
   Group& g = groups_[clique];
   // A device that comes back for the next call waits until the previous

@@ -10,6 +10,7 @@
 #include "collectives/communicator_cache.h"
 #include "collectives/device_collectives.h"
 #include "collectives/ffi_common.h"
+#include "common/deadline.h"
 #include "coordination/runtime.h"
 
 namespace ffi = xla::ffi;
@@ -35,7 +36,7 @@ BootstrapStore InProcessStore() {
   };
   store.get = [](const std::string& key, double timeout_s) -> StatusOr<std::string> {
     std::unique_lock<std::mutex> lock(shared->mu);
-    bool found = shared->cv.wait_for(lock, std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)),
+    bool found = shared->cv.wait_for(lock, Millis(timeout_s),
                                      [&] { return shared->values.count(key) > 0; });
     if (!found) return Status(Code::kDeadlineExceeded, "no value for '" + key + "'");
     return shared->values[key];

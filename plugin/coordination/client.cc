@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <random>
 
+#include "common/deadline.h"
 #include "common/log.h"
 #include "coordination/wire.h"
 
@@ -22,7 +23,8 @@ uint64_t NewIncarnation() {
   return (static_cast<uint64_t>(rd()) << 32) ^ rd() ^ static_cast<uint64_t>(getpid());
 }
 
-uint64_t Millis(double seconds) { return static_cast<uint64_t>(seconds < 0 ? 0 : seconds * 1000); }
+// On the wire (and in the waits below): saturated, never an overflow.
+uint64_t WireMillis(double seconds) { return static_cast<uint64_t>(SaturatedSeconds(seconds) * 1000); }
 
 // A reply frame: the error it carries, or OK and the reader left after the header.
 Status ReplyStatus(Reader& r, MessageType expected) {
@@ -105,7 +107,7 @@ Status CoordinationClient::Hello() {
                           .Finish();
   MYPLUGIN_RETURN_IF_ERROR(socket_.SendAll(hello));
   std::string frame;
-  Status st = socket_.RecvFrame(&frame, static_cast<int>(Millis(std::max(10.0, options_.initialization_timeout_s))));
+  Status st = socket_.RecvFrame(&frame, static_cast<int>(std::min<uint64_t>(WireMillis(std::max(10.0, options_.initialization_timeout_s)), INT32_MAX)));
   if (!st.ok()) {
     return Status(st.code(), "no answer from the myplugin coordinator at " + options_.address + ": " + st.message());
   }
@@ -150,7 +152,7 @@ StatusOr<std::string> CoordinationClient::Call(const std::string& what, std::str
     return Status(Code::kUnavailable, "cannot reach the myplugin coordinator at " + options_.address + ": " +
                                           sent.message());
   }
-  auto deadline = Clock::now() + std::chrono::milliseconds(Millis(timeout_s + kReplyGraceSeconds));
+  auto deadline = Clock::now() + Millis(timeout_s + kReplyGraceSeconds);
   cv_.wait_until(lock, deadline, [&] { return pending.done || failure_ || stopping_ || connection_lost_; });
   pending_.erase(request_id);
   if (pending.done) {
@@ -200,7 +202,7 @@ Status CoordinationClient::KeyValueSet(const std::string& key, const std::string
 StatusOr<std::string> CoordinationClient::KeyValueGet(const std::string& key, double timeout_s) {
   uint32_t rid = NextRequestId();
   StatusOr<std::string> reply =
-      Call("key_value_get '" + key + "'", Writer(MessageType::kKeyValueGet, rid).Bytes(key).U64(Millis(timeout_s)).Finish(), rid, timeout_s);
+      Call("key_value_get '" + key + "'", Writer(MessageType::kKeyValueGet, rid).Bytes(key).U64(WireMillis(timeout_s)).Finish(), rid, timeout_s);
   return ValueReply(reply);
 }
 
@@ -235,7 +237,7 @@ StatusOr<std::vector<std::pair<std::string, std::string>>> CoordinationClient::K
 Status CoordinationClient::Barrier(const std::string& name, double timeout_s) {
   uint32_t rid = NextRequestId();
   StatusOr<std::string> reply =
-      Call("barrier '" + name + "'", Writer(MessageType::kBarrier, rid).Bytes(name).U64(Millis(timeout_s)).Finish(), rid, timeout_s);
+      Call("barrier '" + name + "'", Writer(MessageType::kBarrier, rid).Bytes(name).U64(WireMillis(timeout_s)).Finish(), rid, timeout_s);
   return OkReply(reply);
 }
 
@@ -245,7 +247,7 @@ Status CoordinationClient::Shutdown(double timeout_s) {
     shutdown_requested_ = true;
   }
   uint32_t rid = NextRequestId();
-  StatusOr<std::string> reply = Call("the shutdown barrier", Writer(MessageType::kShutdown, rid).U64(Millis(timeout_s)).Finish(), rid, timeout_s);
+  StatusOr<std::string> reply = Call("the shutdown barrier", Writer(MessageType::kShutdown, rid).U64(WireMillis(timeout_s)).Finish(), rid, timeout_s);
   Status st = OkReply(reply);
   if (st.ok()) {
     {
@@ -281,7 +283,7 @@ void CoordinationClient::FailThisProcess(const std::string& reason) {
 void CoordinationClient::ExitSoon() {
   double grace = options_.fate_sharing_grace_s;
   std::thread([grace] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(Millis(grace)));
+    std::this_thread::sleep_for(Millis(grace));
     _exit(kFateSharingExitCode);
   }).detach();
 }
@@ -375,7 +377,7 @@ void CoordinationClient::HeartbeatLoop() {
   const std::string beat = Writer(MessageType::kHeartbeat).Finish();
   std::unique_lock<std::mutex> lock(mu_);
   while (!stopping_ && !shut_down_ && !failure_ && !connection_lost_) {
-    cv_.wait_for(lock, std::chrono::milliseconds(Millis(heartbeat_interval_s_)));
+    cv_.wait_for(lock, Millis(heartbeat_interval_s_));
     if (stopping_ || shut_down_ || failure_ || connection_lost_) break;
     double silent = std::chrono::duration<double>(Clock::now() - last_heard_).count();
     if (silent > heartbeat_timeout_s_) {

@@ -3,6 +3,8 @@
 #include <chrono>
 #include <cstdio>
 
+#include "common/deadline.h"
+
 namespace myplugin::coordination {
 
 DistributedRuntime& DistributedRuntime::Get() {
@@ -23,7 +25,7 @@ Status DistributedRuntime::Initialize(const RuntimeOptions& options) {
 
   // Try each candidate address with a short deadline, until the overall one.
   using Clock = std::chrono::steady_clock;
-  auto deadline = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(options.initialization_timeout_s * 1000));
+  auto deadline = After(options.initialization_timeout_s);
   StatusOr<std::unique_ptr<CoordinationClient>> client = Status(Code::kUnknown, "not tried");
   do {
     for (const std::string& address : options.coordinator_addresses) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "common/deadline.h"
 #include "common/log.h"
 #include "coordination/wire.h"
 
@@ -10,10 +11,6 @@ namespace myplugin::coordination {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-Clock::time_point After(double seconds) {
-  return Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
-}
 
 std::string Seconds(double s) {
   char buf[32];

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <thread>
 
+#include "common/deadline.h"
 #include "coordination/wire.h"
 
 namespace myplugin::coordination {
@@ -139,7 +140,7 @@ StatusOr<Socket> Socket::Accept(int timeout_ms) {
 
 StatusOr<Socket> Socket::Connect(const std::string& host, int port, double timeout_s) {
   const std::string where = host + ":" + std::to_string(port);
-  auto deadline = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
+  auto deadline = After(timeout_s);
   std::string last_error = "timed out";
   int backoff_ms = 5;  // a refused connection is cheap to retry on loopback; back off for remote peers
   do {

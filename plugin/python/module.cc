@@ -24,6 +24,7 @@
 #include "collectives/nccl_ffi_handlers.h"
 #endif
 #include "collectives/dtype.h"
+#include "common/printable.h"
 #include "common/status.h"
 #include "coordination/runtime.h"
 #include "coordination/service.h"
@@ -121,7 +122,8 @@ const char* CodeName(myplugin::Code code) {
 
 // Our Status becomes a RuntimeError whose message starts with the code.
 void ThrowIfError(const myplugin::Status& st) {
-  if (!st.ok()) throw std::runtime_error(std::string(CodeName(st.code())) + ": " + st.message());
+  // Messages may carry a peer's bytes (a key, a failure reason): never let decoding them fail.
+  if (!st.ok()) throw std::runtime_error(std::string(CodeName(st.code())) + ": " + myplugin::PrintableUtf8(st.message()));
 }
 
 template <typename T>
@@ -257,7 +259,7 @@ void BindCoordination(nb::module_& m) {
            [](coord::CoordinationService& s) -> std::optional<std::string> {
              auto f = s.failure();
              if (!f) return std::nullopt;
-             return f->message();
+             return myplugin::PrintableUtf8(f->message());
            })
       .def("failed_process",
            [](coord::CoordinationService& s) -> std::optional<int> {
@@ -322,7 +324,7 @@ void BindCoordination(nb::module_& m) {
     if (!client) return std::nullopt;
     auto f = client->failure();
     if (!f) return std::nullopt;
-    return f->message();
+    return myplugin::PrintableUtf8(f->message());
   });
   m.def("kv_set", [](nb::bytes key, nb::bytes value) {
     auto c = Client();
