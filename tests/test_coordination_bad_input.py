@@ -72,10 +72,18 @@ def test_garbage_bytes(service):
 
 
 def test_oversized_length_prefix(service):
+  # Before the Hello, the cap is the Hello's; after it, the frame limit.
   with connect(service) as s:
     s.sendall(struct.pack("<I", 0xFFFFFFF0) + b"x" * 16)
     kind, msg = recv_reply(s)
-    assert kind == 3 and "exceeds the limit of 67108864 bytes" in msg
+    assert kind == 3 and "exceeds the limit of 65536 bytes" in msg
+  with connect(service) as s:
+    s.sendall(hello())
+    assert recv_reply(s)[0] == 2
+    s.sendall(struct.pack("<I", 0xFFFFFFF0) + b"x" * 16)
+    assert recv_reply(s) == (0, "closed")
+  # The member that sent it is failed, with the reason.
+  assert service.failure() is not None and "exceeds the limit of 67108864 bytes" in service.failure()
 
 
 def test_other_protocol_version(service):
@@ -224,3 +232,73 @@ def test_collectives_join_the_job_before_the_first_call():
                  child_env(), timeout=120)
   assert r.returncode == 0, r.output
   assert r.stdout.count("SUM [2.0, 2.0, 2.0, 2.0]") == 2, r.output
+
+
+def test_hello_is_capped_before_authentication(service):
+  # An unauthenticated peer announcing a 1 MiB frame is refused before any
+  # allocation: only a Hello (at most 64 KiB) is read before the token.
+  with connect(service) as s:
+    s.sendall(struct.pack("<I", 1 << 20) + b"\x01")
+    kind, msg = recv_reply(s)
+  assert kind == 3 and "exceeds the limit of 65536 bytes" in msg, msg
+
+
+SERVICE_WITH_FEW_FDS = """
+import resource, sys, time
+from jax_plugin import _myplugin
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (64, hard))
+s = _myplugin.CoordinationService.start("127.0.0.1", 0, 2, "%s", 5.0, 60.0)
+print(s.port, flush=True)
+sys.stdin.readline()
+s.stop()
+""" % TOKEN
+
+
+def test_descriptor_exhaustion_does_not_wedge_the_service():
+  # With 64 descriptors allowed, 150 connections that send one byte exhaust
+  # them; once they close, the service accepts again, and its accept errors
+  # were logged at a bounded rate (not one line per failed accept).
+  import time
+  proc = subprocess.Popen([sys.executable, "-c", SERVICE_WITH_FEW_FDS], stdin=subprocess.PIPE,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env(),
+                          start_new_session=True)
+  try:
+    port = int(proc.stdout.readline())
+    idle = []
+    for _ in range(150):
+      c = socket.create_connection(("127.0.0.1", port), timeout=10)
+      c.sendall(b"\x01")
+      idle.append(c)
+    time.sleep(2.0)
+    for c in idle:
+      c.close()
+    deadline = time.monotonic() + 20
+    kind = 0
+    while time.monotonic() < deadline:
+      try:
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+          s.sendall(hello())
+          kind, _ = recv_reply(s)
+        if kind == 2:
+          break
+      except OSError:
+        pass
+      time.sleep(0.2)
+    assert kind == 2, "the service never accepted a client again"
+    # Wrong tokens, many: their log lines are rate-limited too.
+    for _ in range(60):
+      with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(hello(token="nope"))
+        recv_reply(s)
+    proc.stdin.write("\n")
+    proc.stdin.flush()
+    _, err = proc.communicate(timeout=30)
+  finally:
+    if proc.poll() is None:
+      os.killpg(proc.pid, 9)
+      proc.wait()
+  accept_lines = err.count("accept failed")
+  rejected_lines = err.count("rejected a connection")
+  assert 1 <= accept_lines <= 40, err[-2000:]
+  assert rejected_lines <= 20 and "similar lines suppressed" in err, err[-2000:]

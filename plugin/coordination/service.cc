@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <system_error>
+#include <thread>
 
 #include "common/deadline.h"
 #include "common/log.h"
@@ -26,6 +28,16 @@ std::string ErrorFrame(uint32_t request_id, const Status& status) {
 }
 
 void Log(const std::string& line) { LogLine("myplugin coordinator: " + line); }
+
+// Compares in time that depends only on the lengths, not on where the
+// first difference is: the token is the only secret a peer can probe.
+bool SameSecret(const std::string& given, const std::string& expected) {
+  unsigned char diff = given.size() == expected.size() ? 0 : 1;
+  for (size_t i = 0; i < given.size(); ++i) {
+    diff |= static_cast<unsigned char>(given[i] ^ (expected.empty() ? 0 : expected[i % expected.size()]));
+  }
+  return diff == 0;
+}
 
 constexpr char kShutdownBarrier[] = "__myplugin_shutdown__";
 // A connection must say Hello within this time, or it is dropped.
@@ -111,13 +123,11 @@ bool CoordinationService::all_departed() {
 }
 
 void CoordinationService::AcceptLoop() {
+  int backoff_ms = 0;
   while (!stopping_) {
     StatusOr<Socket> s = listener_.Accept(100);
-    if (!s.ok()) {
-      Log("accept failed: " + s.status().message());
-      continue;
-    }
-    // Reap the threads of connections that are gone.
+    // Reap the threads of connections that are gone, first: when accept
+    // fails for want of descriptors, theirs are the ones to free.
     std::vector<std::shared_ptr<Connection>> finished;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -129,14 +139,32 @@ void CoordinationService::AcceptLoop() {
     for (auto& c : finished) {
       if (c->thread.joinable()) c->thread.join();
     }
+    finished.clear();
+    if (!s.ok()) {
+      // EMFILE and the like persist until descriptors are freed: back off
+      // (up to 1 s) rather than spin, and say so at a bounded rate.
+      accept_errors_.Log("accept failed: " + s.status().message());
+      backoff_ms = std::min(1000, backoff_ms == 0 ? 10 : backoff_ms * 2);
+      std::this_thread::sleep_for(std::chrono::milliseconds(backoff_ms));
+      continue;
+    }
+    backoff_ms = 0;
     if (!s.value().valid()) continue;
     auto conn = std::make_shared<Connection>();
     conn->socket = s.take();
     conn->peer = conn->socket.PeerName();
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) break;
+    try {
+      conn->thread = std::thread([this, conn] { ServeConnection(conn); });
+    } catch (const std::system_error& e) {
+      // Out of threads (a pids limit): this connection is dropped, the
+      // service goes on with the ones it has.
+      accept_errors_.Log("cannot serve a connection from " + conn->peer + ": no thread (" + e.what() + ")");
+      conn->socket.ShutdownBoth();
+      continue;
+    }
     connections_.push_back(conn);
-    conn->thread = std::thread([this, conn] { ServeConnection(conn); });
   }
 }
 
@@ -158,9 +186,9 @@ void CoordinationService::ServeConnection(std::shared_ptr<Connection> conn) {
 
 Status CoordinationService::Handshake(const std::shared_ptr<Connection>& conn) {
   std::string frame;
-  Status st = conn->socket.RecvFrame(&frame, kHandshakeTimeoutMs);
+  Status st = conn->socket.RecvFrame(&frame, kHandshakeTimeoutMs, kMaxHelloBytes);
   auto reject = [&](const Status& why) {
-    Log("rejected a connection from " + conn->peer + ": " + why.message());
+    rejections_.Log("rejected a connection from " + conn->peer + ": " + why.message());
     std::lock_guard<std::mutex> lock(conn->write_mu);
     conn->socket.SendAll(ErrorFrame(0, why));
     return why;
@@ -187,7 +215,7 @@ Status CoordinationService::Handshake(const std::shared_ptr<Connection>& conn) {
   if (!r.Bytes(&token).ok() || !r.U32(&process_id).ok() || !r.U64(&incarnation).ok() || !r.End().ok()) {
     return reject(InvalidArgument("malformed hello"));
   }
-  if (token != options_.token) {
+  if (!SameSecret(token, options_.token)) {
     return reject(Status(Code::kUnauthenticated, "wrong coordination token from " + conn->peer +
                                                       " (MYPLUGIN_COORDINATOR_TOKEN differs between processes?)"));
   }

@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/rate_limited_log.h"
 #include "common/status.h"
 #include "coordination/socket.h"
 
@@ -104,6 +105,9 @@ class CoordinationService {
   const ServiceOptions options_;
   const int port_;
   Socket listener_;
+  // Lines that peers can provoke at will: bounded.
+  RateLimitedLog rejections_{"myplugin coordinator: "};
+  RateLimitedLog accept_errors_{"myplugin coordinator: "};
   std::atomic<bool> stopping_{false};
   std::thread accept_thread_;
   std::thread monitor_thread_;

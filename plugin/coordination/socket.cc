@@ -229,11 +229,11 @@ Status Socket::RecvAll(char* out, size_t n, int timeout_ms) {
   return OkStatus();
 }
 
-Status Socket::RecvFrame(std::string* payload, int timeout_ms) {
+Status Socket::RecvFrame(std::string* payload, int timeout_ms, uint32_t max_bytes) {
   unsigned char prefix[4];
   MYPLUGIN_RETURN_IF_ERROR(RecvAll(reinterpret_cast<char*>(prefix), 4, timeout_ms));
   uint32_t length;
-  MYPLUGIN_RETURN_IF_ERROR(DecodeLength(prefix, &length));
+  MYPLUGIN_RETURN_IF_ERROR(DecodeLength(prefix, &length, max_bytes));
   payload->resize(length);
   return RecvAll(payload->data(), length, timeout_ms);
 }

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "common/status.h"
+#include "coordination/wire.h"
 
 namespace myplugin::coordination {
 
@@ -45,8 +46,9 @@ class Socket {
   // a peer that stopped reading.
   Status SendAll(const std::string& data);
   // Reads one frame's payload. timeout_ms < 0 waits forever. UNAVAILABLE on
-  // a closed connection, INVALID_ARGUMENT on a malformed length prefix.
-  Status RecvFrame(std::string* payload, int timeout_ms);
+  // a closed connection, INVALID_ARGUMENT on a malformed length prefix or
+  // one above `max_bytes` (refused before any allocation).
+  Status RecvFrame(std::string* payload, int timeout_ms, uint32_t max_bytes = kMaxFrameBytes);
 
   // Wakes any thread blocked in RecvFrame on this socket.
   void ShutdownBoth();

@@ -142,11 +142,11 @@ Status Reader::End() const {
   return OkStatus();
 }
 
-Status DecodeLength(const unsigned char prefix[4], uint32_t* length) {
+Status DecodeLength(const unsigned char prefix[4], uint32_t* length, uint32_t max_bytes) {
   uint32_t n = prefix[0] | (prefix[1] << 8) | (prefix[2] << 16) | (static_cast<uint32_t>(prefix[3]) << 24);
-  if (n > kMaxFrameBytes) {
+  if (n > max_bytes) {
     return InvalidArgument("coordination frame of " + std::to_string(n) + " bytes exceeds the limit of " +
-                           std::to_string(kMaxFrameBytes) + " bytes (not a myplugin peer, or a corrupt stream)");
+                           std::to_string(max_bytes) + " bytes (not a myplugin peer, or a corrupt stream)");
   }
   if (n < 5) return InvalidArgument("coordination frame of " + std::to_string(n) + " bytes is too short");
   *length = n;

@@ -22,6 +22,10 @@ inline constexpr uint16_t kProtocolVersion = 1;
 // Frames above this are refused before any allocation: a garbage or hostile
 // length prefix must not make the service allocate gigabytes.
 inline constexpr uint32_t kMaxFrameBytes = 64u << 20;
+// Before a connection has proven the token, only a Hello is read, and no
+// Hello is larger than this: an unauthenticated peer cannot make the
+// service allocate more.
+inline constexpr uint32_t kMaxHelloBytes = 64u << 10;
 
 enum class MessageType : uint8_t {
   kHello = 1,         // client -> service: magic, version, token, process id, incarnation
@@ -84,6 +88,6 @@ class Reader {
 };
 
 // Decodes the u32 length prefix of a frame and checks it against kMaxFrameBytes.
-Status DecodeLength(const unsigned char prefix[4], uint32_t* length);
+Status DecodeLength(const unsigned char prefix[4], uint32_t* length, uint32_t max_bytes = kMaxFrameBytes);
 
 }  // namespace myplugin::coordination
