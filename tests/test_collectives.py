@@ -1,5 +1,6 @@
 """The collectives runtime across real processes, against numpy: every op,
 dtype and reduction; mismatched calls; dead and stalled processes."""
+import re
 import signal
 import time
 
@@ -82,7 +83,13 @@ def test_sigstop_names_the_stalled_process():
     job.wait_event("error", ranks=[0, 2], timeout=60)
     for r in (0, 2):
       e = job.event(r, "error")["error"]
-      assert "timed out after 3 s" in e and "waiting for processes [1]" in e, e
+      # The stalled process is named, and never the one reporting. (On a
+      # loaded machine a healthy peer may also not have reached the call by
+      # the deadline: it is then named too, truthfully.)
+      m = re.search(r"timed out after 3 s waiting for processes \[([0-9, ]+)\]", e)
+      assert m, e
+      waiting = {int(p) for p in m.group(1).split(",")}
+      assert 1 in waiting and r not in waiting, e
 
 
 def test_last_batch_problem_names_the_process_that_left():
