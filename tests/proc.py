@@ -37,20 +37,26 @@ def run_python(args: list[str], env: dict[str, str], timeout: float = 180) -> Re
   The child runs outside the source tree, so that it imports the installed
   jax_plugin (with its built libraries), not the checkout's.
   """
-  proc = subprocess.Popen([sys.executable, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          text=True, start_new_session=True, cwd=tempfile.gettempdir())
+  return run([sys.executable, *args], env, timeout)
+
+
+def run(argv: list[str], env: dict[str, str], timeout: float = 180, cwd: str | None = None) -> Result:
+  """Runs a command in its own process group, which is killed on the way
+  out; raises AssertionError on timeout. cwd defaults to outside the tree."""
+  proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          start_new_session=True, cwd=cwd or tempfile.gettempdir())
   try:
     out, err = proc.communicate(timeout=timeout)
   except subprocess.TimeoutExpired:
-    _kill_group(proc)
+    kill_group(proc)
     out, err = proc.communicate()
-    raise AssertionError(f"python {' '.join(args)} did not finish in {timeout} s\n{out}\n{err}")
+    raise AssertionError(f"{' '.join(argv)} did not finish in {timeout} s\n{out}\n{err}")
   finally:
-    _kill_group(proc)
+    kill_group(proc)
   return Result(proc.returncode, out, err)
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
+def kill_group(proc: subprocess.Popen) -> None:
   try:
     os.killpg(proc.pid, signal.SIGKILL)
   except (ProcessLookupError, PermissionError):

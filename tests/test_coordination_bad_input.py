@@ -1,6 +1,7 @@
 """Bad input to the coordination service: each gets a clear error, and the
 service keeps serving the others."""
 import os
+import select
 import socket
 import struct
 import subprocess
@@ -10,7 +11,7 @@ import pytest
 
 from jax_plugin import _myplugin
 from job import Job, free_port
-from proc import child_env, run_python
+from proc import child_env, kill_group, run_python
 
 TOKEN = "s3cret"
 MAGIC = 0x4D59504C
@@ -264,6 +265,8 @@ def test_descriptor_exhaustion_does_not_wedge_the_service():
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env(),
                           start_new_session=True)
   try:
+    ready, _, _ = select.select([proc.stdout], [], [], 60)
+    assert ready, "the service process did not start within 60 s"
     port = int(proc.stdout.readline())
     idle = []
     for _ in range(150):
@@ -295,9 +298,8 @@ def test_descriptor_exhaustion_does_not_wedge_the_service():
     proc.stdin.flush()
     _, err = proc.communicate(timeout=30)
   finally:
-    if proc.poll() is None:
-      os.killpg(proc.pid, 9)
-      proc.wait()
+    kill_group(proc)
+    proc.wait(timeout=30)
   accept_lines = err.count("accept failed")
   rejected_lines = err.count("rejected a connection")
   assert 1 <= accept_lines <= 40, err[-2000:]

@@ -4,12 +4,11 @@ engine, their checks pass there and fail on a wrong number, and the kit
 script refuses bad arguments clearly."""
 import json
 import os
-import subprocess
 import sys
 
 import numpy as np
 
-from proc import child_env, run_python
+from proc import child_env, run, run_python
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GPU_TESTS = os.path.join(ROOT, "tests", "gpu")
@@ -64,8 +63,8 @@ def test_soak_program_measures_memory_on_the_cpu():
 
 
 def kit(*args, **env):
-  return subprocess.run(["bash", os.path.join(ROOT, "ci", "gpu_tests.sh"), *args], capture_output=True, text=True,
-                        timeout=60, env=dict(os.environ, **env))
+  return run(["bash", os.path.join(ROOT, "ci", "gpu_tests.sh"), *args], dict(os.environ, **env), timeout=60,
+                  cwd=ROOT)
 
 
 def test_kit_script_refuses_bad_arguments(tmp_path):

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from proc import child_env, run_python
+from proc import child_env, run, run_python
 
 LAUNCHER = ["-m", "jax_plugin.launcher"]
 
@@ -29,10 +29,8 @@ def test_runs_four_processes_with_rank_prefixes():
 
 @pytest.mark.skipif(shutil.which("myplugin-run") is None, reason="console script not on PATH")
 def test_console_script():
-  import subprocess
-  p = subprocess.run(["myplugin-run", "-n", "2", "--", sys.executable, "-c", PROGRAM], env=child_env(),
-                     capture_output=True, text=True, timeout=180, start_new_session=True)
-  assert p.returncode == 0, p.stdout + p.stderr
+  p = run(["myplugin-run", "-n", "2", "--", sys.executable, "-c", PROGRAM], child_env(), timeout=180)
+  assert p.returncode == 0, p.output
   assert "[1] process 1 of 2" in p.stdout
 
 
