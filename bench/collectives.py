@@ -8,6 +8,10 @@ nccl-tests: busbw = bytes / time * 2 (n - 1) / n. The machine's memcpy
 bandwidth is the ceiling.
 
 usage: python bench/collectives.py [--processes 2,4] [--rounds 2] [--max-mb 256]
+       python bench/collectives.py --latency [--processes 2] [--rounds 5]
+--latency times 4 KB all-reduces alone (2000 calls per round, each after a
+barrier), for comparing builds: the flight recorder's cost on the
+collective path is measured this way (README, "When a job hangs").
 """
 from __future__ import annotations
 
@@ -56,14 +60,14 @@ def run_job(argvs, envs, timeout=900) -> dict[int, tuple[float, float]]:
     kill_groups(procs)
 
 
-def ours(n: int, sizes: list[int]) -> dict:
+def ours(n: int, sizes: list[int], reps: int | None = None) -> dict:
   port = free_port()
   results = {}
   for nbytes in sizes:  # one job per size keeps the repetition count right for each
     base = {k: v for k, v in os.environ.items() if not k.startswith("MYPLUGIN_")}
     envs = [dict(base, MYPLUGIN_COORDINATOR_ADDRESS=f"127.0.0.1:{port}", MYPLUGIN_NUM_PROCESSES=str(n),
                  MYPLUGIN_PROCESS_ID=str(r)) for r in range(n)]
-    argvs = [[sys.executable, os.path.join(HERE, "collectives_worker.py"), str(reps_for(nbytes)), str(nbytes)]] * n
+    argvs = [[sys.executable, os.path.join(HERE, "collectives_worker.py"), str(reps or reps_for(nbytes)), str(nbytes)]] * n
     results.update(run_job(argvs, envs))
     port = free_port()
   return results
@@ -96,7 +100,15 @@ def main():
   parser.add_argument("--processes", default="2,4")
   parser.add_argument("--rounds", type=int, default=2)
   parser.add_argument("--max-mb", type=int, default=256)
+  parser.add_argument("--latency", action="store_true", help="4 KB all-reduce latency only (no raw Gloo)")
   args = parser.parse_args()
+  if args.latency:
+    for n in [int(x) for x in args.processes.split(",")]:
+      rounds = [ours(n, [4096], reps=2000)[4096] for _ in range(args.rounds)]
+      print(f"{n} processes, 4 KB all-reduce, {args.rounds} rounds of 2000 calls: best "
+            f"{min(b for b, _ in rounds) * 1e6:.1f} us; median per round (us): "
+            + ", ".join(f"{m * 1e6:.1f}" for _, m in rounds), flush=True)
+    return
   sizes = []
   s = 4096
   while s <= args.max_mb << 20:

@@ -12,11 +12,26 @@
    teardown). Joined through jax_plugin.distributed, through an unmodified
    jax.distributed.initialize served by ours, and on jax's own service.
 
+4. Load (--load): a job of 64 processes doing key-value sets, blocking gets
+   and barriers, with and without 1,000 idle connections plus 200 hostile
+   ones (slow readers, garbage, half-open, oversize length prefixes, wrong
+   tokens) held against its service; unloaded and loaded phases
+   interleaved, each call's latency, best and median. A control phase runs
+   the same load against a stand-in server instead, to tell what the load
+   generator's own CPU costs the job on a small machine.
+
 usage: python bench/coordination.py [--counts 2,8,32,64] [--rounds 3]
+       python bench/coordination.py --load [--processes 64] [--idle 1000] [--hostile 200] [--rounds 2]
 """
 from __future__ import annotations
 
 import argparse
+import asyncio
+import json
+import resource
+import select
+import struct
+import threading
 import os
 import signal
 import statistics
@@ -149,12 +164,267 @@ def shutdown_round(how: str, n: int = 8, timeout: float = 300) -> tuple[float, f
       kill_groups(procs)
 
 
+# --- 4. load ------------------------------------------------------------------
+
+LOAD_SERVICE = """
+import resource, sys
+from jax_plugin import _myplugin
+need = int(sys.argv[2]) + 64
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+if soft < need:
+  resource.setrlimit(resource.RLIMIT_NOFILE, (min(need, hard), hard))
+s = _myplugin.CoordinationService.start("127.0.0.1", 0, int(sys.argv[1]), "bench-token", 60.0, 600.0)
+print(s.port, resource.getrlimit(resource.RLIMIT_NOFILE)[0], flush=True)
+sys.stdin.readline()
+print("FAILURE", s.failure(), "REFUSED", s.refused_connections(), flush=True)
+s.stop()
+"""
+
+LOAD_WORKER = """
+import json, os, sys, time
+from jax_plugin import distributed
+flags, calls = sys.argv[1], int(sys.argv[2])
+distributed.initialize()
+pid, n = distributed.process_id(), distributed.num_processes()
+print("READY", flush=True)
+phase = 0
+while True:
+  go = os.path.join(flags, f"go-{phase}")
+  while not os.path.exists(go):
+    if os.path.exists(os.path.join(flags, "end")):
+      distributed.shutdown()
+      sys.exit(0)
+    time.sleep(0.005)
+  lat = {"set": [], "get": [], "barrier": []}
+  for i in range(calls):
+    t0 = time.perf_counter()
+    distributed.key_value_set(f"p{phase}/{pid}/{i}", b"v" * 64)
+    t1 = time.perf_counter()
+    distributed.key_value_get(f"p{phase}/{(pid + 1) % n}/{i}", timeout=120)
+    t2 = time.perf_counter()
+    distributed.barrier(f"p{phase}/{i}", timeout=120)
+    t3 = time.perf_counter()
+    lat["set"].append(t1 - t0)
+    lat["get"].append(t2 - t1)
+    lat["barrier"].append(t3 - t2)
+  print("PHASE " + json.dumps(lat), flush=True)
+  phase += 1
+"""
+
+# The control of the load phases: a stand-in that treats connections the
+# way the service does (an error frame once a peer sends, a drop after 10 s
+# of silence), so that the load generator does the same work against it
+# while the job's service is left alone.
+DECOY = """
+import asyncio, resource, struct, sys
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (min(int(sys.argv[1]), hard), hard))
+ERROR = (lambda body: struct.pack("<I", len(body)) + body)(struct.pack("<BII", 3, 0, 16) + struct.pack("<I", 5) + b"decoy")
+async def serve(r, w):
+  try:
+    if await asyncio.wait_for(r.read(4096), 10):
+      w.write(ERROR)
+      await w.drain()
+  except Exception:
+    pass
+  w.close()
+async def main():
+  server = await asyncio.start_server(serve, "127.0.0.1", 0, backlog=1024)
+  print(server.sockets[0].getsockname()[1], flush=True)
+  await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+asyncio.run(main())
+"""
+
+MAGIC = 0x4D59504C
+
+
+def _hello(token: bytes) -> bytes:
+  body = struct.pack("<BIIH", 1, 0, MAGIC, 1) + struct.pack("<I", len(token)) + token + struct.pack("<IQ", 0, 1)
+  return struct.pack("<I", len(body)) + body
+
+
+class Load:
+  """Idle and hostile connections against one service, from an asyncio loop
+  on a thread of this process (the job's processes and the service are
+  other processes)."""
+
+  KINDS = ("slow_reader", "garbage", "half_open", "oversize", "wrong_token")
+
+  def __init__(self, port: int, idle: int, hostile: int):
+    self.port, self.idle, self.hostile = port, idle, hostile
+    self.stop = None
+    self.opened = 0
+    self.loop = asyncio.new_event_loop()
+    self.thread = threading.Thread(target=self.loop.run_until_complete, args=(self._main(),), daemon=True)
+
+  async def _open(self):
+    r, w = await asyncio.open_connection("127.0.0.1", self.port)
+    self.opened += 1
+    return r, w
+
+  async def _idle(self):
+    while not self.stop.is_set():  # held open; the service drops it after its Hello timeout: open another
+      try:
+        r, w = await self._open()
+        waits = [asyncio.ensure_future(r.read(1)), asyncio.ensure_future(self.stop.wait())]
+        try:
+          await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+          for f in waits:
+            f.cancel()
+          w.close()
+      except OSError:
+        await asyncio.sleep(0.1)
+
+  async def _hostile(self, kind: str):
+    while not self.stop.is_set():
+      try:
+        r, w = await self._open()
+        if kind == "slow_reader":  # asks for an answer and never reads it
+          w.write(_hello(b"wrong") * 4)
+          await asyncio.sleep(2)
+        elif kind == "garbage":
+          w.write(os.urandom(64))
+          await asyncio.wait_for(r.read(65536), 5)
+        elif kind == "half_open":  # half a length prefix, then nothing
+          w.write(b"\x10\x00")
+          await asyncio.sleep(2)
+        elif kind == "oversize":
+          w.write(struct.pack("<I", 0xFFFFFFF0) + b"x" * 16)
+          await asyncio.wait_for(r.read(65536), 5)
+        else:
+          w.write(_hello(b"not-the-token"))
+          await asyncio.wait_for(r.read(65536), 5)
+        w.close()
+      except (OSError, asyncio.TimeoutError):
+        pass
+      await asyncio.sleep(0.05)
+
+  async def _main(self):
+    self.stop = asyncio.Event()
+    tasks = [asyncio.ensure_future(self._idle()) for _ in range(self.idle)]
+    tasks += [asyncio.ensure_future(self._hostile(self.KINDS[i % len(self.KINDS)])) for i in range(self.hostile)]
+    self.started.set()
+    await self.stop.wait()
+    for t in tasks:
+      t.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+  def __enter__(self):
+    self.started = threading.Event()
+    self.thread.start()
+    self.started.wait(60)
+    return self
+
+  def __exit__(self, *exc):
+    self.loop.call_soon_threadsafe(self.stop.set)
+    self.thread.join(60)
+
+
+def _cpu_seconds(pid: int) -> float:
+  """User + system CPU time of a process so far."""
+  with open(f"/proc/{pid}/stat") as f:
+    fields = f.read().rsplit(")", 1)[1].split()
+  return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _summary(values):
+  return min(values), statistics.median(values)
+
+
+def load_bench(n: int, idle: int, hostile: int, rounds: int, calls: int):
+  # Descriptors: the service needs one per connection (+ a few); this
+  # process one per idle or hostile connection it holds.
+  need = idle + hostile + 64
+  soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+  if soft < need:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(need, hard), hard))
+  service = subprocess.Popen([sys.executable, "-c", LOAD_SERVICE, str(n), str(idle + hostile + n)],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                             start_new_session=True)
+  decoy = subprocess.Popen([sys.executable, "-c", DECOY, str(need)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                           stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+  procs = [service, decoy]
+  with tempfile.TemporaryDirectory() as flags:
+    try:
+      decoy_port = int(decoy.stdout.readline())
+      port, service_nofile = (int(x) for x in service.stdout.readline().split())
+      print(f"load: {n} processes; {idle} idle + {hostile} hostile connections in loaded phases; "
+            f"descriptor soft limits: service {service_nofile}, load generator "
+            f"{resource.getrlimit(resource.RLIMIT_NOFILE)[0]}")
+      for i in range(n):
+        env = env_for("ours")
+        env.update(MYPLUGIN_COORDINATOR_ADDRESS=f"127.0.0.1:{port}", MYPLUGIN_NUM_PROCESSES=str(n),
+                   MYPLUGIN_PROCESS_ID=str(i), MYPLUGIN_COORDINATOR_STANDALONE="1",
+                   MYPLUGIN_COORDINATOR_TOKEN="bench-token")
+        procs.append(subprocess.Popen([sys.executable, "-c", LOAD_WORKER, flags, str(calls)], env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                                      start_new_session=True))
+      workers = procs[2:]
+      for p in workers:
+        if p.stdout.readline().strip() != "READY":
+          raise RuntimeError("a worker did not start")
+      modes = ("unloaded", "loaded", "control")
+      results = {m: {"set": [], "get": [], "barrier": []} for m in modes}
+      service_cpu = {m: [] for m in modes}  # the service's CPU use during the phases, in cores
+      phase = 0
+      for _ in range(rounds):
+        for mode in modes:
+          def run_phase():
+            cpu0, wall0 = _cpu_seconds(service.pid), time.monotonic()
+            open(os.path.join(flags, f"go-{phase}"), "w").close()
+            for p in workers:
+              line = p.stdout.readline()
+              if not line.startswith("PHASE "):
+                raise RuntimeError(f"a worker failed in phase {phase}: {line!r}")
+              for k, v in json.loads(line[6:]).items():
+                results[mode][k] += v
+            service_cpu[mode].append((_cpu_seconds(service.pid) - cpu0) / (time.monotonic() - wall0))
+          if mode != "unloaded":
+            with Load(port if mode == "loaded" else decoy_port, idle, hostile) as load:
+              time.sleep(3)  # all connections up, hostile loops churning
+              run_phase()
+              print(f"  {mode} phase {phase}: {load.opened} connections opened by the load generator", flush=True)
+          else:
+            run_phase()
+          phase += 1
+      open(os.path.join(flags, "end"), "w").close()
+      for p in workers:
+        p.wait(timeout=120)
+      service.stdin.write("\n")
+      service.stdin.flush()
+      decoy.stdin.write("\n")
+      decoy.stdin.flush()
+      print("  service: " + service.stdout.readline().strip())
+    finally:
+      kill_groups(procs)
+  print("  the service's CPU use during the phases (cores): " +
+        "; ".join(m + " " + ", ".join(f"{c:.2f}" for c in service_cpu[m]) for m in modes))
+  print(f"latency of the job's calls (ms), {rounds} interleaved rounds x {calls} calls x {n} processes; control: "
+        "the same load against a stand-in, not the service (what the load generator costs the job's processes)")
+  print("| call | unloaded best / median | loaded best / median | control best / median | loaded/unloaded median "
+        "| loaded/control median |")
+  print("|---|---|---|---|---|---|")
+  for k in ("set", "get", "barrier"):
+    (ub, um), (lb, lm), (cb, cm) = (_summary(results[m][k]) for m in modes)
+    print(f"| {k} | {ub * 1e3:.2f} / {um * 1e3:.2f} | {lb * 1e3:.2f} / {lm * 1e3:.2f} | {cb * 1e3:.2f} / "
+          f"{cm * 1e3:.2f} | {lm / um:.2f} | {lm / cm:.2f} |")
+
+
 def main():
   parser = argparse.ArgumentParser()
   parser.add_argument("--counts", default="2,8,32,64")
   parser.add_argument("--rounds", type=int, default=3)
   parser.add_argument("--only-shutdown", action="store_true")
+  parser.add_argument("--load", action="store_true")
+  parser.add_argument("--processes", type=int, default=64)
+  parser.add_argument("--idle", type=int, default=1000)
+  parser.add_argument("--hostile", type=int, default=200)
+  parser.add_argument("--calls", type=int, default=20)
   args = parser.parse_args()
+  if args.load:
+    load_bench(args.processes, args.idle, args.hostile, args.rounds, args.calls)
+    return
   counts = [int(c) for c in args.counts.split(",")]
 
   if not args.only_shutdown:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU job of ci/github/gpu.yml, and the offline GPU test kit.
+# The GPU job of .github/workflows/gpu.yml, and the offline GPU test kit.
 #
 # usage: ci/gpu_tests.sh [--leg single|multi] [--cuda 12|13] [--out DIR] [--dry-run]
 #        ci/gpu_tests.sh --prepare DIR                 (networked machine: gather the kit)

@@ -41,8 +41,7 @@ import numpy as np
 logger = logging.getLogger("jax_plugin")
 
 PLATFORM = "myplugin"
-TARGETS = {"cpu": "xla_ffi_python_cpu_callback", "cuda": "xla_ffi_python_gpu_callback"}
-_target = TARGETS["cpu"]
+_target: str | None = None  # the target name this engine's handler is registered under
 
 # No lock: single dict operations are atomic under the GIL, and a lock taken
 # here could deadlock when garbage collection runs `forget` inside it.
@@ -53,6 +52,14 @@ _registry: dict[int, weakref.ref] = {}
 _ids = itertools.count((secrets.randbits(31) + 1) << 32)
 _jax_emit = None  # jax's emit_python_callback, for every other platform
 _unavailable: str | None = None  # why this engine cannot run callbacks, if it cannot
+
+
+def targets() -> dict[str, str]:
+  """The custom-call target names of Python host callbacks by engine kind:
+  jax's own names (Shardy recognises a callback only by its name), defined
+  once, in plugin/pjrt/host_callback_targets.h."""
+  from jax_plugin import _myplugin
+  return dict(_myplugin.host_callback_targets())
 
 
 class HostCallback:
@@ -256,7 +263,7 @@ def install(engine_kind: str = "cpu") -> None:
   else:
     capsule = _myplugin.host_callback_target()
   _myplugin.set_host_callback_dispatcher(_dispatch)
-  _target = TARGETS["cuda" if engine_kind == "cuda" else "cpu"]
+  _target = targets()["cuda" if engine_kind == "cuda" else "cpu"]
   if capsule is not None:
     try:
       jax.ffi.register_ffi_target(_target, capsule, platform=PLATFORM)

@@ -1,15 +1,19 @@
 """Where a process learns its place in a job: explicit arguments, our own
-variables (set by myplugin-run), Slurm, or Open MPI. Pure functions of the
-environment, so they are tested by setting variables."""
+variables (set by myplugin-run), Slurm, Open MPI, or a Kubernetes indexed
+Job. Pure functions of the environment (and, for Kubernetes, of the pod's
+FQDN), so they are tested by setting variables; tests/cluster/ checks them
+against the real launchers."""
 
 from __future__ import annotations
 
 import dataclasses
 import os
 import re
+import socket
+import zlib
 from typing import Mapping
 
-METHODS = ("myplugin", "slurm", "ompi")
+METHODS = ("myplugin", "slurm", "ompi", "kubernetes")
 
 
 @dataclasses.dataclass
@@ -19,6 +23,9 @@ class ClusterSpec:
   num_processes: int
   process_id: int
   local_device_ids: list[int] | None = None
+  # A secret that only this job's processes know, where the launcher hands
+  # one out (Open MPI); MYPLUGIN_COORDINATOR_TOKEN wins over it.
+  token: str | None = None
 
 
 def _int(env: Mapping[str, str], name: str) -> int:
@@ -52,6 +59,8 @@ def first_host(nodelist: str) -> str:
 def from_myplugin_env(env: Mapping[str, str]) -> ClusterSpec | None:
   if "MYPLUGIN_NUM_PROCESSES" not in env:
     return None
+  if "JOB_COMPLETION_INDEX" in env and "MYPLUGIN_PROCESS_ID" not in env:
+    return None  # a Kubernetes indexed Job: the index is the process id
   ids = env.get("MYPLUGIN_LOCAL_DEVICE_IDS")
   return ClusterSpec(
       method="myplugin",
@@ -88,13 +97,53 @@ def from_ompi(env: Mapping[str, str]) -> ClusterSpec | None:
   job = uri.split(";")[0].split(".")[0] if uri else env.get("OMPI_COMM_WORLD_NODE_RANK", "0")
   return ClusterSpec(
       method="ompi",
-      coordinator_address=f"{host}:{_port(env, job)}",
+      coordinator_address=f"{_bracket(host)}:{_port(env, job)}",
       num_processes=_int(env, "OMPI_COMM_WORLD_SIZE"),
       process_id=_int(env, "OMPI_COMM_WORLD_RANK"),
+      # mpirun draws this key at random for each job and hands it to every
+      # rank (Open MPI's transport preconditioning); nobody else sees it.
+      token=env.get("OMPI_MCA_orte_precondition_transports") or None,
   )
 
 
-_DETECTORS = {"myplugin": from_myplugin_env, "slurm": from_slurm, "ompi": from_ompi}
+def _bracket(host: str) -> str:
+  return f"[{host}]" if ":" in host else host
+
+
+def from_kubernetes(env: Mapping[str, str], fqdn: str | None = None) -> ClusterSpec | None:
+  """A Kubernetes indexed Job (completionMode: Indexed). Kubernetes sets
+  JOB_COMPLETION_INDEX and names each pod's host <job>-<index>; with the
+  pod template's `subdomain:` naming a headless service, <job>-0.<subdomain>
+  resolves to the pod of index 0, which hosts the coordinator. Kubernetes
+  does not tell a pod how many completions its Job has: the Job spec sets
+  MYPLUGIN_NUM_PROCESSES (without it this is not a myplugin job)."""
+  if "JOB_COMPLETION_INDEX" not in env or "MYPLUGIN_NUM_PROCESSES" not in env:
+    return None
+  index = _int(env, "JOB_COMPLETION_INDEX")
+  if env.get("MYPLUGIN_COORDINATOR_ADDRESS"):
+    address = env["MYPLUGIN_COORDINATOR_ADDRESS"]
+  else:
+    fqdn = fqdn if fqdn is not None else socket.getfqdn()
+    host, _, domain = fqdn.partition(".")
+    suffix = f"-{index}"
+    if not host.endswith(suffix) or len(host) == len(suffix):
+      raise ValueError(f"Kubernetes indexed Job detected (JOB_COMPLETION_INDEX={index}) but this pod's host name "
+                       f"{host!r} is not <job>-{index}: set MYPLUGIN_COORDINATOR_ADDRESS")
+    if not domain:
+      raise ValueError(f"Kubernetes indexed Job detected (JOB_COMPLETION_INDEX={index}) but the pod has no "
+                       f"subdomain ({fqdn!r}), so pod 0 has no DNS name: set the pod template's `subdomain:` to a "
+                       "headless service selecting the Job's pods, or set MYPLUGIN_COORDINATOR_ADDRESS")
+    job = host[:-len(suffix)]
+    address = f"{job}-0.{domain}:{_port(env, str(zlib.crc32(job.encode())))}"
+  return ClusterSpec(
+      method="kubernetes",
+      coordinator_address=address,
+      num_processes=_int(env, "MYPLUGIN_NUM_PROCESSES"),
+      process_id=index,
+  )
+
+
+_DETECTORS = {"myplugin": from_myplugin_env, "slurm": from_slurm, "ompi": from_ompi, "kubernetes": from_kubernetes}
 
 
 def detect(method: str | None = None, env: Mapping[str, str] | None = None) -> ClusterSpec | None:

@@ -22,15 +22,15 @@ def main(argv: list[str] | None = None) -> int:
   parser = argparse.ArgumentParser(prog="myplugin-coordinator")
   parser.add_argument("--port", type=int, required=True)
   parser.add_argument("--num-processes", type=int, required=True)
-  parser.add_argument("--bind", default=None, help="bind address (default 0.0.0.0 with a token, else 127.0.0.1)")
+  parser.add_argument("--bind", default=None, help="bind address (default every interface, IPv4 and IPv6, with a token, else 127.0.0.1)")
   parser.add_argument("--heartbeat-timeout", type=float, default=100)
   parser.add_argument("--initialization-timeout", type=float, default=300)
   args = parser.parse_args(argv)
 
-  from jax_plugin import _myplugin
+  from jax_plugin import _myplugin, distributed
 
   token = os.environ.get("MYPLUGIN_COORDINATOR_TOKEN", "")
-  bind = args.bind or ("0.0.0.0" if token else "127.0.0.1")
+  bind = args.bind or (distributed.wildcard_host() if token else "127.0.0.1")
   if not token and bind not in ("127.0.0.1", "localhost", "::1"):
     print("myplugin-coordinator: refusing to listen beyond loopback without MYPLUGIN_COORDINATOR_TOKEN",
           file=sys.stderr)

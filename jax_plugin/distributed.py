@@ -52,6 +52,31 @@ def _split_address(address: str) -> tuple[str, int]:
   return host.strip("[]"), int(port)
 
 
+def wildcard_host() -> str:
+  """Every interface: dual-stack "::" where the kernel has IPv6 (IPv6-only
+  hosts need it; IPv4 clients arrive mapped), else "0.0.0.0"."""
+  if socket.has_ipv6:
+    try:
+      with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as s:
+        s.bind(("::", 0))
+      return "::"
+    except OSError:
+      pass
+  return "0.0.0.0"
+
+
+def _advertised_address() -> tuple[str, str]:
+  """(address, interface) this process's peers reach it at, as the user
+  named them; both empty (the default) means the local address of this
+  process's connection to the coordinator."""
+  address = os.environ.get("MYPLUGIN_GLOO_HOSTNAME", "").strip()
+  interface = os.environ.get("MYPLUGIN_NETWORK_INTERFACE", "").strip()
+  if address and interface:
+    raise ValueError(f"MYPLUGIN_GLOO_HOSTNAME={address!r} and MYPLUGIN_NETWORK_INTERFACE={interface!r} are both set; "
+                     "they say the same thing (where peers reach this process): set one")
+  return address.strip("[]"), interface
+
+
 def is_initialized() -> bool:
   return _myplugin.distributed_is_initialized()
 
@@ -90,6 +115,7 @@ def _initialize(coordinator_address, num_processes, process_id, local_device_ids
   global _atexit_registered
   explicit = coordinator_address is not None and num_processes is not None and process_id is not None
   spec = None if explicit and cluster_detection_method is None else cluster.detect(cluster_detection_method)
+  spec_token = spec.token if spec is not None and spec.token else ""
   if spec is not None:
     coordinator_address = coordinator_address or spec.coordinator_address
     num_processes = spec.num_processes if num_processes is None else num_processes
@@ -98,7 +124,8 @@ def _initialize(coordinator_address, num_processes, process_id, local_device_ids
   if coordinator_address is None or num_processes is None or process_id is None:
     raise ValueError("coordinator_address, num_processes and process_id are required: pass them, run under "
                      "myplugin-run, or set MYPLUGIN_COORDINATOR_ADDRESS, MYPLUGIN_NUM_PROCESSES and "
-                     "MYPLUGIN_PROCESS_ID (Slurm and Open MPI are detected too)")
+                     "MYPLUGIN_PROCESS_ID (Slurm, Open MPI and Kubernetes indexed Jobs with MYPLUGIN_NUM_PROCESSES are "
+                     "detected too)")
   num_processes, process_id = int(num_processes), int(process_id)
   if num_processes < 1:
     raise ValueError(f"num_processes must be at least 1, got {num_processes}")
@@ -121,7 +148,7 @@ def _initialize(coordinator_address, num_processes, process_id, local_device_ids
   os.environ["MYPLUGIN_NUM_DEVICES"] = str(num_devices)
 
   host, port = _split_address(coordinator_address)
-  token = os.environ.get("MYPLUGIN_COORDINATOR_TOKEN", "")
+  token = os.environ.get("MYPLUGIN_COORDINATOR_TOKEN", "") or spec_token
   if not token and not _is_loopback(host) and not unauthenticated_ok:
     raise ValueError(
         f"the coordinator address {coordinator_address} is not on this host, and no token was given: set "
@@ -132,9 +159,13 @@ def _initialize(coordinator_address, num_processes, process_id, local_device_ids
     if coordinator_bind_address is not None:
       bind_host, bind_port = _split_address(coordinator_bind_address)
     else:
-      bind_host, bind_port = ("0.0.0.0" if token or not _is_loopback(host) else "127.0.0.1"), port
+      bind_host, bind_port = (wildcard_host() if token or not _is_loopback(host) else _loopback_of(host)), port
     _start_service(bind_host, bind_port, num_processes, token, heartbeat_timeout_seconds, initialization_timeout)
   _join([coordinator_address], num_processes, process_id, token, initialization_timeout, fate_sharing, num_devices)
+
+
+def _loopback_of(host: str) -> str:
+  return "::1" if host in ("::1", "ip6-localhost") else "127.0.0.1"
 
 
 def _start_service(bind_host, bind_port, num_processes, token, heartbeat_timeout, initialization_timeout):
@@ -146,18 +177,22 @@ def _start_service(bind_host, bind_port, num_processes, token, heartbeat_timeout
 
 def _join(addresses, num_processes, process_id, token, initialization_timeout, fate_sharing, num_devices):
   global _atexit_registered, _service, _fate_sharing
+  from jax_plugin import straggler
   try:
+    straggler.check_settings()
+    advertise_address, network_interface = _advertised_address()
     _myplugin.distributed_initialize(
         addresses=addresses, num_processes=num_processes, process_id=process_id, token=token,
         initialization_timeout=float(initialization_timeout), fate_sharing=bool(fate_sharing),
         hostname=socket.gethostname(), num_devices=num_devices, device_kind=_ENGINE_DEVICE_KIND,
-        os_pid=os.getpid())
+        os_pid=os.getpid(), advertise_address=advertise_address, network_interface=network_interface)
   except BaseException:
     if _service is not None:
       _service.stop()
       _service = None
     raise
   _fate_sharing = bool(fate_sharing)
+  straggler.start()
   if not _atexit_registered:
     atexit.register(_shutdown_at_exit)
     _install_excepthook()
@@ -186,13 +221,13 @@ def _candidate_addresses(port: int) -> list[str]:
   """Addresses of this host that other processes may reach, loopback last."""
   hosts = []
   try:
-    for info in socket.getaddrinfo(socket.gethostname(), None, socket.AF_INET, socket.SOCK_STREAM):
+    for info in socket.getaddrinfo(socket.gethostname(), None, socket.AF_UNSPEC, socket.SOCK_STREAM):
       if info[4][0] not in hosts and not _is_loopback(info[4][0]):
         hosts.append(info[4][0])
   except OSError:
     pass
   hosts.append("127.0.0.1")
-  return [f"{h}:{port}" for h in hosts]
+  return [f"[{h}]:{port}" if ":" in h else f"{h}:{port}" for h in hosts]
 
 
 def initialize_through_jax(jax_state, initialization_timeout: float = 300,
@@ -206,7 +241,7 @@ def initialize_through_jax(jax_state, initialization_timeout: float = 300,
   if process_id == 0:
     token = secrets.token_hex(16)
     try:
-      port = _start_service("0.0.0.0", 0, num_processes, token, heartbeat_timeout_seconds, initialization_timeout)
+      port = _start_service(wildcard_host(), 0, num_processes, token, heartbeat_timeout_seconds, initialization_timeout)
     except Exception as e:
       # Tell the others at once rather than let them wait for the timeout.
       jax_state.client.key_value_set(JAX_KV_KEY, "error|" + str(e))
@@ -224,10 +259,10 @@ def initialize_through_jax(jax_state, initialization_timeout: float = 300,
 
 def initialize_from_environment() -> bool:
   """Used by plugin registration: joins the job described by MYPLUGIN_* variables, if any."""
-  spec = cluster.from_myplugin_env(os.environ)
+  spec = cluster.from_myplugin_env(os.environ) or cluster.from_kubernetes(os.environ)
   if spec is None or is_initialized() or _departed:
     return False
-  _initialize(None, None, None, None, "myplugin", float(os.environ.get("MYPLUGIN_INITIALIZATION_TIMEOUT", 300)),
+  _initialize(None, None, None, None, spec.method, float(os.environ.get("MYPLUGIN_INITIALIZATION_TIMEOUT", 300)),
               float(os.environ.get("MYPLUGIN_HEARTBEAT_TIMEOUT", 100)), None, True)
   return True
 
@@ -240,12 +275,52 @@ def shutdown(timeout: float | None = None) -> None:
   _departed = True
   if timeout is None:
     timeout = float(os.environ.get("MYPLUGIN_SHUTDOWN_TIMEOUT", _DEFAULT_SHUTDOWN_TIMEOUT))
+  _finish_dispatched_work()
   try:
     _myplugin.distributed_shutdown(float(timeout))
   finally:
     if _service is not None:
       _service.stop()
       _service = None
+
+
+def _finish_dispatched_work() -> None:
+  """jax dispatches asynchronously: a rank that never reads its results
+  reaches its exit while its last steps still run, and their collectives
+  are ones the others wait for. Entering shutdown tells the others that
+  this process issues no more collectives, so it must first be true."""
+  xla_bridge = sys.modules.get("jax._src.xla_bridge")
+  jax = sys.modules.get("jax")
+  if jax is None or xla_bridge is None or not xla_bridge.backends_are_initialized():
+    return
+  live_arrays = getattr(jax, "live_arrays", None)
+  if live_arrays is None:
+    return
+  if not is_initialized():
+    return  # one process: nobody waits for its collectives
+  try:
+    arrays = live_arrays("myplugin")
+  except Exception:  # no backend of ours, say: nothing of ours to wait for
+    return
+  for a in arrays:
+    try:
+      a.block_until_ready()
+    except Exception:
+      pass  # a failed computation reports itself where its result is used
+
+
+_finish_registered = False
+
+
+def finish_dispatched_work_at_exit() -> None:
+  """Called when our backend is created, hence after jax registered its own
+  exit handler (which clears the backends, then shuts jax.distributed
+  down): handlers run last-registered first, so this one still finds the
+  backend and its arrays."""
+  global _finish_registered
+  if not _finish_registered:
+    atexit.register(_finish_dispatched_work)
+    _finish_registered = True
 
 
 def _shutdown_at_exit() -> None:

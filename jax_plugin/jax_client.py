@@ -336,7 +336,8 @@ def _initialize_for_jax(state, module, coordinator_address, num_processes, proce
   from jax_plugin import cluster, distributed
   if getattr(state, "explicitly_initialized", False):
     raise RuntimeError("distributed.initialize should only be called once.")
-  launcher = cluster.from_myplugin_env(os.environ)
+  # A Kubernetes indexed Job is ours too: jax would look for the Kubernetes API.
+  launcher = cluster.from_myplugin_env(os.environ) or cluster.from_kubernetes(os.environ)
   if launcher is not None:
     # The job is the launcher's (or the MYPLUGIN_* variables'): its service
     # is already running. Arguments may only restate it.

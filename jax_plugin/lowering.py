@@ -131,7 +131,7 @@ def _served_by_myplugin() -> set[str]:
   under the same name would collide with it (Python host callbacks read
   state that only jax's own CPU client supplies)."""
   from jax_plugin import callbacks
-  return set(callbacks.TARGETS.values())
+  return set(callbacks.targets().values())
 
 
 def _follow_cpu_registrations(c_api) -> None:

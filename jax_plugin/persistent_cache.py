@@ -88,9 +88,9 @@ def _not_cacheable(executable) -> str | None:
     logger.debug("myplugin: cannot read the compiled program to check it for host callbacks: %s", e)
     return None
   # Custom calls whose attributes name callables of this process (the C++
-  # serializer refuses them too: kProcessLocalTargets in plugin/pjrt/executable.cc).
-  from jax_plugin.callbacks import TARGETS
-  for target in TARGETS.values():
+  # serializer refuses them too: plugin/pjrt/host_callback_targets.h).
+  from jax_plugin import callbacks
+  for target in callbacks.targets().values():
     if any(f'custom_call_target="{target}"' in t for t in texts):
       return f"it calls {target} (a Python host callback of this process)"
   return None

@@ -122,6 +122,7 @@ def _client_options() -> dict:
         state = jax_distributed.global_state
         if state.client is not None and not jax_client.is_ours(state.client) and (state.num_processes or 1) > 1:
           distributed.initialize_through_jax(state)
+  distributed.finish_dispatched_work_at_exit()
   # jax's distributed state gets our client once the backend exists (it
   # must not see it while jaxlib creates the backend).
   hooks = getattr(xla_bridge, "_backend_initialization_hooks", None)

@@ -76,7 +76,7 @@ class Job:
       except ProcessLookupError:
         pass
     for p in self.procs:
-      p.wait()
+      p.wait(timeout=30)
 
   def signal(self, rank: int, sig: int):
     os.killpg(self.procs[rank].pid, sig)

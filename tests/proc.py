@@ -49,7 +49,7 @@ def run(argv: list[str], env: dict[str, str], timeout: float = 180, cwd: str | N
     out, err = proc.communicate(timeout=timeout)
   except subprocess.TimeoutExpired:
     kill_group(proc)
-    out, err = proc.communicate()
+    out, err = proc.communicate(timeout=30)
     raise AssertionError(f"{' '.join(argv)} did not finish in {timeout} s\n{out}\n{err}")
   finally:
     kill_group(proc)

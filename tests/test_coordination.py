@@ -1,10 +1,12 @@
 """The coordination service end to end: real processes, real sockets.
 Every job has deadlines and is killed on the way out (job.py)."""
+import os
 import signal
 import time
 
 import pytest
 
+from jax_plugin import _myplugin
 from job import Job
 
 FATE = 42  # the fate-sharing exit code
@@ -125,3 +127,30 @@ def test_initialization_ignores_unreachable_proxies():
          "https_proxy": proxy, "grpc_proxy": proxy}
   with Job(2, ["kv_barrier"], env=env) as job:
     assert job.wait(timeout=90) == {0: 0, 1: 0}, job.all_output()
+
+
+def test_a_stopped_reader_stalls_nobody_and_is_declared_failed(tmp_path):
+  # Process 2 waits for 90 MiB of values and is stopped; the service cannot
+  # hand them over. The others' calls must not wait for it (the state
+  # lock is never held while sending), and process 2 is declared failed for
+  # not reading, before its heartbeats would have run out.
+  heartbeat = 6.0
+  progress = _myplugin.coordination_send_progress_timeout(heartbeat)
+  assert progress < heartbeat
+  flag = tmp_path / "stopped"
+  with Job(3, ["slow_reader", str(flag)], env={"TEST_HEARTBEAT_TIMEOUT": str(heartbeat)}) as job:
+    job.wait_event("waiting", ranks=[2])
+    time.sleep(0.3)
+    job.signal(2, signal.SIGSTOP)
+    flag.write_text("1")
+    job.wait_event("latencies", ranks=[0, 1], timeout=60)
+    for r in (0, 1):
+      ev = job.event(r, "latencies")
+      assert ev["count"] >= 20, job.all_output()
+      # Calls went on for the whole time the service held the values (from
+      # the flag until the failure, at least the progress timeout).
+      assert ev["seconds"] >= progress, ev
+      assert ev["max"] < 1.0, (r, ev)
+      assert "process 2 failed: stopped reading from the coordination service (" in ev["error"], ev
+      assert f"bytes queued, no progress for {progress:g} s)" in ev["error"], ev
+    job.signal(2, signal.SIGCONT)

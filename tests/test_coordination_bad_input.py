@@ -28,23 +28,28 @@ def hello(token=TOKEN, version=1, pid=0, magic=MAGIC) -> bytes:
 
 
 def recv_reply(sock) -> tuple[int, str]:
-  """(type, message) of the reply; message only for errors."""
+  """(type, message) of the reply; message only for errors. The service's
+  heartbeats (type 16) and peer-shutdown notices (type 19), which a member
+  receives at any time, are not replies and are skipped."""
   sock.settimeout(10)
-  head = b""
-  while len(head) < 4:
-    chunk = sock.recv(4 - len(head))
-    if not chunk:
-      return (0, "closed")
-    head += chunk
-  (n,) = struct.unpack("<I", head)
-  body = b""
-  while len(body) < n:
-    body += sock.recv(n - len(body))
-  kind = body[0]
-  if kind == 3:  # Error: code, message
-    (code, mlen) = struct.unpack("<II", body[5:13])
-    return (kind, body[13:13 + mlen].decode())
-  return (kind, "")
+  while True:
+    head = b""
+    while len(head) < 4:
+      chunk = sock.recv(4 - len(head))
+      if not chunk:
+        return (0, "closed")
+      head += chunk
+    (n,) = struct.unpack("<I", head)
+    body = b""
+    while len(body) < n:
+      body += sock.recv(n - len(body))
+    kind = body[0]
+    if kind in (16, 19):
+      continue
+    if kind == 3:  # Error: code, message
+      (code, mlen) = struct.unpack("<II", body[5:13])
+      return (kind, body[13:13 + mlen].decode())
+    return (kind, "")
 
 
 @pytest.fixture
@@ -304,3 +309,152 @@ def test_descriptor_exhaustion_does_not_wedge_the_service():
   rejected_lines = err.count("rejected a connection")
   assert 1 <= accept_lines <= 40, err[-2000:]
   assert rejected_lines <= 20 and "similar lines suppressed" in err, err[-2000:]
+
+
+def _standalone(service, n=2):
+  return {"MYPLUGIN_COORDINATOR_STANDALONE": "1", "MYPLUGIN_COORDINATOR_TOKEN": TOKEN,
+          "MYPLUGIN_COORDINATOR_ADDRESS": f"127.0.0.1:{service.port}", "MYPLUGIN_NUM_PROCESSES": str(n)}
+
+
+def _wait_for_connections(service, n, timeout=60):
+  import time
+  deadline = time.monotonic() + timeout
+  while service.connections() != n:
+    assert time.monotonic() < deadline, f"{service.connections()} connections, expected {n}"
+    time.sleep(0.01)
+
+
+def test_connection_limit_refuses_the_excess_and_members_go_on():
+  s = _myplugin.CoordinationService.start("127.0.0.1", 0, 2, TOKEN, 5.0, 60.0, max_connections=6)
+  try:
+    strangers = [connect(s) for _ in range(4)]  # silent peers hold 4 of the 6
+    _wait_for_connections(s, 4)
+    # Process 1 stays for 8 s before its shutdown: both members hold their
+    # connections while more peers knock.
+    with Job(2, ["barrier_missing", "1"], env=_standalone(s)) as job:
+      _wait_for_connections(s, 6)
+      for _ in range(5):
+        with connect(s) as extra:
+          kind, msg = recv_reply(extra)
+          assert kind == 3, msg
+          assert "has 6 connections open (its limit); try again later" in msg, msg
+      assert job.wait(timeout=60) == {0: 0, 1: 0}, job.all_output()
+      assert "timed out after 2 s: processes [1] did not arrive" in job.event(0, "barrier_error")["error"]
+    assert s.failure() is None and s.all_departed()
+    assert s.refused_connections() >= 5
+    for c in strangers:
+      c.close()
+  finally:
+    s.stop()
+
+
+def test_clients_wait_for_room_at_a_full_coordinator():
+  import time
+  s = _myplugin.CoordinationService.start("127.0.0.1", 0, 2, TOKEN, 5.0, 60.0, max_connections=4)
+  try:
+    strangers = [connect(s) for _ in range(4)]
+    _wait_for_connections(s, 4)
+    with Job(2, ["kv_barrier"], env=_standalone(s)) as job:
+      deadline = time.monotonic() + 60
+      while s.refused_connections() < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+      assert s.refused_connections() >= 2  # both members were turned away at first
+      for c in strangers:
+        c.close()
+      assert job.wait(timeout=60) == {0: 0, 1: 0}, job.all_output()
+    assert s.failure() is None and s.all_departed()
+  finally:
+    s.stop()
+
+
+def test_oversize_value_is_refused_and_the_member_goes_on(service):
+  # Straight to the service, past the client's own check: the member gets a
+  # clear error and its connection keeps working.
+  limit = _myplugin.COORDINATION_LIMITS["max_value_bytes"]
+  value = b"x" * (limit + 1)
+  with connect(service) as s:
+    s.sendall(hello())
+    assert recv_reply(s)[0] == 2
+    s.sendall(frame(struct.pack("<BI", 7, 5) + struct.pack("<I", 1) + b"k" + struct.pack("<I", len(value)) + value))
+    kind, msg = recv_reply(s)
+    assert kind == 3 and 'key_value_set of "k": value of 32 MiB exceeds the 32 MiB limit' in msg, msg
+    s.sendall(frame(struct.pack("<BI", 9, 6) + struct.pack("<I", 1) + b"k"))  # TryGet
+    kind, msg = recv_reply(s)
+    assert kind == 3 and "key 'k' is not set" in msg, msg
+    assert service.failure() is None
+
+
+def test_key_value_limits_give_clear_errors_and_the_job_goes_on():
+  with Job(1, ["kv_limits"]) as job:
+    assert job.wait(timeout=120) == {0: 0}, job.all_output()
+    ev = job.event(0, "kv_limits")
+  errors = ev["errors"]
+  assert errors["value"] == 'RESOURCE_EXHAUSTED: key_value_set of "k": value of 80 MiB exceeds the 32 MiB limit'
+  assert "RESOURCE_EXHAUSTED" in errors["key"] and "key of 4.883 KiB exceeds the 4 KiB limit" in errors["key"]
+  assert errors["list"] == ('RESOURCE_EXHAUSTED: key_value_list of prefix "big/": the reply of 90 MiB exceeds the '
+                            '64 MiB message limit (list a narrower prefix, or get the keys one by one)')
+  assert "RESOURCE_EXHAUSTED" in errors["store"] and "over its 256 MiB limit" in errors["store"], errors
+  assert ev["stored"] == 8  # 8 x 30 MiB fit in 256 MiB, a ninth does not
+  assert ev["listed_one"] == ["big/1"] and ev["after"] == "still works"
+  assert "lost the connection" not in job.output(0)
+
+
+def _bytes_field(b: bytes) -> bytes:
+  return struct.pack("<I", len(b)) + b
+
+
+def _read_frames_until_closed(sock, deadline_s=20):
+  """Every (type, request id) the service sends until it closes."""
+  import time
+  sock.settimeout(deadline_s)
+  data, end = b"", time.monotonic() + deadline_s
+  while time.monotonic() < end:
+    chunk = sock.recv(1 << 20)
+    if not chunk:
+      break
+    data += chunk
+  frames, i = [], 0
+  while i + 4 <= len(data):
+    (n,) = struct.unpack("<I", data[i:i + 4])
+    if i + 4 + n > len(data):
+      break
+    kind, rid = struct.unpack("<BI", data[i + 4:i + 9])
+    frames.append((kind, rid))
+    i += 4 + n
+  return frames
+
+
+def test_shutdown_release_reaches_a_peer_still_reading_when_the_host_stops():
+  """The host stops its service as soon as its own shutdown barrier returns.
+  A peer whose release still sits behind large replies, and that keeps
+  sending (a heartbeat), must still read every reply, the release last,
+  before the connection ends: it once lost it and exited with an error."""
+  import threading, time
+  service = _myplugin.CoordinationService.start("127.0.0.1", 0, 2, TOKEN, 5.0, 60.0)
+  try:
+    host, late = connect(service), connect(service)
+    host.sendall(hello(pid=0))
+    assert recv_reply(host)[0] == 2
+    late.sendall(hello(pid=1))
+    assert recv_reply(late)[0] == 2
+    late.sendall(frame(struct.pack("<BI", 7, 1) + _bytes_field(b"big") + _bytes_field(b"x" * (8 << 20))))
+    assert recv_reply(late)[0] == 4
+    # 48 MiB of replies queued for `late`, which does not read them yet.
+    for rid in range(2, 8):
+      late.sendall(frame(struct.pack("<BI", 8, rid) + _bytes_field(b"big") + struct.pack("<Q", 10000)))
+    late.sendall(frame(struct.pack("<BIQ", 15, 100, 60000)))
+    time.sleep(0.2)
+    host.sendall(frame(struct.pack("<BIQ", 15, 1, 60000)))
+    assert recv_reply(host)[0] == 4  # released
+    stopper = threading.Thread(target=service.stop)
+    stopper.start()
+    time.sleep(0.3)
+    late.sendall(frame(struct.pack("<BI", 16, 0)))
+    frames = [f for f in _read_frames_until_closed(late) if f[0] not in (16, 19)]
+    stopper.join(timeout=30)
+    assert not stopper.is_alive()
+    assert frames == [(12, rid) for rid in range(2, 8)] + [(4, 100)], frames
+    host.close()
+    late.close()
+  finally:
+    service.stop()

@@ -73,6 +73,46 @@ def test_api_table_is_complete_and_versioned():
   assert missing == [], f"null entries at indices {missing}"
 
 
+def _error_code_and_message(api, error):
+  entry = lambda slot: ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p)(
+      ctypes.c_void_p.from_address(api + 40 + 8 * slot).value)
+  # PJRT_Error_GetCode_Args {struct_size, extension_start, error, code}
+  get_code = (ctypes.c_uint64 * 4)(32, 0, error, 0)
+  assert entry(2)(ctypes.addressof(get_code)) is None
+  # PJRT_Error_Message_Args {struct_size, extension_start, error, message, message_size}
+  message = (ctypes.c_uint64 * 5)(40, 0, error, 0, 0)
+  entry(1)(ctypes.addressof(message))
+  text = ctypes.string_at(message[3], message[4]).decode()
+  destroy = (ctypes.c_uint64 * 3)(24, 0, error)
+  entry(0)(ctypes.addressof(destroy))
+  return ctypes.c_int32.from_buffer(get_code, 24).value, text
+
+
+def test_every_entry_point_refuses_a_short_or_missing_args_struct():
+  """Every entry but PJRT_Error_Destroy/Message (which cannot report an
+  error) checks the caller's struct_size before reading a field: a caller
+  built against an older header gets INVALID_ARGUMENT naming the entry, never
+  a read past its struct."""
+  api = _api_table()
+  entries = (ctypes.c_size_t.from_address(api).value - 40) // 8
+  invalid_argument = 3
+  for slot in range(2, entries):
+    fn = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p)(ctypes.c_void_p.from_address(api + 40 + 8 * slot).value)
+    # A struct that holds only struct_size: every args struct of the C API
+    # is larger. The rest of the buffer is poison that no entry may read.
+    short = (ctypes.c_uint64 * 64)(8, *([0xdeadbeefdeadbeef] * 63))
+    for args in (ctypes.addressof(short), None):
+      error = fn(args)
+      assert error, f"entry {slot} accepted a {'short' if args else 'null'} args struct"
+      code, text = _error_code_and_message(api, error)
+      assert code == invalid_argument, (slot, text)
+      assert text.startswith("PJRT_"), text
+      if args:
+        assert "arguments struct is 8 bytes" in text and "older PJRT C API" in text, text
+      else:
+        assert "arguments struct is null" in text, text
+
+
 def test_api_table_has_ffi_extension():
   api = _api_table()
   ext = ctypes.c_void_p.from_address(api + 8).value

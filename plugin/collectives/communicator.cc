@@ -6,6 +6,8 @@
 #include <set>
 #include <thread>
 
+#include "collectives/flight_recorder.h"
+#include "collectives/straggler_watch.h"
 #include "common/deadline.h"
 
 namespace myplugin::collectives {
@@ -82,8 +84,9 @@ void Communicator::PeerFinished(int process, double grace_s) {
     std::string why = "process " + std::to_string(me) + " waits in " + what + " for process " +
                       std::to_string(process) + ", which finished (entered shutdown) without issuing it: every "
                       "process must issue the same collectives (did one leave its loop early?)";
-    if (self->coordination_) self->coordination_->FailThisProcess(why);
-    self->Abort(Status(Code::kFailedPrecondition, why));
+    const std::string trace = WithTrace(why);  // before the exit that FailThisProcess brings
+    if (self->coordination_) self->coordination_->FailThisProcess(why + trace);
+    self->Abort(Status(Code::kFailedPrecondition, why + trace));
   }).detach();
 }
 
@@ -91,21 +94,30 @@ StatusOr<uint32_t> Communicator::Begin(Signature& sig, const void* payload, size
                                        std::vector<char>* records, const void* staged, size_t staged_bytes,
                                        char* staged_out, bool copy_own) {
   sig.clique_hash = clique_hash_;
+  std::optional<Status> aborted;
+  std::string cannot_complete;
   {
     std::lock_guard<std::mutex> lock(abort_mu_);
-    if (aborted_) return Explain(sig, *aborted_);
-    if (!finished_peers_.empty()) {
+    if (aborted_) {
+      aborted = aborted_;  // explained below: Explain takes abort_mu_ itself
+    } else if (!finished_peers_.empty()) {
       sig.sequence = sequence_;
-      return Status(Code::kFailedPrecondition,
-                    sig.Describe() + " on processes " + ProcessList(clique_) + " cannot complete: process " +
+      cannot_complete = sig.Describe() + " on processes " + ProcessList(clique_) + " cannot complete: process " +
                         std::to_string(finished_peers_[0]) +
                         " has finished (entered shutdown) and issues no more collectives: every process must "
-                        "issue the same collectives (did one leave its loop early?)");
+                        "issue the same collectives (did one leave its loop early?)";
+    } else {
+      sig.sequence = sequence_++;
+      in_flight_ = static_cast<int64_t>(sig.sequence);
+      in_flight_what_ = sig.Describe() + " on processes " + ProcessList(clique_);
     }
-    sig.sequence = sequence_++;
-    in_flight_ = static_cast<int64_t>(sig.sequence);
-    in_flight_what_ = sig.Describe() + " on processes " + ProcessList(clique_);
   }
+  if (aborted) return Explain(sig, *aborted);
+  if (!cannot_complete.empty()) {
+    FlightRecorder::Get().End(FlightRecorder::Get().Begin(sig, clique_), false);
+    return Status(Code::kFailedPrecondition, cannot_complete + WithTrace(cannot_complete));
+  }
+  record_ = FlightRecorder::Get().Begin(sig, clique_);
   const uint32_t tag = static_cast<uint32_t>(sig.sequence * 2);
   const size_t record = record_size();
   std::vector<char> mine(record, 0);
@@ -134,12 +146,15 @@ StatusOr<uint32_t> Communicator::Begin(Signature& sig, const void* payload, size
     // Nothing of the peers' data was read. The backend may have been
     // aborted (a signed exchange's payload was already on its way): every
     // later call on this communicator fails with the same error.
-    Status why(Code::kFailedPrecondition, mismatch);
+    FlightRecorder::Get().End(record_, false);  // before the dump, which should show it failed
+    record_ = 0;
+    Status why(Code::kFailedPrecondition, mismatch + WithTrace(mismatch));
     std::lock_guard<std::mutex> lock(abort_mu_);
     aborted_ = why;
     return why;
   }
   if (!st.ok()) return Explain(sig, st);
+  FlightRecorder::Get().Matched(record_);
   if (records != nullptr) records->swap(all);
   return tag + 1;
 }
@@ -153,8 +168,7 @@ size_t Communicator::signed_bytes() const {
 
 Status Communicator::RunSigned(Signature sig, const void* payload, size_t bytes, char* payloads, bool copy_own) {
   StatusOr<uint32_t> tag = Begin(sig, nullptr, 0, nullptr, payload, bytes, payloads, copy_own);
-  std::lock_guard<std::mutex> lock(abort_mu_);
-  in_flight_ = -1;
+  EndCall(tag.ok());
   return tag.status();
 }
 
@@ -166,9 +180,20 @@ Status Communicator::Run(Signature sig, size_t bytes, Body&& body) {
     st = body(tag.value());
     if (!st.ok()) st = Explain(sig, st);
   }
+  EndCall(st.ok());
+  return st;
+}
+
+void Communicator::EndCall(bool ok) {
+  FlightRecorder::Get().End(record_, ok);
+  record_ = 0;
   std::lock_guard<std::mutex> lock(abort_mu_);
   in_flight_ = -1;
-  return st;
+}
+
+std::string Communicator::WithTrace(const std::string& why) {
+  const std::string dir = DumpFlightRecorder(why);
+  return dir.empty() ? "" : " [flight recorders: " + dir + "; compare them with: myplugin-trace " + dir + "]";
 }
 
 Status Communicator::Explain(const Signature& sig, const Status& backend_error) {
@@ -203,10 +228,12 @@ Status Communicator::Explain(const Signature& sig, const Status& backend_error) 
           if (!present.count(p)) missing.push_back(p);
         }
         if (!missing.empty()) {
-          return Status(Code::kDeadlineExceeded, what + " timed out after " + Seconds(timeout_s_) +
-                                                     " waiting for processes " + ProcessList(missing) +
-                                                     ", which never reached call #" + std::to_string(sig.sequence) +
-                                                     " (stopped, stuck, or running other code)");
+          FlightRecorder::Get().End(record_, false);
+          record_ = 0;
+          const std::string why = what + " timed out after " + Seconds(timeout_s_) + " waiting for processes " +
+                                  ProcessList(missing) + ", which never reached call #" +
+                                  std::to_string(sig.sequence) + " (stopped, stuck, or running other code)";
+          return Status(Code::kDeadlineExceeded, why + WithTrace(why));
         }
       }
     }
@@ -220,8 +247,7 @@ Status Communicator::RunInline(Signature sig, const void* payload, size_t bytes,
   std::vector<char> records;
   StatusOr<uint32_t> tag = Begin(sig, payload, bytes, &records);
   if (tag.ok() && bytes > 0) finish(records.data(), record_size());
-  std::lock_guard<std::mutex> lock(abort_mu_);
-  in_flight_ = -1;
+  EndCall(tag.ok());
   return tag.status();
 }
 

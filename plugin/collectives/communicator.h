@@ -119,6 +119,10 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   // come back explained.
   template <typename Body>
   Status Run(Signature sig, size_t bytes, Body&& body);
+  // Ends the call in flight (and its flight recorder entry).
+  void EndCall(bool ok);
+  // Writes the flight recorder for `why`; the text that points to it.
+  static std::string WithTrace(const std::string& why);
   // Turns a backend error into one that says what failed and why.
   Status Explain(const Signature& sig, const Status& backend_error);
 
@@ -140,6 +144,7 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   std::vector<int> finished_peers_;    // under abort_mu_
   int64_t in_flight_ = -1;             // the call number in flight, under abort_mu_
   std::string in_flight_what_;         // its description
+  uint64_t record_ = 0;                // the call's flight recorder entry, under call_mu_
 };
 
 // The process id list as text: "[0, 1, 3]".

@@ -1,9 +1,13 @@
 #include "collectives/communicator_cache.h"
 
+#include <algorithm>
 #include <cstdlib>
+#include <string>
 #include <set>
 
 #include "collectives/gloo_communicator.h"
+#include "common/deadline.h"
+#include "coordination/network_address.h"
 #include "coordination/runtime.h"
 
 namespace myplugin::collectives {
@@ -30,6 +34,35 @@ double SecondsFromEnv(const char* name, double fallback) {
 double CommunicatorCache::TimeoutSeconds() { return SecondsFromEnv("MYPLUGIN_COLLECTIVE_TIMEOUT_SECONDS", 300); }
 
 double CommunicatorCache::PeerExitGraceSeconds() { return SecondsFromEnv("MYPLUGIN_PEER_EXIT_GRACE_SECONDS", 5); }
+
+StatusOr<double> CommunicatorCache::StragglerSeconds() {
+  const char* env = std::getenv("MYPLUGIN_STRAGGLER_SECONDS");
+  if (env == nullptr || *env == '\0') return 15.0;
+  char* end = nullptr;
+  const double v = std::strtod(env, &end);
+  if (end == env || *end != '\0' || !(v >= 0) || v > kMaxWaitSeconds) {
+    return InvalidArgument(std::string("MYPLUGIN_STRAGGLER_SECONDS='") + env +
+                           "' is not a number of seconds (0 turns the straggler reports off)");
+  }
+  return v;
+}
+
+StatusOr<size_t> CommunicatorCache::TraceBufferSize() {
+  const char* env = std::getenv("MYPLUGIN_TRACE_BUFFER");
+  if (env == nullptr || *env == '\0') return kDefaultTraceBuffer;
+  char* end = nullptr;
+  const long long v = std::strtoll(env, &end, 10);
+  if (end == env || *end != '\0' || v < 16 || v > (1LL << 24)) {
+    return InvalidArgument(std::string("MYPLUGIN_TRACE_BUFFER='") + env +
+                           "' is not a whole number from 16 to 16777216 (the calls each flight recorder keeps)");
+  }
+  return static_cast<size_t>(v);
+}
+
+std::string CommunicatorCache::TraceDir() {
+  const char* env = std::getenv("MYPLUGIN_TRACE_DIR");
+  return env != nullptr ? env : "";
+}
 
 StatusOr<std::shared_ptr<Communicator>> CommunicatorCache::ForClique(std::vector<int> clique,
                                                                      const std::vector<int>& devices) {
@@ -64,14 +97,43 @@ StatusOr<std::shared_ptr<Communicator>> CommunicatorCache::Make(
     const std::vector<int>& clique, const std::vector<int>& devices,
     const std::shared_ptr<coordination::CoordinationClient>& client) {
   coordination::DistributedRuntime& runtime = coordination::DistributedRuntime::Get();
-  // Peers on one host talk over loopback; across hosts, by host name.
+  // Each process listens at the address it advertised when it registered
+  // (coordination/runtime.h says how that is chosen). A loopback address is
+  // useless to a peer on another host (a host name that resolves to
+  // 127.0.1.1 on its own host, say): then listen where the route to that
+  // peer leaves from.
   std::vector<coordination::ProcessInfo> processes = runtime.processes();
-  bool one_host = true;
-  for (int p : clique) one_host = one_host && processes[p].hostname == processes[clique[0]].hostname;
-  const char* override_host = std::getenv("MYPLUGIN_GLOO_HOSTNAME");
-  std::string host = override_host != nullptr && *override_host ? override_host
-                     : one_host                                   ? "127.0.0.1"
-                                                                  : processes[runtime.process_id()].hostname;
+  std::string host = processes[runtime.process_id()].address;
+  if (coordination::IsLoopbackAddress(host)) {
+    for (int p : clique) {
+      if (coordination::IsLoopbackAddress(processes[p].address)) continue;
+      StatusOr<std::string> toward = coordination::SourceAddressToward(processes[p].address);
+      if (!toward.ok()) {
+        return Status(toward.status().code(), "process " + std::to_string(runtime.process_id()) +
+                                                  " advertised loopback address " + host + ", but process " +
+                                                  std::to_string(p) + " is elsewhere (" + processes[p].address +
+                                                  "): " + toward.status().message());
+      }
+      host = toward.take();
+      break;
+    }
+  }
+  // Gloo connects a pair only within one address family: say so now, not
+  // as its "address family mismatch" from deep inside the rendezvous.
+  if (const char* mine = coordination::AddressFamilyName(host)) {
+    for (int p : clique) {
+      const std::string& theirs = processes[p].address;
+      const char* family = coordination::AddressFamilyName(theirs);
+      if (p == runtime.process_id() || family == nullptr || coordination::IsLoopbackAddress(theirs) ||
+          std::string(family) == mine) {
+        continue;
+      }
+      return InvalidArgument("process " + std::to_string(runtime.process_id()) + " listens for collectives at " +
+                             mine + " address " + host + ", process " + std::to_string(p) + " at " + family +
+                             " address " + theirs + ": the processes of a job must use one address family (the "
+                             "advertised address or interface setting differs between them)");
+    }
+  }
   std::string prefix = "myplugin/gloo/";
   for (int p : clique) prefix += std::to_string(p) + ",";
   prefix += "/";

@@ -5,6 +5,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "collectives/communicator.h"
@@ -27,6 +28,17 @@ class CommunicatorCache {
   // MYPLUGIN_PEER_EXIT_GRACE_SECONDS, default 5: how long a call may still
   // wait for a process that has finished before the call counts as stuck.
   static double PeerExitGraceSeconds();
+  // MYPLUGIN_STRAGGLER_SECONDS, default 15: how long a process may wait in a
+  // collective or barrier before the job prints a straggler report; 0 is off.
+  // INVALID_ARGUMENT for a value that is not a number of seconds.
+  static StatusOr<double> StragglerSeconds();
+  // MYPLUGIN_TRACE_BUFFER, default kDefaultTraceBuffer: the calls each flight
+  // recorder keeps (at least 16: the watchdog finds calls in flight there).
+  static constexpr size_t kDefaultTraceBuffer = 2000;
+  static StatusOr<size_t> TraceBufferSize();
+  // MYPLUGIN_TRACE_DIR: where flight recorders are written; empty means a
+  // per-job folder under the temp dir.
+  static std::string TraceDir();
 
  private:
   CommunicatorCache() = default;

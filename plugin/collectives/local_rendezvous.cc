@@ -45,7 +45,7 @@ Status LocalRendezvous::Join(const std::vector<int>& clique, int slot, int local
     g.status = st;
     g.done = true;
     cv_.notify_all();
-  } else if (!cv_.wait_until(lock, deadline, [&] { return g.done; })) {
+  } else if (!cv_.wait_until(lock, deadline, [&] { return g.done || g.arrived == local_count; })) {
     std::vector<int> missing;
     for (int s = 0; s < local_count; ++s) {
       if (!g.present[s]) missing.push_back(s);
@@ -54,6 +54,10 @@ Status LocalRendezvous::Join(const std::vector<int>& clique, int slot, int local
                                                " timed out waiting for local device slots " +
                                                ProcessList(missing) + " of this process");
   }
+  // Every local device came: the last one runs the collective, whose own
+  // waits are bounded and whose timeout names the processes that never came
+  // (a deadline here would race it with a vaguer error).
+  cv_.wait(lock, [&] { return g.done; });
   Status st = g.status;
   if (++g.departed == local_count) {
     // Reset in place, never erase: a device may already wait here for the

@@ -7,7 +7,8 @@
 
 #include "common/deadline.h"
 #include "common/log.h"
-#include "coordination/wire.h"
+#include "coordination/limits.h"
+#include "coordination/messages.h"
 
 namespace myplugin::coordination {
 namespace {
@@ -26,40 +27,33 @@ uint64_t NewIncarnation() {
 // On the wire (and in the waits below): saturated, never an overflow.
 uint64_t WireMillis(double seconds) { return static_cast<uint64_t>(SaturatedSeconds(seconds) * 1000); }
 
-// A reply frame: the error it carries, or OK and the reader left after the header.
-Status ReplyStatus(Reader& r, MessageType expected) {
+// A reply frame as the message it should be, or the error it carries.
+template <typename M>
+StatusOr<M> Reply(const StatusOr<std::string>& reply) {
+  if (!reply.ok()) return reply.status();
   MessageType type;
   uint32_t rid;
-  MYPLUGIN_RETURN_IF_ERROR(r.Header(&type, &rid));
+  MYPLUGIN_RETURN_IF_ERROR(msg::PeekType(reply.value(), &type, &rid));
   if (type == MessageType::kError) {
-    uint32_t code;
-    std::string message;
-    MYPLUGIN_RETURN_IF_ERROR(r.U32(&code));
-    MYPLUGIN_RETURN_IF_ERROR(r.Bytes(&message));
-    return Status(static_cast<Code>(code), message);
+    StatusOr<msg::Error> e = msg::Error::Decode(reply.value());
+    if (!e.ok()) return e.status();
+    return e.value().ToStatus();
   }
-  if (type != expected) {
+  if (type != M::kType) {
     return Internal(std::string("coordinator replied ") + MessageTypeName(type) + ", expected " +
-                    MessageTypeName(expected));
+                    MessageTypeName(M::kType));
   }
-  return OkStatus();
+  return M::Decode(reply.value());
 }
 
 // A reply that carries nothing but success or an error.
-Status OkReply(const StatusOr<std::string>& reply) {
-  if (!reply.ok()) return reply.status();
-  Reader r(reply.value());
-  return ReplyStatus(r, MessageType::kOk);
-}
+Status OkReply(const StatusOr<std::string>& reply) { return Reply<msg::Ok>(reply).status(); }
 
 // A reply that carries one value.
 StatusOr<std::string> ValueReply(const StatusOr<std::string>& reply) {
-  if (!reply.ok()) return reply.status();
-  Reader r(reply.value());
-  MYPLUGIN_RETURN_IF_ERROR(ReplyStatus(r, MessageType::kValue));
-  std::string value;
-  MYPLUGIN_RETURN_IF_ERROR(r.Bytes(&value));
-  return value;
+  StatusOr<msg::Value> v = Reply<msg::Value>(reply);
+  if (!v.ok()) return v.status();
+  return std::move(v.value().value);
 }
 
 }  // namespace
@@ -71,10 +65,23 @@ StatusOr<std::unique_ptr<CoordinationClient>> CoordinationClient::Connect(const 
     return InvalidArgument("process id " + std::to_string(options.process_id) + " is out of range for " +
                            std::to_string(options.num_processes) + " processes");
   }
-  StatusOr<Socket> socket = Socket::Connect(hp.value().host, hp.value().port, options.initialization_timeout_s);
-  if (!socket.ok()) return socket.status();
-  std::unique_ptr<CoordinationClient> client(new CoordinationClient(options, socket.take(), NewIncarnation()));
-  MYPLUGIN_RETURN_IF_ERROR(client->Hello());
+  const auto deadline = After(options.initialization_timeout_s);
+  const uint64_t incarnation = NewIncarnation();
+  std::unique_ptr<CoordinationClient> client;
+  for (int backoff_ms = 10;; backoff_ms = std::min(backoff_ms * 2, 500)) {
+    double left = std::chrono::duration<double>(deadline - Clock::now()).count();
+    StatusOr<Socket> socket = Socket::Connect(hp.value().host, hp.value().port, std::max(left, 0.0));
+    if (!socket.ok()) return socket.status();
+    client.reset(new CoordinationClient(options, socket.take(), incarnation));
+    Status st = client->Hello();
+    if (st.ok()) break;
+    // A coordinator at its connection limit (peers that are not members
+    // hold them: a scan, a flood) asks to come back later; its refusal can
+    // also arrive as a reset, when it closed before reading our Hello.
+    bool retry = st.code() == Code::kResourceExhausted || st.code() == Code::kUnavailable;
+    if (!retry || Clock::now() + Millis(backoff_ms / 1000.0) >= deadline) return st;
+    std::this_thread::sleep_for(std::chrono::milliseconds(backoff_ms));
+  }
   client->last_heard_ = Clock::now();
   client->reader_ = std::thread([c = client.get()] { c->ReaderLoop(); });
   client->heartbeat_ = std::thread([c = client.get()] { c->HeartbeatLoop(); });
@@ -98,30 +105,23 @@ void CoordinationClient::StopThreads() {
 }
 
 Status CoordinationClient::Hello() {
-  std::string hello = Writer(MessageType::kHello, 0)
-                          .U32(kMagic)
-                          .U16(kProtocolVersion)
-                          .Bytes(options_.token)
-                          .U32(static_cast<uint32_t>(options_.process_id))
-                          .U64(incarnation_)
-                          .Finish();
-  MYPLUGIN_RETURN_IF_ERROR(socket_.SendAll(hello));
+  msg::Hello hello;
+  hello.token = options_.token;
+  hello.process_id = static_cast<uint32_t>(options_.process_id);
+  hello.incarnation = incarnation_;
+  MYPLUGIN_RETURN_IF_ERROR(socket_.SendAll(hello.Encode()));
   std::string frame;
   Status st = socket_.RecvFrame(&frame, static_cast<int>(std::min<uint64_t>(WireMillis(std::max(10.0, options_.initialization_timeout_s)), INT32_MAX)));
   if (!st.ok()) {
     return Status(st.code(), "no answer from the myplugin coordinator at " + options_.address + ": " + st.message());
   }
-  Reader r(frame);
-  st = ReplyStatus(r, MessageType::kHelloOk);
-  if (!st.ok()) {
-    return Status(st.code(), "the myplugin coordinator at " + options_.address + " refused process " +
-                                 std::to_string(options_.process_id) + ": " + st.message());
+  StatusOr<msg::HelloOk> ok = Reply<msg::HelloOk>(frame);
+  if (!ok.ok()) {
+    return Status(ok.status().code(), "the myplugin coordinator at " + options_.address + " refused process " +
+                                          std::to_string(options_.process_id) + ": " + ok.status().message());
   }
-  uint32_t num_processes;
-  uint64_t interval_ms, timeout_ms;
-  MYPLUGIN_RETURN_IF_ERROR(r.U32(&num_processes));
-  MYPLUGIN_RETURN_IF_ERROR(r.U64(&interval_ms));
-  MYPLUGIN_RETURN_IF_ERROR(r.U64(&timeout_ms));
+  const uint32_t num_processes = ok.value().num_processes;
+  const uint64_t interval_ms = ok.value().heartbeat_interval_ms, timeout_ms = ok.value().heartbeat_timeout_ms;
   if (static_cast<int>(num_processes) != options_.num_processes) {
     return InvalidArgument("this process believes the job has " + std::to_string(options_.num_processes) +
                            " processes, the coordinator at " + options_.address + " was started for " +
@@ -171,74 +171,76 @@ StatusOr<std::string> CoordinationClient::Call(const std::string& what, std::str
 }
 
 StatusOr<std::vector<RegisteredProcess>> CoordinationClient::Register(const std::string& local_topology) {
-  uint32_t rid = NextRequestId();
-  StatusOr<std::string> reply = Call("registration", Writer(MessageType::kRegister, rid)
-                                         .U32(static_cast<uint32_t>(options_.num_processes))
-                                         .U64(incarnation_)
-                                         .Bytes(local_topology)
-                                         .Finish(),
-                                     rid, options_.initialization_timeout_s);
-  if (!reply.ok()) return reply.status();
-  Reader r(reply.value());
-  MYPLUGIN_RETURN_IF_ERROR(ReplyStatus(r, MessageType::kTopology));
-  uint32_t n;
-  MYPLUGIN_RETURN_IF_ERROR(r.U32(&n));
-  std::vector<RegisteredProcess> all(n);
-  for (auto& p : all) {
-    MYPLUGIN_RETURN_IF_ERROR(r.U64(&p.incarnation));
-    MYPLUGIN_RETURN_IF_ERROR(r.Bytes(&p.topology));
-  }
-  MYPLUGIN_RETURN_IF_ERROR(r.End());
-  return all;
+  msg::Register m;
+  m.request_id = NextRequestId();
+  m.num_processes = static_cast<uint32_t>(options_.num_processes);
+  m.incarnation = incarnation_;
+  m.topology = local_topology;
+  StatusOr<msg::Topology> t =
+      Reply<msg::Topology>(Call("registration", m.Encode(), m.request_id, options_.initialization_timeout_s));
+  if (!t.ok()) return t.status();
+  return std::move(t.value().processes);
 }
 
 Status CoordinationClient::KeyValueSet(const std::string& key, const std::string& value) {
-  uint32_t rid = NextRequestId();
-  StatusOr<std::string> reply =
-      Call("key_value_set '" + key + "'", Writer(MessageType::kKeyValueSet, rid).Bytes(key).Bytes(value).Finish(), rid, 0);
-  return OkReply(reply);
+  const std::string what = "key_value_set of " + QuotedKey(key);
+  // Checked here too: a frame over the limit would cost this process its
+  // connection, and the job with it.
+  MYPLUGIN_RETURN_IF_ERROR(CheckKeyValue(what, key, value));
+  msg::KeyValueSet m;
+  m.request_id = NextRequestId();
+  m.key = key;
+  m.value = value;
+  return OkReply(Call(what, m.Encode(), m.request_id, 0));
 }
 
 StatusOr<std::string> CoordinationClient::KeyValueGet(const std::string& key, double timeout_s) {
-  uint32_t rid = NextRequestId();
-  StatusOr<std::string> reply =
-      Call("key_value_get '" + key + "'", Writer(MessageType::kKeyValueGet, rid).Bytes(key).U64(WireMillis(timeout_s)).Finish(), rid, timeout_s);
-  return ValueReply(reply);
+  const std::string what = "key_value_get of " + QuotedKey(key);
+  MYPLUGIN_RETURN_IF_ERROR(CheckKey(what, key));
+  msg::KeyValueGet m;
+  m.request_id = NextRequestId();
+  m.key = key;
+  m.timeout_ms = WireMillis(timeout_s);
+  return ValueReply(Call(what, m.Encode(), m.request_id, timeout_s));
 }
 
 StatusOr<std::string> CoordinationClient::KeyValueTryGet(const std::string& key) {
-  uint32_t rid = NextRequestId();
-  StatusOr<std::string> reply = Call("key_value_try_get '" + key + "'", Writer(MessageType::kKeyValueTryGet, rid).Bytes(key).Finish(), rid, 0);
-  return ValueReply(reply);
+  const std::string what = "key_value_try_get of " + QuotedKey(key);
+  MYPLUGIN_RETURN_IF_ERROR(CheckKey(what, key));
+  msg::KeyValueTryGet m;
+  m.request_id = NextRequestId();
+  m.key = key;
+  return ValueReply(Call(what, m.Encode(), m.request_id, 0));
 }
 
 Status CoordinationClient::KeyValueDelete(const std::string& key) {
-  uint32_t rid = NextRequestId();
-  StatusOr<std::string> reply = Call("key_value_delete '" + key + "'", Writer(MessageType::kKeyValueDelete, rid).Bytes(key).Finish(), rid, 0);
-  return OkReply(reply);
+  const std::string what = "key_value_delete of " + QuotedKey(key);
+  MYPLUGIN_RETURN_IF_ERROR(CheckKey(what, key));
+  msg::KeyValueDelete m;
+  m.request_id = NextRequestId();
+  m.key = key;
+  return OkReply(Call(what, m.Encode(), m.request_id, 0));
 }
 
 StatusOr<std::vector<std::pair<std::string, std::string>>> CoordinationClient::KeyValueList(const std::string& prefix) {
-  uint32_t rid = NextRequestId();
-  StatusOr<std::string> reply = Call("key_value_list '" + prefix + "'", Writer(MessageType::kKeyValueList, rid).Bytes(prefix).Finish(), rid, 0);
-  if (!reply.ok()) return reply.status();
-  Reader r(reply.value());
-  MYPLUGIN_RETURN_IF_ERROR(ReplyStatus(r, MessageType::kEntries));
-  uint32_t n;
-  MYPLUGIN_RETURN_IF_ERROR(r.U32(&n));
-  std::vector<std::pair<std::string, std::string>> entries(n);
-  for (auto& e : entries) {
-    MYPLUGIN_RETURN_IF_ERROR(r.Bytes(&e.first));
-    MYPLUGIN_RETURN_IF_ERROR(r.Bytes(&e.second));
-  }
-  return entries;
+  const std::string what = "key_value_list of prefix " + QuotedKey(prefix);
+  MYPLUGIN_RETURN_IF_ERROR(CheckKey(what, prefix));
+  msg::KeyValueList m;
+  m.request_id = NextRequestId();
+  m.prefix = prefix;
+  StatusOr<msg::Entries> e = Reply<msg::Entries>(Call(what, m.Encode(), m.request_id, 0));
+  if (!e.ok()) return e.status();
+  return std::move(e.value().entries);
 }
 
 Status CoordinationClient::Barrier(const std::string& name, double timeout_s) {
-  uint32_t rid = NextRequestId();
-  StatusOr<std::string> reply =
-      Call("barrier '" + name + "'", Writer(MessageType::kBarrier, rid).Bytes(name).U64(WireMillis(timeout_s)).Finish(), rid, timeout_s);
-  return OkReply(reply);
+  const std::string what = "barrier '" + name + "'";
+  MYPLUGIN_RETURN_IF_ERROR(CheckKey(what, name));
+  msg::Barrier m;
+  m.request_id = NextRequestId();
+  m.name = name;
+  m.timeout_ms = WireMillis(timeout_s);
+  return OkReply(Call(what, m.Encode(), m.request_id, timeout_s));
 }
 
 Status CoordinationClient::Shutdown(double timeout_s) {
@@ -246,9 +248,10 @@ Status CoordinationClient::Shutdown(double timeout_s) {
     std::lock_guard<std::mutex> lock(mu_);
     shutdown_requested_ = true;
   }
-  uint32_t rid = NextRequestId();
-  StatusOr<std::string> reply = Call("the shutdown barrier", Writer(MessageType::kShutdown, rid).U64(WireMillis(timeout_s)).Finish(), rid, timeout_s);
-  Status st = OkReply(reply);
+  msg::Shutdown m;
+  m.request_id = NextRequestId();
+  m.timeout_ms = WireMillis(timeout_s);
+  Status st = OkReply(Call("the shutdown barrier", m.Encode(), m.request_id, timeout_s));
   if (st.ok()) {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -268,7 +271,9 @@ void CoordinationClient::ReportError(const std::string& reason) {
   }
   cv_.notify_all();
   std::lock_guard<std::mutex> lock(write_mu_);
-  socket_.SendAll(Writer(MessageType::kReportError).Bytes(reason).Finish());
+  msg::ReportError m;
+  m.reason = reason.size() > kMaxReasonBytes ? reason.substr(0, kMaxReasonBytes) : reason;
+  socket_.SendAll(m.Encode());
 }
 
 void CoordinationClient::FailThisProcess(const std::string& reason) {
@@ -334,18 +339,18 @@ void CoordinationClient::ReaderLoop() {
       }
       return;
     }
-    Reader r(frame);
     MessageType type;
     uint32_t rid;
-    if (!r.Header(&type, &rid).ok()) continue;
+    if (!msg::PeekType(frame, &type, &rid).ok()) continue;
     {
       std::lock_guard<std::mutex> lock(mu_);
       last_heard_ = Clock::now();
     }
     if (type == MessageType::kHeartbeat) continue;
     if (type == MessageType::kPeerShutdown) {
-      uint32_t pid = 0;
-      if (!r.U32(&pid).ok()) continue;
+      StatusOr<msg::PeerShutdown> note = msg::PeerShutdown::Decode(frame);
+      if (!note.ok()) continue;
+      const uint32_t pid = note.value().process_id;
       std::vector<std::function<void(int)>> callbacks;
       {
         std::lock_guard<std::mutex> lock(mu_);
@@ -356,11 +361,10 @@ void CoordinationClient::ReaderLoop() {
       continue;
     }
     if (type == MessageType::kFailure) {
-      uint32_t pid = 0;
-      std::string reason;
-      r.U32(&pid);
-      r.Bytes(&reason);
-      OnFailure(Status(Code::kAborted, "process " + std::to_string(pid) + " failed: " + reason));
+      StatusOr<msg::Failure> note = msg::Failure::Decode(frame);
+      const std::string who = note.ok() ? "process " + std::to_string(note.value().process_id) : "a process";
+      const std::string reason = note.ok() ? note.value().reason : "(a malformed failure notice)";
+      OnFailure(Status(Code::kAborted, who + " failed: " + reason));
       continue;
     }
     std::lock_guard<std::mutex> lock(mu_);
@@ -374,7 +378,7 @@ void CoordinationClient::ReaderLoop() {
 }
 
 void CoordinationClient::HeartbeatLoop() {
-  const std::string beat = Writer(MessageType::kHeartbeat).Finish();
+  const std::string beat = msg::Heartbeat().Encode();
   std::unique_lock<std::mutex> lock(mu_);
   while (!stopping_ && !shut_down_ && !failure_ && !connection_lost_) {
     cv_.wait_for(lock, Millis(heartbeat_interval_s_));

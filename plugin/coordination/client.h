@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "coordination/messages.h"
 #include "coordination/socket.h"
 
 namespace myplugin::coordination {
@@ -42,11 +43,6 @@ struct ClientOptions {
   // Time between the failure notice and the exit: long enough for a Python
   // exception raised from a pending call to be printed.
   double fate_sharing_grace_s = 2.0;
-};
-
-struct RegisteredProcess {
-  uint64_t incarnation;
-  std::string topology;
 };
 
 class CoordinationClient {
@@ -92,6 +88,9 @@ class CoordinationClient {
   // The job's failure, once known.
   std::optional<Status> failure();
   double heartbeat_timeout_s() const { return heartbeat_timeout_s_; }
+  // This end's address on the connection to the service: an address that
+  // the route to the coordinator leaves from, so peers can usually reach it.
+  std::string local_address() const { return socket_.LocalAddress(); }
 
  private:
   struct Pending {

@@ -11,6 +11,7 @@ std::string EncodeProcessInfo(const ProcessInfo& info) {
                           .U32(static_cast<uint32_t>(info.num_devices))
                           .Bytes(info.device_kind)
                           .U32(static_cast<uint32_t>(info.pid))
+                          .Bytes(info.address)
                           .Finish();
   return frame.substr(4);
 }
@@ -25,6 +26,7 @@ StatusOr<ProcessInfo> DecodeProcessInfo(const std::string& bytes) {
   MYPLUGIN_RETURN_IF_ERROR(r.U32(&n));
   MYPLUGIN_RETURN_IF_ERROR(r.Bytes(&info.device_kind));
   MYPLUGIN_RETURN_IF_ERROR(r.U32(&pid));
+  MYPLUGIN_RETURN_IF_ERROR(r.Bytes(&info.address));
   MYPLUGIN_RETURN_IF_ERROR(r.End());
   info.num_devices = static_cast<int>(n);
   info.pid = static_cast<int>(pid);

@@ -15,6 +15,9 @@ struct ProcessInfo {
   int num_devices = 0;
   std::string device_kind;
   int pid = 0;  // the OS process id, for messages
+  // Where peers reach this process for collectives (a numeric address, or
+  // a host name the user gave).
+  std::string address;
 };
 
 std::string EncodeProcessInfo(const ProcessInfo& info);

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "common/deadline.h"
+#include "coordination/network_address.h"
 
 namespace myplugin::coordination {
 
@@ -54,7 +55,19 @@ Status DistributedRuntime::Initialize(const RuntimeOptions& options) {
   }
   if (!client.ok()) return client.status();
 
-  StatusOr<std::vector<RegisteredProcess>> all = client.value()->Register(EncodeProcessInfo(options.local));
+  ProcessInfo local = options.local;
+  local.address = options.advertise_address;
+  if (local.address.empty() && !options.network_interface.empty()) {
+    StatusOr<std::string> address = InterfaceAddress(options.network_interface, client.value()->local_address());
+    if (!address.ok()) return address.status();
+    local.address = address.take();
+  }
+  if (local.address.empty()) local.address = client.value()->local_address();
+  if (local.address.empty()) {
+    return Status(Code::kUnavailable, "cannot tell the local address of the connection to the coordinator; name "
+                                      "one (or a network interface) for this process's peers");
+  }
+  StatusOr<std::vector<RegisteredProcess>> all = client.value()->Register(EncodeProcessInfo(local));
   if (!all.ok()) return all.status();
   std::vector<ProcessInfo> processes;
   for (size_t i = 0; i < all.value().size(); ++i) {

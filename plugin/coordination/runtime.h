@@ -24,6 +24,11 @@ struct RuntimeOptions {
   std::string token;
   double initialization_timeout_s = 300;
   bool fate_sharing = true;
+  // The address peers reach this process at (local.address): the one given,
+  // else the first address of `network_interface`, else this end of the
+  // connection to the coordinator.
+  std::string advertise_address;
+  std::string network_interface;
   ProcessInfo local;
 };
 

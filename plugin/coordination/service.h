@@ -1,39 +1,31 @@
 // The coordination service: one per job, hosted by process 0, by the
 // myplugin-run launcher, or by the myplugin-coordinator CLI.
 //
-// It registers processes, agrees the global topology, keeps the key-value
-// store, runs barriers, and watches every process through its connection and
-// its heartbeats. The first failure (a connection lost without an orderly
-// shutdown, or heartbeats that stop) is final for the job: every other
-// process is told who failed and why, and every pending call fails with
-// that reason instead of waiting.
+// The network shell around ServiceState (service_state.h), which holds the
+// job's state and answers every message. Here: accepting connections (at
+// most ServiceOptions::max_connections at once; the excess is refused with
+// a clear error), a reader thread per connection, a writer thread and a
+// bounded send queue per member, and a monitor thread for heartbeats and
+// deadlines. The state lock is never held during I/O: a member that stops
+// reading is dropped and declared failed once its queue overflows or it
+// takes no bytes for SendProgressTimeoutSeconds, and nobody else waits.
 #pragma once
 
 #include <atomic>
-#include <chrono>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "common/rate_limited_log.h"
 #include "common/status.h"
+#include "coordination/service_state.h"
 #include "coordination/socket.h"
 
 namespace myplugin::coordination {
-
-struct ServiceOptions {
-  int num_processes = 1;
-  // Every connection must present it. Empty means "no token", which the
-  // callers only allow on a loopback address.
-  std::string token;
-  double heartbeat_timeout_s = 100;
-  double initialization_timeout_s = 300;
-};
 
 class CoordinationService {
  public:
@@ -54,53 +46,22 @@ class CoordinationService {
   int failed_process();
   // True once every process has completed the shutdown barrier.
   bool all_departed();
-
-  static double HeartbeatIntervalSeconds(double heartbeat_timeout_s);
+  // Open connections, and connections refused for the limit so far.
+  int connections();
+  uint64_t refused_connections() const { return refused_; }
 
  private:
   struct Connection;
-  struct Waiter {
-    std::shared_ptr<Connection> conn;
-    uint32_t request_id;
-  };
-  struct Barrier {
-    std::set<int> arrived;
-    std::vector<Waiter> waiters;
-    std::chrono::steady_clock::time_point deadline;
-    double timeout_s = 0;
-  };
-  struct KeyWaiter {
-    Waiter waiter;
-    std::chrono::steady_clock::time_point deadline;
-    double timeout_s = 0;
-  };
-  enum class ProcessState { kAbsent, kConnected, kRegistered, kShuttingDown, kDeparted, kFailed };
-  struct Process {
-    ProcessState state = ProcessState::kAbsent;
-    std::shared_ptr<Connection> conn;
-    uint64_t incarnation = 0;
-    std::string topology;
-    std::chrono::steady_clock::time_point last_heartbeat;
-  };
 
   CoordinationService(Socket listener, int port, const ServiceOptions& options);
   void AcceptLoop();
   void MonitorLoop();
-  void ServeConnection(std::shared_ptr<Connection> conn);
-  Status Handshake(const std::shared_ptr<Connection>& conn);
-  Status Handle(const std::shared_ptr<Connection>& conn, const std::string& frame);
-  void OnDisconnect(const std::shared_ptr<Connection>& conn, const Status& why);
-
-  // All below: mu_ held.
-  void Send(const std::shared_ptr<Connection>& conn, const std::string& frame);
-  void ReplyError(const Waiter& w, const Status& status);
-  void DeclareFailure(int process_id, const std::string& reason);
-  void FailAllWaiters(const Status& status);
-  void ArriveAtBarrier(const std::string& name, int process_id, const Waiter& w, double timeout_s);
-  void CheckBarrier(const std::string& name);
-  void FailBarriersWaitingFor(int process_id, const std::string& why);
-  std::string ProcessList(const std::set<int>& ids) const;
-  std::set<int> Missing(const std::set<int>& present) const;
+  void Reap();
+  void Refuse(Socket socket, const std::string& peer);
+  void ServeConnection(const std::shared_ptr<Connection>& conn);
+  void WriteLoop(const std::shared_ptr<Connection>& conn);
+  // mu_ held: hands the state's frames to the connections' queues.
+  void Deliver(Outbox& out);
 
   const ServiceOptions options_;
   const int port_;
@@ -109,20 +70,17 @@ class CoordinationService {
   RateLimitedLog rejections_{"myplugin coordinator: "};
   RateLimitedLog accept_errors_{"myplugin coordinator: "};
   std::atomic<bool> stopping_{false};
+  std::atomic<uint64_t> refused_{0};
+  // Connections whose threads are done, not yet reaped: the accept loop
+  // scans for them only when there are some.
+  std::atomic<int> finished_{0};
   std::thread accept_thread_;
   std::thread monitor_thread_;
 
-  std::mutex mu_;
-  std::vector<std::shared_ptr<Connection>> connections_;
-  std::vector<Process> processes_;
-  std::chrono::steady_clock::time_point init_deadline_;
-  bool registration_complete_ = false;
-  std::vector<Waiter> registration_waiters_;
-  std::map<std::string, std::string> kv_;
-  std::multimap<std::string, KeyWaiter> key_waiters_;
-  std::map<std::string, Barrier> barriers_;
-  std::optional<Status> failure_;
-  int failed_process_ = -1;
+  std::mutex mu_;  // the state lock: never held during I/O
+  ServiceState state_;
+  ConnectionId next_id_ = 1;
+  std::map<ConnectionId, std::shared_ptr<Connection>> connections_;
 };
 
 }  // namespace myplugin::coordination

@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -71,6 +72,7 @@ Socket& Socket::operator=(Socket&& other) noexcept {
   if (this != &other) {
     if (fd_ >= 0) close(fd_);
     fd_ = other.fd_;
+    send_timeout_ms_ = other.send_timeout_ms_;
     other.fd_ = -1;
   }
   return *this;
@@ -95,6 +97,11 @@ StatusOr<Socket> Socket::Listen(const std::string& bind_host, int port) {
     }
     int one = 1;
     setsockopt(s.fd(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (ai->ai_family == AF_INET6) {
+      // "::" serves IPv4 clients too (dual stack), whatever net.ipv6.bindv6only says.
+      int zero = 0;
+      setsockopt(s.fd(), IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
+    }
     if (bind(s.fd(), ai->ai_addr, ai->ai_addrlen) != 0) {
       last = errno == EADDRINUSE
                  ? Status(Code::kAlreadyExists, "cannot start the myplugin coordinator: address " + where +
@@ -133,8 +140,6 @@ StatusOr<Socket> Socket::Accept(int timeout_ms) {
     return Internal(Errno("accept"));
   }
   SetNoDelay(fd);
-  timeval tv{5, 0};
-  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
   return Socket(fd);
 }
 
@@ -175,8 +180,6 @@ StatusOr<Socket> Socket::Connect(const std::string& host, int port, double timeo
           int flags = fcntl(s.fd(), F_GETFL);
           fcntl(s.fd(), F_SETFL, flags & ~O_NONBLOCK);
           SetNoDelay(s.fd());
-          timeval tv{5, 0};
-          setsockopt(s.fd(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
           freeaddrinfo(res);
           return s;
         }
@@ -192,19 +195,31 @@ StatusOr<Socket> Socket::Connect(const std::string& host, int port, double timeo
 }
 
 Status Socket::SendAll(const std::string& data) {
+  // Non-blocking sends, with poll() between them: the timeout is exactly
+  // "no byte taken for send_timeout_ms_", however long the whole send is.
   size_t sent = 0;
   while (sent < data.size()) {
-    ssize_t n = send(fd_, data.data() + sent, data.size() - sent, MSG_NOSIGNAL);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      if (errno == EAGAIN || errno == EWOULDBLOCK) {
-        return Status(Code::kUnavailable, "peer stopped reading (send timed out)");
-      }
-      return Status(Code::kUnavailable, Errno("send"));
+    ssize_t n = send(fd_, data.data() + sent, data.size() - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n >= 0) {
+      sent += static_cast<size_t>(n);
+      continue;
     }
-    sent += static_cast<size_t>(n);
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN && errno != EWOULDBLOCK) return Status(Code::kUnavailable, Errno("send"));
+    pollfd p{fd_, POLLOUT, 0};
+    int rc = poll(&p, 1, send_timeout_ms_);
+    if (rc == 0) return Status(Code::kDeadlineExceeded, "peer stopped reading (send timed out)");
+    if (rc < 0 && errno != EINTR) return Status(Code::kUnavailable, Errno("poll"));
   }
   return OkStatus();
+}
+
+void Socket::SetSendTimeout(double seconds) {
+  send_timeout_ms_ = static_cast<int>(std::min<int64_t>(Millis(seconds).count(), INT32_MAX));
+}
+
+void Socket::TrySend(const std::string& data) {
+  if (fd_ >= 0) (void)!send(fd_, data.data(), data.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
 }
 
 Status Socket::RecvAll(char* out, size_t n, int timeout_ms) {
@@ -242,6 +257,10 @@ void Socket::ShutdownBoth() {
   if (fd_ >= 0) shutdown(fd_, SHUT_RDWR);
 }
 
+void Socket::ShutdownWrite() {
+  if (fd_ >= 0) shutdown(fd_, SHUT_WR);
+}
+
 std::string Socket::PeerName() const {
   sockaddr_storage addr{};
   socklen_t len = sizeof(addr);
@@ -252,6 +271,17 @@ std::string Socket::PeerName() const {
     return "?";
   }
   return std::string(host) + ":" + serv;
+}
+
+std::string Socket::LocalAddress() const {
+  sockaddr_storage addr{};
+  socklen_t len = sizeof(addr);
+  if (getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return "";
+  char host[NI_MAXHOST];
+  if (getnameinfo(reinterpret_cast<sockaddr*>(&addr), len, host, sizeof(host), nullptr, 0, NI_NUMERICHOST) != 0) {
+    return "";
+  }
+  return host;
 }
 
 }  // namespace myplugin::coordination

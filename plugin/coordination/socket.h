@@ -18,12 +18,14 @@ struct HostPort {
 // "host:port", "[v6]:port". The error names the text.
 StatusOr<HostPort> ParseHostPort(const std::string& address);
 
+inline constexpr double kSendTimeoutS = 5;
+
 class Socket {
  public:
   Socket() = default;
   explicit Socket(int fd) : fd_(fd) {}
   ~Socket();
-  Socket(Socket&& other) noexcept : fd_(other.fd_) { other.fd_ = -1; }
+  Socket(Socket&& other) noexcept : fd_(other.fd_), send_timeout_ms_(other.send_timeout_ms_) { other.fd_ = -1; }
   Socket& operator=(Socket&& other) noexcept;
   Socket(const Socket&) = delete;
   Socket& operator=(const Socket&) = delete;
@@ -42,9 +44,15 @@ class Socket {
   // peer may not be listening yet.
   static StatusOr<Socket> Connect(const std::string& host, int port, double timeout_s);
 
-  // Sends a whole buffer. Writes never block for more than a few seconds on
-  // a peer that stopped reading.
+  // Sends a whole buffer. DEADLINE_EXCEEDED when the peer took no bytes for
+  // the send timeout (a peer that stopped reading).
   Status SendAll(const std::string& data);
+  // How long SendAll may go without the peer taking a byte (kSendTimeoutS
+  // unless set).
+  void SetSendTimeout(double seconds);
+  // Sends what the kernel takes now, never waiting (a last word to a peer
+  // that is being refused).
+  void TrySend(const std::string& data);
   // Reads one frame's payload. timeout_ms < 0 waits forever. UNAVAILABLE on
   // a closed connection, INVALID_ARGUMENT on a malformed length prefix or
   // one above `max_bytes` (refused before any allocation).
@@ -52,11 +60,16 @@ class Socket {
 
   // Wakes any thread blocked in RecvFrame on this socket.
   void ShutdownBoth();
+  // Half-close: the peer reads everything sent so far, then end of stream.
+  void ShutdownWrite();
   std::string PeerName() const;
+  // This end's numeric address ("10.0.0.2", "fd00::2"), empty if unknown.
+  std::string LocalAddress() const;
 
  private:
   Status RecvAll(char* out, size_t n, int timeout_ms);
   int fd_ = -1;
+  int send_timeout_ms_ = static_cast<int>(kSendTimeoutS * 1000);
 };
 
 }  // namespace myplugin::coordination

@@ -4,6 +4,7 @@
 // version and size; jaxlib then calls nothing beyond it.
 #include "pjrt/client.h"
 #include "pjrt/device.h"
+#include "pjrt/entry_point.h"
 #include "pjrt/error.h"
 #include "pjrt/executable.h"
 #include "pjrt/ffi_extension.h"
@@ -23,62 +24,64 @@ PJRT_Api BuildApi() {
 
   InstallPassThroughEntries(api);
 
+  // Every entry goes through MYPLUGIN_ENTRY_POINT (pjrt/entry_point.h) but
+  // these two, which cannot report an error.
   api.PJRT_Error_Destroy = PjrtErrorDestroy;
   api.PJRT_Error_Message = PjrtErrorMessage;
-  api.PJRT_Error_GetCode = PjrtErrorGetCode;
+  api.PJRT_Error_GetCode = MYPLUGIN_ENTRY_POINT(PJRT_Error_GetCode, PjrtErrorGetCode);
 
-  api.PJRT_Client_Create = PjrtClientCreate;
-  api.PJRT_Client_Destroy = PjrtClientDestroy;
-  api.PJRT_Client_PlatformName = PjrtClientPlatformName;
-  api.PJRT_Client_ProcessIndex = PjrtClientProcessIndex;
-  api.PJRT_Client_PlatformVersion = PjrtClientPlatformVersion;
-  api.PJRT_Client_TopologyDescription = PjrtClientTopologyDescription;
-  api.PJRT_Client_Devices = PjrtClientDevices;
-  api.PJRT_Client_AddressableDevices = PjrtClientAddressableDevices;
-  api.PJRT_Client_LookupDevice = PjrtClientLookupDevice;
-  api.PJRT_Client_LookupAddressableDevice = PjrtClientLookupAddressableDevice;
-  api.PJRT_Client_AddressableMemories = PjrtClientAddressableMemories;
-  api.PJRT_Client_UpdateGlobalProcessInfo = PjrtClientUpdateGlobalProcessInfo;
-  api.PJRT_Client_Compile = PjrtClientCompile;
-  api.PJRT_Executable_DeserializeAndLoad = PjrtExecutableDeserializeAndLoad;
+  api.PJRT_Client_Create = MYPLUGIN_ENTRY_POINT(PJRT_Client_Create, PjrtClientCreate);
+  api.PJRT_Client_Destroy = MYPLUGIN_ENTRY_POINT(PJRT_Client_Destroy, PjrtClientDestroy);
+  api.PJRT_Client_PlatformName = MYPLUGIN_ENTRY_POINT(PJRT_Client_PlatformName, PjrtClientPlatformName);
+  api.PJRT_Client_ProcessIndex = MYPLUGIN_ENTRY_POINT(PJRT_Client_ProcessIndex, PjrtClientProcessIndex);
+  api.PJRT_Client_PlatformVersion = MYPLUGIN_ENTRY_POINT(PJRT_Client_PlatformVersion, PjrtClientPlatformVersion);
+  api.PJRT_Client_TopologyDescription = MYPLUGIN_ENTRY_POINT(PJRT_Client_TopologyDescription, PjrtClientTopologyDescription);
+  api.PJRT_Client_Devices = MYPLUGIN_ENTRY_POINT(PJRT_Client_Devices, PjrtClientDevices);
+  api.PJRT_Client_AddressableDevices = MYPLUGIN_ENTRY_POINT(PJRT_Client_AddressableDevices, PjrtClientAddressableDevices);
+  api.PJRT_Client_LookupDevice = MYPLUGIN_ENTRY_POINT(PJRT_Client_LookupDevice, PjrtClientLookupDevice);
+  api.PJRT_Client_LookupAddressableDevice = MYPLUGIN_ENTRY_POINT(PJRT_Client_LookupAddressableDevice, PjrtClientLookupAddressableDevice);
+  api.PJRT_Client_AddressableMemories = MYPLUGIN_ENTRY_POINT(PJRT_Client_AddressableMemories, PjrtClientAddressableMemories);
+  api.PJRT_Client_UpdateGlobalProcessInfo = MYPLUGIN_ENTRY_POINT(PJRT_Client_UpdateGlobalProcessInfo, PjrtClientUpdateGlobalProcessInfo);
+  api.PJRT_Client_Compile = MYPLUGIN_ENTRY_POINT(PJRT_Client_Compile, PjrtClientCompile);
+  api.PJRT_Executable_DeserializeAndLoad = MYPLUGIN_ENTRY_POINT(PJRT_Executable_DeserializeAndLoad, PjrtExecutableDeserializeAndLoad);
 
-  api.PJRT_DeviceDescription_Id = PjrtDeviceDescriptionId;
-  api.PJRT_DeviceDescription_ProcessIndex = PjrtDeviceDescriptionProcessIndex;
-  api.PJRT_DeviceDescription_Attributes = PjrtDeviceDescriptionAttributes;
-  api.PJRT_DeviceDescription_Kind = PjrtDeviceDescriptionKind;
-  api.PJRT_DeviceDescription_DebugString = PjrtDeviceDescriptionDebugString;
-  api.PJRT_DeviceDescription_ToString = PjrtDeviceDescriptionToString;
-  api.PJRT_Device_GetDescription = PjrtDeviceGetDescription;
-  api.PJRT_Device_IsAddressable = PjrtDeviceIsAddressable;
-  api.PJRT_Device_LocalHardwareId = PjrtDeviceLocalHardwareId;
-  api.PJRT_Device_AddressableMemories = PjrtDeviceAddressableMemories;
-  api.PJRT_Device_DefaultMemory = PjrtDeviceDefaultMemory;
-  api.PJRT_Device_MemoryStats = PjrtDeviceMemoryStats;
-  api.PJRT_Memory_Id = PjrtMemoryId;
-  api.PJRT_Memory_Kind = PjrtMemoryKind;
-  api.PJRT_Memory_Kind_Id = PjrtMemoryKindId;
-  api.PJRT_Memory_DebugString = PjrtMemoryDebugString;
-  api.PJRT_Memory_ToString = PjrtMemoryToString;
-  api.PJRT_Memory_AddressableByDevices = PjrtMemoryAddressableByDevices;
+  api.PJRT_DeviceDescription_Id = MYPLUGIN_ENTRY_POINT(PJRT_DeviceDescription_Id, PjrtDeviceDescriptionId);
+  api.PJRT_DeviceDescription_ProcessIndex = MYPLUGIN_ENTRY_POINT(PJRT_DeviceDescription_ProcessIndex, PjrtDeviceDescriptionProcessIndex);
+  api.PJRT_DeviceDescription_Attributes = MYPLUGIN_ENTRY_POINT(PJRT_DeviceDescription_Attributes, PjrtDeviceDescriptionAttributes);
+  api.PJRT_DeviceDescription_Kind = MYPLUGIN_ENTRY_POINT(PJRT_DeviceDescription_Kind, PjrtDeviceDescriptionKind);
+  api.PJRT_DeviceDescription_DebugString = MYPLUGIN_ENTRY_POINT(PJRT_DeviceDescription_DebugString, PjrtDeviceDescriptionDebugString);
+  api.PJRT_DeviceDescription_ToString = MYPLUGIN_ENTRY_POINT(PJRT_DeviceDescription_ToString, PjrtDeviceDescriptionToString);
+  api.PJRT_Device_GetDescription = MYPLUGIN_ENTRY_POINT(PJRT_Device_GetDescription, PjrtDeviceGetDescription);
+  api.PJRT_Device_IsAddressable = MYPLUGIN_ENTRY_POINT(PJRT_Device_IsAddressable, PjrtDeviceIsAddressable);
+  api.PJRT_Device_LocalHardwareId = MYPLUGIN_ENTRY_POINT(PJRT_Device_LocalHardwareId, PjrtDeviceLocalHardwareId);
+  api.PJRT_Device_AddressableMemories = MYPLUGIN_ENTRY_POINT(PJRT_Device_AddressableMemories, PjrtDeviceAddressableMemories);
+  api.PJRT_Device_DefaultMemory = MYPLUGIN_ENTRY_POINT(PJRT_Device_DefaultMemory, PjrtDeviceDefaultMemory);
+  api.PJRT_Device_MemoryStats = MYPLUGIN_ENTRY_POINT(PJRT_Device_MemoryStats, PjrtDeviceMemoryStats);
+  api.PJRT_Memory_Id = MYPLUGIN_ENTRY_POINT(PJRT_Memory_Id, PjrtMemoryId);
+  api.PJRT_Memory_Kind = MYPLUGIN_ENTRY_POINT(PJRT_Memory_Kind, PjrtMemoryKind);
+  api.PJRT_Memory_Kind_Id = MYPLUGIN_ENTRY_POINT(PJRT_Memory_Kind_Id, PjrtMemoryKindId);
+  api.PJRT_Memory_DebugString = MYPLUGIN_ENTRY_POINT(PJRT_Memory_DebugString, PjrtMemoryDebugString);
+  api.PJRT_Memory_ToString = MYPLUGIN_ENTRY_POINT(PJRT_Memory_ToString, PjrtMemoryToString);
+  api.PJRT_Memory_AddressableByDevices = MYPLUGIN_ENTRY_POINT(PJRT_Memory_AddressableByDevices, PjrtMemoryAddressableByDevices);
 
-  api.PJRT_LoadedExecutable_Destroy = PjrtLoadedExecutableDestroy;
-  api.PJRT_LoadedExecutable_GetExecutable = PjrtLoadedExecutableGetExecutable;
-  api.PJRT_LoadedExecutable_AddressableDevices = PjrtLoadedExecutableAddressableDevices;
-  api.PJRT_LoadedExecutable_Delete = PjrtLoadedExecutableDelete;
-  api.PJRT_LoadedExecutable_IsDeleted = PjrtLoadedExecutableIsDeleted;
-  api.PJRT_LoadedExecutable_Execute = PjrtLoadedExecutableExecute;
-  api.PJRT_LoadedExecutable_Fingerprint = PjrtLoadedExecutableFingerprint;
-  api.PJRT_LoadedExecutable_GetDeviceAssignment = PjrtLoadedExecutableGetDeviceAssignment;
+  api.PJRT_LoadedExecutable_Destroy = MYPLUGIN_ENTRY_POINT(PJRT_LoadedExecutable_Destroy, PjrtLoadedExecutableDestroy);
+  api.PJRT_LoadedExecutable_GetExecutable = MYPLUGIN_ENTRY_POINT(PJRT_LoadedExecutable_GetExecutable, PjrtLoadedExecutableGetExecutable);
+  api.PJRT_LoadedExecutable_AddressableDevices = MYPLUGIN_ENTRY_POINT(PJRT_LoadedExecutable_AddressableDevices, PjrtLoadedExecutableAddressableDevices);
+  api.PJRT_LoadedExecutable_Delete = MYPLUGIN_ENTRY_POINT(PJRT_LoadedExecutable_Delete, PjrtLoadedExecutableDelete);
+  api.PJRT_LoadedExecutable_IsDeleted = MYPLUGIN_ENTRY_POINT(PJRT_LoadedExecutable_IsDeleted, PjrtLoadedExecutableIsDeleted);
+  api.PJRT_LoadedExecutable_Execute = MYPLUGIN_ENTRY_POINT(PJRT_LoadedExecutable_Execute, PjrtLoadedExecutableExecute);
+  api.PJRT_LoadedExecutable_Fingerprint = MYPLUGIN_ENTRY_POINT(PJRT_LoadedExecutable_Fingerprint, PjrtLoadedExecutableFingerprint);
+  api.PJRT_LoadedExecutable_GetDeviceAssignment = MYPLUGIN_ENTRY_POINT(PJRT_LoadedExecutable_GetDeviceAssignment, PjrtLoadedExecutableGetDeviceAssignment);
 
-  api.PJRT_TopologyDescription_Create = PjrtTopologyCreate;
-  api.PJRT_TopologyDescription_Destroy = PjrtTopologyDestroy;
-  api.PJRT_TopologyDescription_PlatformName = PjrtTopologyPlatformName;
-  api.PJRT_TopologyDescription_PlatformVersion = PjrtTopologyPlatformVersion;
-  api.PJRT_TopologyDescription_GetDeviceDescriptions = PjrtTopologyGetDeviceDescriptions;
-  api.PJRT_TopologyDescription_Serialize = PjrtTopologySerialize;
-  api.PJRT_TopologyDescription_Deserialize = PjrtTopologyDeserialize;
-  api.PJRT_TopologyDescription_Attributes = PjrtTopologyAttributes;
-  api.PJRT_Compile = PjrtCompileForTopology;
+  api.PJRT_TopologyDescription_Create = MYPLUGIN_ENTRY_POINT(PJRT_TopologyDescription_Create, PjrtTopologyCreate);
+  api.PJRT_TopologyDescription_Destroy = MYPLUGIN_ENTRY_POINT(PJRT_TopologyDescription_Destroy, PjrtTopologyDestroy);
+  api.PJRT_TopologyDescription_PlatformName = MYPLUGIN_ENTRY_POINT(PJRT_TopologyDescription_PlatformName, PjrtTopologyPlatformName);
+  api.PJRT_TopologyDescription_PlatformVersion = MYPLUGIN_ENTRY_POINT(PJRT_TopologyDescription_PlatformVersion, PjrtTopologyPlatformVersion);
+  api.PJRT_TopologyDescription_GetDeviceDescriptions = MYPLUGIN_ENTRY_POINT(PJRT_TopologyDescription_GetDeviceDescriptions, PjrtTopologyGetDeviceDescriptions);
+  api.PJRT_TopologyDescription_Serialize = MYPLUGIN_ENTRY_POINT(PJRT_TopologyDescription_Serialize, PjrtTopologySerialize);
+  api.PJRT_TopologyDescription_Deserialize = MYPLUGIN_ENTRY_POINT(PJRT_TopologyDescription_Deserialize, PjrtTopologyDeserialize);
+  api.PJRT_TopologyDescription_Attributes = MYPLUGIN_ENTRY_POINT(PJRT_TopologyDescription_Attributes, PjrtTopologyAttributes);
+  api.PJRT_Compile = MYPLUGIN_ENTRY_POINT(PJRT_Compile, PjrtCompileForTopology);
   return api;
 }
 

@@ -4,9 +4,11 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "collectives/flight_recorder.h"
 #include "pjrt/client.h"
 #include "pjrt/device_assignment.h"
 #include "pjrt/forwarding.h"
+#include "pjrt/host_callback_targets.h"
 #include "pjrt/serialized_executable.h"
 
 namespace myplugin {
@@ -26,15 +28,9 @@ ExecutableOrigins& Origins() {
   return *origins;
 }
 
-// Custom calls whose attributes name state of this process alone: jax's
-// Python host-callback targets, which jax_plugin serves with callables it
-// keeps (jax_plugin/callbacks.py, TARGETS). A program with one cannot be
-// serialized for another process or a later run.
-constexpr std::string_view kProcessLocalTargets[] = {"xla_ffi_python_cpu_callback", "xla_ffi_python_gpu_callback",
-                                                     "xla_ffi_partitioned_python_cpu_callback",
-                                                     "xla_ffi_partitioned_python_gpu_callback"};
-
-// The target names appear verbatim in StableHLO text and bytecode alike (a
+// A program that calls a Python host callback (host_callback_targets.h)
+// cannot be serialized for another process or a later run. The target names
+// appear verbatim in StableHLO text and bytecode alike (a
 // bytecode keeps its strings in one plain section), and in HLO protos.
 std::string UnserializableReason(const PJRT_Program& program) {
   std::string_view code(program.code, program.code_size);
@@ -330,6 +326,7 @@ PJRT_Error* LoadAcrossProcesses(Client* ours, SerializedExecutable& blob, const 
 }  // namespace
 
 PJRT_Error* PjrtClientCompile(PJRT_Client_Compile_Args* args) {
+  collectives::CompileScope compiling;  // a straggler report tells a compile from Python code
   Client* ours = FromC(args->client);
   const std::string raw(args->compile_options, args->compile_options_size);
   {
@@ -373,8 +370,7 @@ PJRT_Error* PjrtExecutableDeserializeAndLoad(PJRT_Executable_DeserializeAndLoad_
   }
   // jax passes the program's compile options back (global device ids).
   std::string options;
-  if (MYPLUGIN_HAS_FIELD(args, PJRT_Executable_DeserializeAndLoad_Args, overridden_serialized_compile_options) &&
-      args->overridden_serialized_compile_options != nullptr) {
+  if (args->overridden_serialized_compile_options != nullptr) {
     options.assign(args->overridden_serialized_compile_options, args->overridden_serialized_compile_options_size);
   }
   args->loaded_executable = nullptr;
@@ -466,9 +462,7 @@ PJRT_Error* PjrtLoadedExecutableExecute(PJRT_LoadedExecutable_Execute_Args* args
   if (!ours->has_local_part()) {
     // jax launches every program on every process; one with no device here
     // has nothing to run (the processes that own its devices run it).
-    bool on_device = MYPLUGIN_HAS_FIELD(args, PJRT_LoadedExecutable_Execute_Args, execute_device) &&
-                     args->execute_device != nullptr;
-    if (args->num_devices != 0 || on_device) {
+    if (args->num_devices != 0 || args->execute_device != nullptr) {
       return ToPjrtError(InvalidArgument("this program runs only on other processes' devices; it was launched with " +
                                          std::to_string(args->num_devices) + " local device(s)"));
     }
@@ -476,8 +470,7 @@ PJRT_Error* PjrtLoadedExecutableExecute(PJRT_LoadedExecutable_Execute_Args* args
     return nullptr;
   }
   ScopedSwap<PJRT_LoadedExecutable*> exec(args->executable, FromC(args->executable)->engine());
-  if (MYPLUGIN_HAS_FIELD(args, PJRT_LoadedExecutable_Execute_Args, execute_device) &&
-      args->execute_device != nullptr) {
+  if (args->execute_device != nullptr) {
     ScopedSwap<PJRT_Device*> device(args->execute_device, EngineOf(args->execute_device));
     return MYPLUGIN_CALL_ENGINE(PJRT_LoadedExecutable_Execute, args);
   }

@@ -3,6 +3,7 @@
 #include "pjrt/client.h"
 #include "pjrt/cost_analysis.h"
 #include "pjrt/device.h"
+#include "pjrt/entry_point.h"
 #include "pjrt/executable.h"
 
 namespace myplugin {
@@ -58,10 +59,7 @@ PJRT_Error* ClientBufferFromHostBuffer(PJRT_Client_BufferFromHostBuffer_Args* ar
 PJRT_Error* ClientCreateViewOfDeviceBuffer(PJRT_Client_CreateViewOfDeviceBuffer_Args* args) {
   ScopedSwap<PJRT_Client*> client(args->client, EngineClientOf(args));
   ScopedSwap<PJRT_Device*> device(args->device, EngineOf(args->device));
-  if (MYPLUGIN_HAS_FIELD(args, PJRT_Client_CreateViewOfDeviceBuffer_Args, memory)) {
-    ScopedSwap<PJRT_Memory*> memory(args->memory, EngineOf(args->memory));
-    return MYPLUGIN_CALL_ENGINE(PJRT_Client_CreateViewOfDeviceBuffer, args);
-  }
+  ScopedSwap<PJRT_Memory*> memory(args->memory, EngineOf(args->memory));
   return MYPLUGIN_CALL_ENGINE(PJRT_Client_CreateViewOfDeviceBuffer, args);
 }
 
@@ -210,28 +208,28 @@ MYPLUGIN_PASS_THROUGH(PJRT_AsyncHostToDeviceTransferManager_AddMetadata)
 }  // namespace
 
 void InstallPassThroughEntries(PJRT_Api& api) {
-  api.PJRT_Plugin_Initialize = PluginInitialize;
-  api.PJRT_Plugin_Attributes = PluginAttributes;
-  api.PJRT_Event_OnReady = EventOnReady;
-  api.PJRT_Client_BufferFromHostBuffer = ClientBufferFromHostBuffer;
-  api.PJRT_Client_CreateViewOfDeviceBuffer = ClientCreateViewOfDeviceBuffer;
-  api.PJRT_Client_CreateUninitializedBuffer = ClientCreateUninitializedBuffer;
-  api.PJRT_Client_CreateBuffersForAsyncHostToDevice = ClientCreateBuffersForAsyncHostToDevice;
-  api.PJRT_Client_CreateAliasBuffer = ClientCreateAliasBuffer;
-  api.PJRT_Buffer_Device = BufferDevice;
-  api.PJRT_Buffer_Memory = BufferMemory;
-  api.PJRT_Buffer_CopyToDevice = BufferCopyToDevice;
-  api.PJRT_Buffer_CopyToMemory = BufferCopyToMemory;
-  api.PJRT_AsyncHostToDeviceTransferManager_Device = TransferManagerDevice;
-  api.PJRT_Client_DefaultDeviceAssignment = ClientDefaultDeviceAssignment;
-  api.PJRT_Executable_Destroy = ExecutableDestroy;
-  api.PJRT_Executable_GetCostAnalysis = ExecutableGetCostAnalysis;
+  api.PJRT_Plugin_Initialize = MYPLUGIN_ENTRY_POINT(PJRT_Plugin_Initialize, PluginInitialize);
+  api.PJRT_Plugin_Attributes = MYPLUGIN_ENTRY_POINT(PJRT_Plugin_Attributes, PluginAttributes);
+  api.PJRT_Event_OnReady = MYPLUGIN_ENTRY_POINT(PJRT_Event_OnReady, EventOnReady);
+  api.PJRT_Client_BufferFromHostBuffer = MYPLUGIN_ENTRY_POINT(PJRT_Client_BufferFromHostBuffer, ClientBufferFromHostBuffer);
+  api.PJRT_Client_CreateViewOfDeviceBuffer = MYPLUGIN_ENTRY_POINT(PJRT_Client_CreateViewOfDeviceBuffer, ClientCreateViewOfDeviceBuffer);
+  api.PJRT_Client_CreateUninitializedBuffer = MYPLUGIN_ENTRY_POINT(PJRT_Client_CreateUninitializedBuffer, ClientCreateUninitializedBuffer);
+  api.PJRT_Client_CreateBuffersForAsyncHostToDevice = MYPLUGIN_ENTRY_POINT(PJRT_Client_CreateBuffersForAsyncHostToDevice, ClientCreateBuffersForAsyncHostToDevice);
+  api.PJRT_Client_CreateAliasBuffer = MYPLUGIN_ENTRY_POINT(PJRT_Client_CreateAliasBuffer, ClientCreateAliasBuffer);
+  api.PJRT_Buffer_Device = MYPLUGIN_ENTRY_POINT(PJRT_Buffer_Device, BufferDevice);
+  api.PJRT_Buffer_Memory = MYPLUGIN_ENTRY_POINT(PJRT_Buffer_Memory, BufferMemory);
+  api.PJRT_Buffer_CopyToDevice = MYPLUGIN_ENTRY_POINT(PJRT_Buffer_CopyToDevice, BufferCopyToDevice);
+  api.PJRT_Buffer_CopyToMemory = MYPLUGIN_ENTRY_POINT(PJRT_Buffer_CopyToMemory, BufferCopyToMemory);
+  api.PJRT_AsyncHostToDeviceTransferManager_Device = MYPLUGIN_ENTRY_POINT(PJRT_AsyncHostToDeviceTransferManager_Device, TransferManagerDevice);
+  api.PJRT_Client_DefaultDeviceAssignment = MYPLUGIN_ENTRY_POINT(PJRT_Client_DefaultDeviceAssignment, ClientDefaultDeviceAssignment);
+  api.PJRT_Executable_Destroy = MYPLUGIN_ENTRY_POINT(PJRT_Executable_Destroy, ExecutableDestroy);
+  api.PJRT_Executable_GetCostAnalysis = MYPLUGIN_ENTRY_POINT(PJRT_Executable_GetCostAnalysis, ExecutableGetCostAnalysis);
   // Serialized executables are ours (pjrt/executable.h): the engine's bytes
   // in an envelope that names the build and, for multi-process programs,
   // their local and global parts.
-  api.PJRT_Executable_Serialize = PjrtExecutableSerialize;
+  api.PJRT_Executable_Serialize = MYPLUGIN_ENTRY_POINT(PJRT_Executable_Serialize, PjrtExecutableSerialize);
 
-#define MYPLUGIN_INSTALL(name) api.name = Forward_##name
+#define MYPLUGIN_INSTALL(name) api.name = MYPLUGIN_ENTRY_POINT(name, Forward_##name)
   MYPLUGIN_INSTALL(PJRT_Client_DmaMap);
   MYPLUGIN_INSTALL(PJRT_Client_DmaUnmap);
   MYPLUGIN_INSTALL(PJRT_Client_FulfillAliasBuffer);

@@ -5,7 +5,6 @@
 // reused, not copied, so fields from headers newer than ours survive.
 #pragma once
 
-#include <cstddef>
 #include <string>
 
 #include "pjrt/engine_instance.h"
@@ -37,11 +36,6 @@ class ScopedSwap {
   T& field_;
   T saved_;
 };
-
-// True when the caller's struct is large enough to hold `field`: callers
-// built against older headers pass smaller structs.
-#define MYPLUGIN_HAS_FIELD(args, type, field) \
-  ((args)->struct_size >= offsetof(type, field) + sizeof(((type*)nullptr)->field))
 
 // Fills in every PJRT_Api entry that is a plain pass-through to the engine.
 void InstallPassThroughEntries(PJRT_Api& api);

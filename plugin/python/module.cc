@@ -20,6 +20,8 @@
 #include "collectives/communicator_cache.h"
 #include "collectives/device_collectives.h"
 #include "collectives/ffi_handlers.h"
+#include "collectives/flight_recorder.h"
+#include "collectives/straggler_watch.h"
 #ifdef MYPLUGIN_HAVE_NCCL
 #include "collectives/nccl_ffi_handlers.h"
 #endif
@@ -32,6 +34,7 @@
 
 #include "pjrt/ffi_extension.h"
 #include "python/host_callback.h"
+#include "pjrt/host_callback_targets.h"
 #include "spmd/cost_analysis_hook.h"
 #include "spmd/program_hooks.h"
 #include "pjrt_c_api.h"
@@ -243,17 +246,21 @@ void BindCoordination(nb::module_& m) {
       .def_static(
           "start",
           [](const std::string& bind_host, int port, int num_processes, const std::string& token,
-             double heartbeat_timeout, double initialization_timeout) {
+             double heartbeat_timeout, double initialization_timeout, int max_connections) {
             coord::ServiceOptions o;
             o.num_processes = num_processes;
             o.token = token;
             o.heartbeat_timeout_s = heartbeat_timeout;
             o.initialization_timeout_s = initialization_timeout;
+            o.max_connections = max_connections;
             return ValueOrThrow(coord::CoordinationService::Start(bind_host, port, o));
           },
           nb::arg("bind_host"), nb::arg("port"), nb::arg("num_processes"), nb::arg("token"),
-          nb::arg("heartbeat_timeout"), nb::arg("initialization_timeout"))
+          nb::arg("heartbeat_timeout"), nb::arg("initialization_timeout"),
+          nb::arg("max_connections") = coord::kDefaultMaxConnections)
       .def_prop_ro("port", &coord::CoordinationService::port)
+      .def("connections", &coord::CoordinationService::connections)
+      .def("refused_connections", &coord::CoordinationService::refused_connections)
       .def("stop", &coord::CoordinationService::Stop, nb::call_guard<nb::gil_scoped_release>())
       .def("failure",
            [](coord::CoordinationService& s) -> std::optional<std::string> {
@@ -274,7 +281,8 @@ void BindCoordination(nb::module_& m) {
       [](std::vector<std::string> addresses, int num_processes, int process_id, const std::string& token,
          double initialization_timeout, bool fate_sharing, const std::string& hostname,
          int num_devices,
-         const std::string& device_kind, int os_pid) {
+         const std::string& device_kind, int os_pid, const std::string& advertise_address,
+         const std::string& network_interface) {
         coord::RuntimeOptions o;
         o.coordinator_addresses = std::move(addresses);
         o.num_processes = num_processes;
@@ -286,6 +294,8 @@ void BindCoordination(nb::module_& m) {
         o.local.num_devices = num_devices;
         o.local.device_kind = device_kind;
         o.local.pid = os_pid;
+        o.advertise_address = advertise_address;
+        o.network_interface = network_interface;
         myplugin::Status st;
         {
           nb::gil_scoped_release release;
@@ -295,12 +305,15 @@ void BindCoordination(nb::module_& m) {
       },
       nb::arg("addresses"), nb::arg("num_processes"), nb::arg("process_id"), nb::arg("token"),
       nb::arg("initialization_timeout"), nb::arg("fate_sharing"), nb::arg("hostname"), nb::arg("num_devices"),
-      nb::arg("device_kind"), nb::arg("os_pid"));
+      nb::arg("device_kind"), nb::arg("os_pid"), nb::arg("advertise_address") = "",
+      nb::arg("network_interface") = "");
   m.def("distributed_shutdown", [](double timeout) {
     myplugin::Status st;
     {
       nb::gil_scoped_release release;
+      myplugin::collectives::RecordedBarrier recorded("the shutdown barrier");
       st = coord::DistributedRuntime::Get().Shutdown(timeout);
+      if (!st.ok()) recorded.Fail(st.message());
     }
     ThrowIfError(st);
   });
@@ -315,6 +328,7 @@ void BindCoordination(nb::module_& m) {
       d["num_devices"] = p.num_devices;
       d["device_kind"] = p.device_kind;
       d["pid"] = p.pid;
+      d["address"] = p.address;
       out.append(d);
     }
     return out;
@@ -384,9 +398,25 @@ void BindCoordination(nb::module_& m) {
     myplugin::Status st;
     {
       nb::gil_scoped_release release;
+      myplugin::collectives::RecordedBarrier recorded(name);
       st = c->Barrier(name, timeout);
+      if (!st.ok()) recorded.Fail(st.message());
     }
     ThrowIfError(st);
+  });
+  m.def("straggler_watch_start", [](int stack_signal, int stack_fd, int os_pid, const std::string& host) {
+    myplugin::collectives::WatchOptions o{stack_signal, stack_fd, os_pid, host};
+    myplugin::Status st;
+    {
+      nb::gil_scoped_release release;
+      st = myplugin::collectives::StartWatch(o);
+    }
+    ThrowIfError(st);
+  }, nb::arg("stack_signal"), nb::arg("stack_fd"), nb::arg("os_pid"), nb::arg("host"));
+  m.def("straggler_settings_check", [] { ThrowIfError(myplugin::collectives::CheckWatchSettings()); });
+  m.def("flight_recorder_dump", [](const std::string& reason) {
+    nb::gil_scoped_release release;
+    return myplugin::collectives::DumpFlightRecorder(reason);
   });
   m.def("report_error", [](const std::string& reason) {
     auto client = coord::DistributedRuntime::Get().client();
@@ -397,6 +427,22 @@ void BindCoordination(nb::module_& m) {
   BindCollectives(m);
   m.attr("FATE_SHARING_EXIT_CODE") = coord::kFateSharingExitCode;
   m.attr("PROTOCOL_VERSION") = coord::kProtocolVersion;
+  {
+    nb::dict limits;
+    limits["max_frame_bytes"] = coord::kMaxFrameBytes;
+    limits["max_hello_bytes"] = coord::kMaxHelloBytes;
+    limits["max_key_bytes"] = coord::kMaxKeyBytes;
+    limits["max_value_bytes"] = coord::kMaxValueBytes;
+    limits["max_store_bytes"] = coord::kMaxStoreBytes;
+    limits["max_waiting"] = coord::kMaxWaiting;
+    limits["max_topology_bytes"] = coord::kMaxTopologyBytes;
+    limits["max_send_queue_bytes"] = coord::kMaxSendQueueBytes;
+    limits["default_max_connections"] = coord::kDefaultMaxConnections;
+    m.attr("COORDINATION_LIMITS") = limits;
+  }
+  m.def("coordination_send_progress_timeout", &coord::ServiceState::SendProgressTimeoutSeconds,
+        nb::arg("heartbeat_timeout"),
+        "Seconds a member may take no bytes from the service before it is declared failed.");
 }
 
 // The multi-process compile's Python steps (jax_plugin/spmd/compile_hooks.py),
@@ -459,6 +505,12 @@ void BindHostCallbacks(nb::module_& m) {
   m.def("set_host_callback_dispatcher", [](nb::callable fn) {
     myplugin::python::SetHostCallbackDispatcher(fn.ptr());
   }, nb::arg("dispatcher"), "Installs the Python function that runs every host callback (by id).");
+  m.def("host_callback_targets", [] {
+    nb::dict names;
+    names["cpu"] = std::string(myplugin::kHostCallbackTarget);
+    names["cuda"] = std::string(myplugin::kCudaHostCallbackTarget);
+    return names;
+  }, "The custom-call target names of Python host callbacks, by engine kind (jax's own names).");
   m.def("host_callback_target", [] { return nb::capsule(myplugin::python::HostCallbackHandler()); },
         "The host engine's XLA FFI handler of Python host callbacks.");
   m.def("cuda_host_callback_target", [](const std::string& cudart_path) -> std::optional<nb::capsule> {

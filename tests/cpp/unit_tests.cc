@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "coordination/network_address.h"
 #include "coordination/process_info.h"
 #include "coordination/socket.h"
 #include "coordination/wire.h"
@@ -23,6 +24,8 @@ using myplugin::StatusOr;
 bool RunNcclTests();
 // Defined in serialized_executable_tests.cc.
 void RunSerializedExecutableTests();
+void RunCoordinationTests();
+void RunFlightRecorderTests();
 
 namespace {
 
@@ -155,10 +158,27 @@ void TestProcessInfo() {
   info.num_devices = 4;
   info.device_kind = "cpu";
   info.pid = 4321;
+  info.address = "fd00::7";
   auto back = wire::DecodeProcessInfo(wire::EncodeProcessInfo(info));
   CHECK(back.ok());
   CHECK(back.value().hostname == "node-7" && back.value().num_devices == 4 && back.value().pid == 4321);
+  CHECK(back.value().address == "fd00::7");
   CHECK(!wire::DecodeProcessInfo("garbage").ok());
+}
+
+void TestNetworkAddress() {
+  namespace c = myplugin::coordination;
+  CHECK(c::IsLoopbackAddress("127.0.1.1") && c::IsLoopbackAddress("::1") && c::IsLoopbackAddress("::ffff:127.0.0.1"));
+  CHECK(!c::IsLoopbackAddress("10.0.0.1") && !c::IsLoopbackAddress("fd00::1") && !c::IsLoopbackAddress("node-1"));
+  CHECK(std::strcmp(c::AddressFamilyName("10.0.0.1"), "IPv4") == 0);
+  CHECK(std::strcmp(c::AddressFamilyName("fe80::1%eth0"), "IPv6") == 0);
+  CHECK(c::AddressFamilyName("node-1") == nullptr);
+  auto lo = c::InterfaceAddress("lo", "127.0.0.1");
+  CHECK(lo.ok() && lo.value() == "127.0.0.1");
+  auto none = c::InterfaceAddress("nosuch0", "");
+  CHECK(!none.ok() && none.status().message().find("does not exist") != std::string::npos);
+  auto toward = c::SourceAddressToward("127.0.0.1");
+  CHECK(toward.ok() && c::IsLoopbackAddress(toward.value()));
 }
 
 void TestHostPort() {
@@ -181,7 +201,10 @@ int main() {
   TestWireRejectsMalformed();
   TestProcessInfo();
   TestHostPort();
+  TestNetworkAddress();
   RunSerializedExecutableTests();
+  RunCoordinationTests();
+  RunFlightRecorderTests();
   bool nccl = RunNcclTests();
   std::printf("NCCL backend tests: %s\n", nccl ? "ran" : "not built (no NCCL headers)");
   std::printf("%d passed, %d failed\n", unit::passes, unit::failures);

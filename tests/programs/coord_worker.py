@@ -112,6 +112,76 @@ elif scenario == "finish_early":
       result(event="barrier_error", error=str(e))
       sys.exit(5)
 
+elif scenario == "slow_reader":
+  # The last process waits for large values and is stopped (SIGSTOP) by the
+  # test; once the flag file exists, process 0 sets them and the others
+  # time their own calls while the service holds the values for the stopped
+  # reader. 3 x 30 MiB: more than the kernel's socket buffers take (the
+  # receive buffer alone may grow to 32 MiB), so the service's writer stalls.
+  import threading
+  flag = arg
+  victim = n - 1
+  if pid == victim:
+    for i in range(3):
+      threading.Thread(target=distributed.key_value_get, args=(f"big/{i}", 600), daemon=True).start()
+    time.sleep(0.5)
+    result(event="waiting")
+    time.sleep(600)
+  while not os.path.exists(flag):
+    time.sleep(0.01)
+  began = time.monotonic()
+  if pid == 0:
+    for i in range(3):
+      distributed.key_value_set(f"big/{i}", b"x" * (30 << 20))
+  latencies = []
+  error = None
+  start = time.monotonic()
+  try:
+    i = 0
+    while time.monotonic() - start < 20:
+      t = time.monotonic()
+      distributed.key_value_set(f"small/{pid}/{i}", b"v")
+      distributed.key_value_get(f"small/{pid}/{i}", timeout=10)
+      latencies.append(time.monotonic() - t)
+      i += 1
+      time.sleep(0.02)
+  except RuntimeError as e:
+    error = str(e)
+  result(event="latencies", max=max(latencies) if latencies else None, count=len(latencies),
+         error=error, seconds=time.monotonic() - began)
+  time.sleep(30)  # fate-sharing ends the process
+
+elif scenario == "kv_limits":
+  # Each limit gives the caller a clear error, and the job goes on.
+  errors = {}
+  def attempt(name, fn):
+    try:
+      fn()
+      errors[name] = None
+    except RuntimeError as e:
+      errors[name] = str(e)
+  mib = 1 << 20
+  attempt("value", lambda: distributed.key_value_set("k", b"x" * (80 * mib)))
+  attempt("key", lambda: distributed.key_value_set("k" * 5000, b"v"))
+  for i in range(3):
+    distributed.key_value_set(f"big/{i}", b"x" * (30 * mib))
+  attempt("list", lambda: distributed.key_value_list("big/"))
+  one = distributed.key_value_list("big/1")
+  stored = 3
+  try:
+    for i in range(3, 20):
+      distributed.key_value_set(f"big/{i}", b"x" * (30 * mib))
+      stored += 1
+    errors["store"] = None
+  except RuntimeError as e:
+    errors["store"] = str(e)
+  distributed.key_value_set("after", "still works")
+  after = distributed.key_value_get("after", timeout=10).decode()
+  distributed.barrier("end", timeout=30)
+  result(event="kv_limits", errors=errors, listed_one=[k.decode() for k, _ in one], stored=stored, after=after)
+  distributed.shutdown()
+  result(event="shutdown")
+
 elif scenario == "never_start":
   result(event="unexpected")
 

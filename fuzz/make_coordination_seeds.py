@@ -1,0 +1,116 @@
+"""Writes the seed corpora of the coordination fuzz targets:
+fuzz/corpus/coordination_messages_fuzzer/ (one encoded message payload per
+file, every message type) and fuzz/corpus/coordination_service_fuzzer/ (event
+scripts in the format coordination_service_fuzzer.cc reads: a job that says
+Hello, registers, uses the store and barriers, and fails or shuts down).
+
+The encoding below is the one of plugin/coordination/wire.h and messages.h;
+tests/cpp/coordination_tests.cc checks the C++ side of it.
+
+  python fuzz/make_coordination_seeds.py
+"""
+import os
+import struct
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+MAGIC = 0x4D59504C
+TYPES = dict(Hello=1, HelloOk=2, Error=3, Ok=4, Register=5, Topology=6, KeyValueSet=7, KeyValueGet=8,
+             KeyValueTryGet=9, KeyValueDelete=10, KeyValueList=11, Value=12, Entries=13, Barrier=14,
+             Shutdown=15, Heartbeat=16, Failure=17, ReportError=18, PeerShutdown=19)
+
+
+def b(s: bytes) -> bytes:
+  return struct.pack("<I", len(s)) + s
+
+
+def payload(kind: str, rid: int, fields: bytes = b"") -> bytes:
+  return struct.pack("<BI", TYPES[kind], rid) + fields
+
+
+MESSAGES = {
+    "hello": payload("Hello", 0, struct.pack("<IH", MAGIC, 1) + b(b"tok") + struct.pack("<IQ", 1, 42)),
+    "hello_ok": payload("HelloOk", 0, struct.pack("<IQQ", 3, 100, 1000)),
+    "error": payload("Error", 4, struct.pack("<I", 5) + b(b"key 'k' is not set")),
+    "ok": payload("Ok", 3),
+    "register": payload("Register", 1, struct.pack("<IQ", 3, 42) + b(b"host|4|cpu|123")),
+    "topology": payload("Topology", 1, struct.pack("<I", 2) + struct.pack("<Q", 1) + b(b"a") +
+                        struct.pack("<Q", 2) + b(b"b")),
+    "kv_set": payload("KeyValueSet", 2, b(b"gloo/0") + b(b"\x00\x01addr")),
+    "kv_get": payload("KeyValueGet", 3, b(b"gloo/0") + struct.pack("<Q", 5000)),
+    "kv_try_get": payload("KeyValueTryGet", 4, b(b"k")),
+    "kv_delete": payload("KeyValueDelete", 5, b(b"k")),
+    "kv_list": payload("KeyValueList", 6, b(b"gloo/")),
+    "value": payload("Value", 3, b(b"v")),
+    "entries": payload("Entries", 6, struct.pack("<I", 2) + b(b"a") + b(b"1") + b(b"b") + b(b"")),
+    "barrier": payload("Barrier", 7, b(b"sync") + struct.pack("<Q", 10000)),
+    "shutdown": payload("Shutdown", 8, struct.pack("<Q", 10000)),
+    "heartbeat": payload("Heartbeat", 0),
+    "failure": payload("Failure", 0, struct.pack("<I", 2) + b(b"lost its connection")),
+    "report_error": payload("ReportError", 0, b(b"Traceback ...")),
+    "peer_shutdown": payload("PeerShutdown", 0, struct.pack("<I", 1)),
+}
+
+
+# Events of the service fuzzer: op byte = kind (low 3 bits) | connection << 4.
+def hello(conn, pid, wrong_token=False):
+  return bytes([0 | conn << 4, pid | (0x80 if wrong_token else 0)])
+
+
+def request(conn, kind, rid, rest=b""):
+  return bytes([2 | conn << 4, kind, rid]) + rest
+
+
+def key(i):  # index into the fuzzer's key alphabet
+  return bytes([i])
+
+
+def kv_set(conn, rid, k, n):
+  return request(conn, 0, rid, key(k) + struct.pack("<H", n))
+
+
+def kv_get(conn, rid, k, ms):
+  return request(conn, 1, rid, key(k) + struct.pack("<H", ms))
+
+
+def barrier(conn, rid, k, ms):
+  return request(conn, 5, rid, key(k) + struct.pack("<H", ms))
+
+
+def register(conn, rid):
+  return request(conn, 6, rid, bytes([3, 4]) + b"topo")
+
+
+def shutdown(conn, rid):
+  return request(conn, 7, rid, struct.pack("<H", 5000))
+
+
+def tick(tenths):
+  return bytes([5]) + struct.pack("<H", tenths)
+
+
+JOB = hello(0, 0) + hello(1, 1) + hello(2, 2) + register(0, 1) + register(1, 1) + register(2, 1)
+SCRIPTS = {
+    "register": JOB,
+    "kv": JOB + kv_get(1, 2, 0, 5000) + kv_set(0, 2, 0, 16) + request(2, 4, 3, key(2)) +
+          request(1, 3, 4, key(0)) + request(2, 2, 5, key(0)),
+    "barrier": JOB + barrier(0, 2, 1, 1000) + barrier(1, 2, 1, 1000) + barrier(2, 2, 1, 1000),
+    "barrier_timeout": JOB + barrier(0, 2, 1, 1000) + tick(20),
+    "shutdown": JOB + shutdown(0, 9) + shutdown(1, 9) + shutdown(2, 9),
+    "strangers": hello(0, 0, wrong_token=True) + hello(1, 3) + hello(2, 1) + hello(3, 1) +
+                 bytes([1 | 3 << 4, 4]) + b"\xff\xff\xff\xff",
+    "failure": JOB + barrier(1, 2, 1, 1000) + bytes([3 | 0 << 4]) + kv_set(1, 3, 1, 4),
+    "stopped_reader": JOB + kv_get(2, 2, 0, 5000) + bytes([4 | 2 << 4]) + kv_set(0, 3, 0, 4),
+    "heartbeat_timeout": JOB + bytes([6 | 0 << 4, 6 | 1 << 4]) + tick(150),
+}
+
+
+def write(directory, items):
+  os.makedirs(directory, exist_ok=True)
+  for name, data in items.items():
+    with open(os.path.join(directory, name), "wb") as f:
+      f.write(data)
+
+
+if __name__ == "__main__":
+  write(os.path.join(HERE, "corpus", "coordination_messages_fuzzer"), MESSAGES)
+  write(os.path.join(HERE, "corpus", "coordination_service_fuzzer"), SCRIPTS)

@@ -1,0 +1,296 @@
+#include "collectives/flight_recorder.h"
+
+#include <time.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "collectives/communicator_cache.h"
+#include "collectives/straggler_watch.h"
+
+namespace myplugin::collectives {
+namespace {
+
+constexpr size_t kNameWords = CallRecord::kNameBytes / 8;
+
+std::atomic<int> compiles_in_progress{0};
+
+std::string JsonString(const std::string& s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\u%04x", c);
+      out += buf;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out + "\"";
+}
+
+std::string JsonSeconds(int64_t monotonic_ns, int64_t offset_ns) {
+  if (monotonic_ns == 0) return "null";
+  char buf[40];
+  std::snprintf(buf, sizeof(buf), "%.6f", static_cast<double>(monotonic_ns + offset_ns) / 1e9);
+  return buf;
+}
+
+}  // namespace
+
+// Every field is a relaxed atomic: the writer never waits, and a reader
+// (the watchdog, a dump) checks `version` around its copy, seqlock style:
+// odd while the slot is being filled, 2 * id once it holds call `id`.
+struct FlightRecorder::Slot {
+  std::atomic<uint64_t> version{0};
+  std::atomic<uint64_t> sig_words[5] = {};  // op/reduction/dtype, count, clique hash, sequence, extra
+  std::atomic<uint8_t> state{0};
+  std::atomic<int32_t> num_processes{0};
+  std::atomic<int32_t> processes[CallRecord::kListedProcesses] = {};
+  std::atomic<uint64_t> name[kNameWords] = {};
+  std::atomic<int64_t> start_ns{0}, match_ns{0}, end_ns{0};
+};
+
+const char* Name(CallState state) {
+  switch (state) {
+    case CallState::kIssued: return "issued";
+    case CallState::kMatched: return "matched";
+    case CallState::kDone: return "done";
+    case CallState::kFailed: return "failed";
+  }
+  return "?";
+}
+
+std::vector<int> CallRecord::Processes() const {
+  return std::vector<int>(processes, processes + std::min(num_processes, kListedProcesses));
+}
+
+std::string CallRecord::Describe() const {
+  if (name[0] != '\0') return std::string("barrier '") + std::string(name, strnlen(name, kNameBytes)) + "'";
+  std::string s = signature.Describe() + " on processes [";
+  for (int i = 0; i < std::min(num_processes, kListedProcesses); ++i) s += (i ? ", " : "") + std::to_string(processes[i]);
+  if (num_processes > kListedProcesses) s += ", … (" + std::to_string(num_processes) + " in all)";
+  return s + "]";
+}
+
+int64_t MonotonicNanos() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+int64_t WallMinusMonotonicNanos() {
+  timespec wall;
+  clock_gettime(CLOCK_REALTIME, &wall);
+  return static_cast<int64_t>(wall.tv_sec) * 1000000000 + wall.tv_nsec - MonotonicNanos();
+}
+
+FlightRecorder& FlightRecorder::Get() {
+  // Leaked on purpose: threads may record during static destruction.
+  // A bad MYPLUGIN_TRACE_BUFFER is refused by StartWatch, at initialization.
+  static FlightRecorder* recorder = new FlightRecorder(
+      CommunicatorCache::TraceBufferSize().ok() ? CommunicatorCache::TraceBufferSize().value()
+                                                : CommunicatorCache::kDefaultTraceBuffer);
+  return *recorder;
+}
+
+FlightRecorder::FlightRecorder(size_t capacity) : capacity_(std::max<size_t>(capacity, 1)), slots_(new Slot[capacity_]) {}
+
+FlightRecorder::~FlightRecorder() = default;
+
+uint64_t FlightRecorder::Begin(const Signature& sig, const std::vector<int>& processes, const char* name) {
+  const uint64_t id = next_.fetch_add(1, std::memory_order_relaxed) + 1;
+  Slot& s = slots_[id % capacity_];
+  s.version.store(2 * id - 1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+  s.sig_words[0].store(static_cast<uint64_t>(sig.op) | static_cast<uint64_t>(sig.reduction) << 8 |
+                           static_cast<uint64_t>(sig.dtype) << 16,
+                       std::memory_order_relaxed);
+  s.sig_words[1].store(sig.count, std::memory_order_relaxed);
+  s.sig_words[2].store(sig.clique_hash, std::memory_order_relaxed);
+  s.sig_words[3].store(sig.sequence, std::memory_order_relaxed);
+  s.sig_words[4].store(sig.extra, std::memory_order_relaxed);
+  const size_t n = processes.size();
+  s.num_processes.store(static_cast<int32_t>(n), std::memory_order_relaxed);
+  for (size_t i = 0; i < n && i < CallRecord::kListedProcesses; ++i) {
+    s.processes[i].store(processes[i], std::memory_order_relaxed);
+  }
+  for (size_t w = 0; w < kNameWords; ++w) {
+    uint64_t word = 0;
+    if (name != nullptr) {
+      // Copies up to the terminating zero, which the reader relies on.
+      char bytes[8] = {};
+      for (size_t b = 0; b < 8 && w * 8 + b < CallRecord::kNameBytes - 1; ++b) {
+        bytes[b] = name[w * 8 + b];
+        if (bytes[b] == '\0') {
+          name = nullptr;
+          break;
+        }
+      }
+      std::memcpy(&word, bytes, 8);
+    }
+    s.name[w].store(word, std::memory_order_relaxed);
+  }
+  s.start_ns.store(MonotonicNanos(), std::memory_order_relaxed);
+  s.match_ns.store(0, std::memory_order_relaxed);
+  s.end_ns.store(0, std::memory_order_relaxed);
+  s.state.store(static_cast<uint8_t>(CallState::kIssued), std::memory_order_relaxed);
+  s.version.store(2 * id, std::memory_order_release);
+  return id;
+}
+
+void FlightRecorder::Matched(uint64_t id) {
+  if (id == 0) return;  // never recorded
+  Slot& s = slots_[id % capacity_];
+  if (s.version.load(std::memory_order_relaxed) != 2 * id) return;  // overwritten: the ring wrapped
+  s.match_ns.store(MonotonicNanos(), std::memory_order_relaxed);
+  s.state.store(static_cast<uint8_t>(CallState::kMatched), std::memory_order_release);
+}
+
+void FlightRecorder::End(uint64_t id, bool ok) {
+  if (id == 0) return;
+  Slot& s = slots_[id % capacity_];
+  if (s.version.load(std::memory_order_relaxed) != 2 * id) return;
+  s.end_ns.store(MonotonicNanos(), std::memory_order_relaxed);
+  s.state.store(static_cast<uint8_t>(ok ? CallState::kDone : CallState::kFailed), std::memory_order_release);
+}
+
+namespace {
+
+bool InFlight(uint8_t state) {
+  return state == static_cast<uint8_t>(CallState::kIssued) || state == static_cast<uint8_t>(CallState::kMatched);
+}
+
+}  // namespace
+
+std::optional<CallRecord> FlightRecorder::Read(uint64_t id) const {
+  const Slot& s = slots_[id % capacity_];
+  if (s.version.load(std::memory_order_acquire) != 2 * id) return std::nullopt;
+  CallRecord r;
+  r.id = id;
+  const uint64_t w0 = s.sig_words[0].load(std::memory_order_relaxed);
+  r.signature.op = static_cast<CollectiveOp>(w0 & 0xff);
+  r.signature.reduction = static_cast<Reduction>((w0 >> 8) & 0xff);
+  r.signature.dtype = static_cast<DataType>((w0 >> 16) & 0xff);
+  r.signature.count = s.sig_words[1].load(std::memory_order_relaxed);
+  r.signature.clique_hash = s.sig_words[2].load(std::memory_order_relaxed);
+  r.signature.sequence = s.sig_words[3].load(std::memory_order_relaxed);
+  r.signature.extra = s.sig_words[4].load(std::memory_order_relaxed);
+  r.state = static_cast<CallState>(s.state.load(std::memory_order_acquire));
+  r.num_processes = s.num_processes.load(std::memory_order_relaxed);
+  for (int i = 0; i < std::min(r.num_processes, CallRecord::kListedProcesses); ++i) {
+    r.processes[i] = s.processes[i].load(std::memory_order_relaxed);
+  }
+  for (size_t w = 0; w < kNameWords; ++w) {
+    uint64_t word = s.name[w].load(std::memory_order_relaxed);
+    std::memcpy(r.name + w * 8, &word, 8);
+  }
+  r.name[CallRecord::kNameBytes - 1] = '\0';
+  r.start_ns = s.start_ns.load(std::memory_order_relaxed);
+  r.match_ns = s.match_ns.load(std::memory_order_relaxed);
+  r.end_ns = s.end_ns.load(std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_acquire);
+  if (s.version.load(std::memory_order_relaxed) != 2 * id) return std::nullopt;  // overwritten while copied
+  return r;
+}
+
+std::vector<CallRecord> FlightRecorder::Snapshot() const {
+  const uint64_t last = next_.load(std::memory_order_acquire);
+  const uint64_t first = last > capacity_ ? last - capacity_ + 1 : 1;
+  std::vector<CallRecord> out;
+  out.reserve(last - first + 1);
+  for (uint64_t id = first; id <= last; ++id) {
+    if (auto r = Read(id)) out.push_back(*r);
+  }
+  return out;
+}
+
+std::optional<CallRecord> FlightRecorder::OldestInFlight(int64_t started_before_ns) const {
+  const uint64_t last = next_.load(std::memory_order_acquire);
+  const uint64_t first = last > capacity_ ? last - capacity_ + 1 : 1;
+  for (uint64_t id = first; id <= last; ++id) {
+    const Slot& s = slots_[id % capacity_];
+    if (s.version.load(std::memory_order_acquire) != 2 * id || !InFlight(s.state.load(std::memory_order_acquire)) ||
+        s.start_ns.load(std::memory_order_relaxed) > started_before_ns) {
+      continue;
+    }
+    std::optional<CallRecord> r = Read(id);
+    if (r && (r->state == CallState::kIssued || r->state == CallState::kMatched)) return r;
+  }
+  return std::nullopt;
+}
+
+Status FlightRecorder::WriteTo(const std::string& dir, int process, int num_processes, int os_pid,
+                               const std::string& host,
+                               const std::string& reason) const {
+  const int64_t offset = WallMinusMonotonicNanos();
+  const int64_t now = MonotonicNanos();
+  std::string out = "{\"format\": \"myplugin-flight-recorder-1\", \"process\": " + std::to_string(process) +
+                    ", \"num_processes\": " + std::to_string(num_processes) + ", \"pid\": " + std::to_string(os_pid) + ", \"host\": " + JsonString(host) +
+                    ", \"reason\": " + JsonString(reason) + ", \"written_at\": " + JsonSeconds(now, offset) +
+                    ", \"compiling\": " + std::to_string(CompileScope::InProgress()) +
+                    ", \"capacity\": " + std::to_string(capacity_) + ", \"recorded\": " + std::to_string(recorded()) +
+                    ", \"calls\": [";
+  bool first = true;
+  for (const CallRecord& r : Snapshot()) {
+    out += first ? "\n" : ",\n";
+    first = false;
+    const bool barrier_name = r.name[0] != '\0';
+    out += "  {\"id\": " + std::to_string(r.id) + ", \"op\": " +
+           JsonString(barrier_name ? "barrier" : Name(r.signature.op)) +
+           ", \"reduction\": " + JsonString(r.signature.op == CollectiveOp::kAllReduce ||
+                                                    r.signature.op == CollectiveOp::kReduceScatter
+                                                ? Name(r.signature.reduction)
+                                                : "") +
+           ", \"dtype\": " + JsonString(r.signature.op == CollectiveOp::kBarrier ? "" : Name(r.signature.dtype)) +
+           ", \"count\": " + std::to_string(r.signature.count) + ", \"clique\": [";
+    for (int i = 0; i < std::min(r.num_processes, CallRecord::kListedProcesses); ++i) {
+      out += (i ? ", " : "") + std::to_string(r.processes[i]);
+    }
+    out += "], \"clique_size\": " + std::to_string(r.num_processes) + ", \"clique_hash\": \"" +
+           std::to_string(r.signature.clique_hash) + "\", \"call\": " + std::to_string(r.signature.sequence) +
+           ", \"extra\": \"" + std::to_string(r.signature.extra) + "\", \"name\": " +
+           JsonString(std::string(r.name, strnlen(r.name, CallRecord::kNameBytes))) +
+           ", \"describe\": " + JsonString(r.Describe()) + ", \"state\": " + JsonString(Name(r.state)) +
+           ", \"start\": " + JsonSeconds(r.start_ns, offset) + ", \"match\": " + JsonSeconds(r.match_ns, offset) +
+           ", \"end\": " + JsonSeconds(r.end_ns, offset) + "}";
+  }
+  out += "\n]}\n";
+  const std::string path = dir + "/process-" + std::to_string(process) + ".json";
+  const std::string tmp = path + ".tmp." + std::to_string(os_pid);
+  FILE* f = std::fopen(tmp.c_str(), "w");
+  if (f == nullptr) return Status(Code::kUnavailable, "cannot write the flight recorder to " + tmp + ": " + std::strerror(errno));
+  const bool written = std::fwrite(out.data(), 1, out.size(), f) == out.size();
+  const bool closed = std::fclose(f) == 0;
+  if (!written || !closed || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    return Status(Code::kUnavailable, "cannot write the flight recorder to " + path);
+  }
+  return OkStatus();
+}
+
+CompileScope::CompileScope() { compiles_in_progress.fetch_add(1, std::memory_order_relaxed); }
+CompileScope::~CompileScope() { compiles_in_progress.fetch_sub(1, std::memory_order_relaxed); }
+int CompileScope::InProgress() { return compiles_in_progress.load(std::memory_order_relaxed); }
+
+RecordedBarrier::RecordedBarrier(const std::string& name) {
+  Signature sig;
+  sig.op = CollectiveOp::kBarrier;
+  sig.clique_hash = HashInts(std::vector<int64_t>(name.begin(), name.end()));
+  id_ = FlightRecorder::Get().Begin(sig, {}, name.empty() ? "(unnamed)" : name.c_str());
+}
+
+RecordedBarrier::~RecordedBarrier() { FlightRecorder::Get().End(id_, true); }
+
+void RecordedBarrier::Fail(const std::string& why) {
+  FlightRecorder::Get().End(id_, false);
+  id_ = 0;
+  DumpFlightRecorder(why);
+}
+
+}  // namespace myplugin::collectives

@@ -1,0 +1,106 @@
+// The flight recorder: every process keeps its last N collectives and
+// barriers in a preallocated ring, so that after a hang or a failure each
+// process can say what it issued, when, and how far each call got. The
+// recording sits on the collective path, so it costs a few relaxed stores and
+// clock reads: no lock, no allocation, no system call.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "collectives/signature.h"
+#include "common/status.h"
+
+namespace myplugin::collectives {
+
+enum class CallState : uint8_t { kIssued = 1, kMatched, kDone, kFailed };
+const char* Name(CallState state);
+
+// One recorded call, read back as a plain copy.
+struct CallRecord {
+  static constexpr int kListedProcesses = 16;  // more are counted, not listed
+  static constexpr size_t kNameBytes = 48;
+  uint64_t id = 0;  // 1, 2, ... in issue order, over all cliques
+  Signature signature;
+  CallState state = CallState::kIssued;
+  int num_processes = 0;
+  int processes[kListedProcesses] = {};
+  char name[kNameBytes] = {};  // a barrier's name; empty for collectives
+  int64_t start_ns = 0, match_ns = 0, end_ns = 0;  // CLOCK_MONOTONIC; 0 when not reached
+
+  // "all-reduce sum f32[4] (call #3) on processes [0, 1]", or "barrier 'x'".
+  std::string Describe() const;
+  std::vector<int> Processes() const;
+};
+
+int64_t MonotonicNanos();
+// The wall clock minus the monotonic one, for turning records into times
+// that processes (on hosts with synchronized clocks) can compare.
+int64_t WallMinusMonotonicNanos();
+
+class FlightRecorder {
+ public:
+  // Sized by MYPLUGIN_TRACE_BUFFER on first use.
+  static FlightRecorder& Get();
+  explicit FlightRecorder(size_t capacity);
+  ~FlightRecorder();
+  FlightRecorder(const FlightRecorder&) = delete;
+  FlightRecorder& operator=(const FlightRecorder&) = delete;
+
+  // Records a call as issued; the id goes to Matched and End.
+  uint64_t Begin(const Signature& sig, const std::vector<int>& processes, const char* name = nullptr);
+  void Matched(uint64_t id);
+  void End(uint64_t id, bool ok);
+  // The calls still in the ring, oldest first. Entries being written at the
+  // moment are skipped.
+  std::vector<CallRecord> Snapshot() const;
+  // The oldest call still in flight that started before `started_before_ns`:
+  // the watchdog's question, answered from three fields per slot.
+  std::optional<CallRecord> OldestInFlight(int64_t started_before_ns) const;
+  size_t capacity() const { return capacity_; }
+  uint64_t recorded() const { return next_.load(std::memory_order_relaxed); }
+
+  // Writes the ring as JSON to `dir`/process-<process>.json (through a
+  // temporary file and a rename: a reader never sees half a file).
+  Status WriteTo(const std::string& dir, int process, int num_processes, int os_pid, const std::string& host,
+                 const std::string& reason) const;
+
+ private:
+  struct Slot;
+  std::optional<CallRecord> Read(uint64_t id) const;  // nullopt when the slot holds another call
+  const size_t capacity_;
+  std::unique_ptr<Slot[]> slots_;
+  std::atomic<uint64_t> next_{0};
+};
+
+// Counts compiles in progress, so that a straggler report can say that a
+// process is compiling rather than running Python code.
+class CompileScope {
+ public:
+  CompileScope();
+  ~CompileScope();
+  CompileScope(const CompileScope&) = delete;
+  CompileScope& operator=(const CompileScope&) = delete;
+  static int InProgress();
+};
+
+// Records a barrier of the coordination service for its duration.
+class RecordedBarrier {
+ public:
+  explicit RecordedBarrier(const std::string& name);
+  ~RecordedBarrier();
+  // Ends the record as failed and writes the flight recorder.
+  void Fail(const std::string& why);
+  RecordedBarrier(const RecordedBarrier&) = delete;
+  RecordedBarrier& operator=(const RecordedBarrier&) = delete;
+
+ private:
+  uint64_t id_;
+};
+
+}  // namespace myplugin::collectives

@@ -1,0 +1,48 @@
+// The coordination service's limits, defined here once. The service enforces
+// them, the client checks them before sending (so that an oversize request
+// is a clear error, never a dropped connection), and Python reads them
+// through the module's COORDINATION_LIMITS. Frame and Hello sizes live in
+// wire.h beside the framing they bound.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "common/status.h"
+
+namespace myplugin::coordination {
+
+// Keys and barrier names. jax's, orbax's, Gloo's and ours are well under
+// 1 KiB (a name plus a hash).
+inline constexpr size_t kMaxKeyBytes = 4u << 10;
+// One value. jax's largest (a serialized executable shared between hosts
+// under jax_share_binary_between_hosts) is the one that can come near it.
+inline constexpr size_t kMaxValueBytes = 32u << 20;
+// Keys plus values of the whole store.
+inline constexpr size_t kMaxStoreBytes = 256u << 20;
+// Blocking gets and open barriers, job-wide: each holds a key or a name.
+inline constexpr size_t kMaxWaiting = 16384;
+// One process's topology (hostname, devices); the Topology reply carries all.
+inline constexpr size_t kMaxTopologyBytes = 64u << 10;
+// A failure reason is broadcast to every process: longer ones are cut.
+inline constexpr size_t kMaxReasonBytes = 4u << 10;
+// Bytes waiting to be sent to one connection; beyond it the peer is not
+// reading and is dropped. Two of the largest frames fit.
+inline constexpr size_t kMaxSendQueueBytes = 2 * (64u << 20);
+// Connections at once (members, and peers still saying Hello). Each costs a
+// descriptor and a thread; a member costs a second thread (its writer).
+inline constexpr int kDefaultMaxConnections = 2048;
+
+// "80 MiB", "4 KiB", "12 bytes".
+std::string ByteCount(size_t n);
+
+// A key or prefix in an error message: quoted, and cut at 200 bytes (an
+// over-long key must not make an over-long error).
+std::string QuotedKey(const std::string& key);
+
+// RESOURCE_EXHAUSTED naming `what` ("key_value_set of \"k\"") when the key or
+// the value is over its limit.
+Status CheckKey(const std::string& what, const std::string& key);
+Status CheckKeyValue(const std::string& what, const std::string& key, const std::string& value);
+
+}  // namespace myplugin::coordination

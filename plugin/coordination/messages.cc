@@ -1,0 +1,169 @@
+#include "coordination/messages.h"
+
+namespace myplugin::coordination::msg {
+
+Status PeekType(const std::string& payload, MessageType* type, uint32_t* request_id) {
+  Reader r(payload);
+  return r.Header(type, request_id);
+}
+
+void Hello::Put(Writer& w) const { w.U32(magic).U16(version).Bytes(token).U32(process_id).U64(incarnation); }
+Status Hello::Get(Reader& r) {
+  MYPLUGIN_RETURN_IF_ERROR(r.U32(&magic));
+  MYPLUGIN_RETURN_IF_ERROR(r.U16(&version));
+  MYPLUGIN_RETURN_IF_ERROR(r.Bytes(&token));
+  MYPLUGIN_RETURN_IF_ERROR(r.U32(&process_id));
+  return r.U64(&incarnation);
+}
+
+void HelloOk::Put(Writer& w) const { w.U32(num_processes).U64(heartbeat_interval_ms).U64(heartbeat_timeout_ms); }
+Status HelloOk::Get(Reader& r) {
+  MYPLUGIN_RETURN_IF_ERROR(r.U32(&num_processes));
+  MYPLUGIN_RETURN_IF_ERROR(r.U64(&heartbeat_interval_ms));
+  return r.U64(&heartbeat_timeout_ms);
+}
+
+Error Error::From(uint32_t request_id, const Status& status) {
+  Error e;
+  e.request_id = request_id;
+  e.code = static_cast<uint32_t>(status.code());
+  e.message = status.message();
+  return e;
+}
+Status Error::ToStatus() const {
+  // A peer's code outside the known range, or OK in an error, must not pass
+  // as success or as a value the enum cannot hold.
+  Code c = code >= 1 && code <= static_cast<uint32_t>(Code::kUnauthenticated) ? static_cast<Code>(code)
+                                                                              : Code::kUnknown;
+  return Status(c, message);
+}
+void Error::Put(Writer& w) const { w.U32(code).Bytes(message); }
+Status Error::Get(Reader& r) {
+  MYPLUGIN_RETURN_IF_ERROR(r.U32(&code));
+  return r.Bytes(&message);
+}
+
+void Register::Put(Writer& w) const { w.U32(num_processes).U64(incarnation).Bytes(topology); }
+Status Register::Get(Reader& r) {
+  MYPLUGIN_RETURN_IF_ERROR(r.U32(&num_processes));
+  MYPLUGIN_RETURN_IF_ERROR(r.U64(&incarnation));
+  return r.Bytes(&topology);
+}
+
+void Topology::Put(Writer& w) const {
+  w.U32(static_cast<uint32_t>(processes.size()));
+  for (const RegisteredProcess& p : processes) w.U64(p.incarnation).Bytes(p.topology);
+}
+Status Topology::Get(Reader& r) {
+  uint32_t n;
+  MYPLUGIN_RETURN_IF_ERROR(r.U32(&n));
+  processes.clear();
+  for (uint32_t i = 0; i < n; ++i) {
+    RegisteredProcess p;
+    MYPLUGIN_RETURN_IF_ERROR(r.U64(&p.incarnation));
+    MYPLUGIN_RETURN_IF_ERROR(r.Bytes(&p.topology));
+    processes.push_back(std::move(p));
+  }
+  return OkStatus();
+}
+
+void KeyValueSet::Put(Writer& w) const { w.Bytes(key).Bytes(value); }
+Status KeyValueSet::Get(Reader& r) {
+  MYPLUGIN_RETURN_IF_ERROR(r.Bytes(&key));
+  return r.Bytes(&value);
+}
+
+void KeyValueGet::Put(Writer& w) const { w.Bytes(key).U64(timeout_ms); }
+Status KeyValueGet::Get(Reader& r) {
+  MYPLUGIN_RETURN_IF_ERROR(r.Bytes(&key));
+  return r.U64(&timeout_ms);
+}
+
+void KeyValueTryGet::Put(Writer& w) const { w.Bytes(key); }
+Status KeyValueTryGet::Get(Reader& r) { return r.Bytes(&key); }
+
+void KeyValueDelete::Put(Writer& w) const { w.Bytes(key); }
+Status KeyValueDelete::Get(Reader& r) { return r.Bytes(&key); }
+
+void KeyValueList::Put(Writer& w) const { w.Bytes(prefix); }
+Status KeyValueList::Get(Reader& r) { return r.Bytes(&prefix); }
+
+void Value::Put(Writer& w) const { w.Bytes(value); }
+Status Value::Get(Reader& r) { return r.Bytes(&value); }
+
+void Entries::Put(Writer& w) const {
+  w.U32(static_cast<uint32_t>(entries.size()));
+  for (const auto& e : entries) w.Bytes(e.first).Bytes(e.second);
+}
+Status Entries::Get(Reader& r) {
+  uint32_t n;
+  MYPLUGIN_RETURN_IF_ERROR(r.U32(&n));
+  entries.clear();
+  for (uint32_t i = 0; i < n; ++i) {
+    std::pair<std::string, std::string> e;
+    MYPLUGIN_RETURN_IF_ERROR(r.Bytes(&e.first));
+    MYPLUGIN_RETURN_IF_ERROR(r.Bytes(&e.second));
+    entries.push_back(std::move(e));
+  }
+  return OkStatus();
+}
+
+void Barrier::Put(Writer& w) const { w.Bytes(name).U64(timeout_ms); }
+Status Barrier::Get(Reader& r) {
+  MYPLUGIN_RETURN_IF_ERROR(r.Bytes(&name));
+  return r.U64(&timeout_ms);
+}
+
+void Shutdown::Put(Writer& w) const { w.U64(timeout_ms); }
+Status Shutdown::Get(Reader& r) { return r.U64(&timeout_ms); }
+
+void Failure::Put(Writer& w) const { w.U32(process_id).Bytes(reason); }
+Status Failure::Get(Reader& r) {
+  MYPLUGIN_RETURN_IF_ERROR(r.U32(&process_id));
+  return r.Bytes(&reason);
+}
+
+void ReportError::Put(Writer& w) const { w.Bytes(reason); }
+Status ReportError::Get(Reader& r) { return r.Bytes(&reason); }
+
+void PeerShutdown::Put(Writer& w) const { w.U32(process_id); }
+Status PeerShutdown::Get(Reader& r) { return r.U32(&process_id); }
+
+namespace {
+template <typename M>
+StatusOr<std::string> Reencode(const std::string& payload) {
+  StatusOr<M> m = M::Decode(payload);
+  if (!m.ok()) return m.status();
+  return m.value().Encode();
+}
+}  // namespace
+
+StatusOr<std::string> DecodeAndEncodeAny(const std::string& payload) {
+  MessageType type;
+  uint32_t rid;
+  MYPLUGIN_RETURN_IF_ERROR(PeekType(payload, &type, &rid));
+  switch (type) {
+    case MessageType::kHello: return Reencode<Hello>(payload);
+    case MessageType::kHelloOk: return Reencode<HelloOk>(payload);
+    case MessageType::kError: return Reencode<Error>(payload);
+    case MessageType::kOk: return Reencode<Ok>(payload);
+    case MessageType::kRegister: return Reencode<Register>(payload);
+    case MessageType::kTopology: return Reencode<Topology>(payload);
+    case MessageType::kKeyValueSet: return Reencode<KeyValueSet>(payload);
+    case MessageType::kKeyValueGet: return Reencode<KeyValueGet>(payload);
+    case MessageType::kKeyValueTryGet: return Reencode<KeyValueTryGet>(payload);
+    case MessageType::kKeyValueDelete: return Reencode<KeyValueDelete>(payload);
+    case MessageType::kKeyValueList: return Reencode<KeyValueList>(payload);
+    case MessageType::kValue: return Reencode<Value>(payload);
+    case MessageType::kEntries: return Reencode<Entries>(payload);
+    case MessageType::kBarrier: return Reencode<Barrier>(payload);
+    case MessageType::kShutdown: return Reencode<Shutdown>(payload);
+    case MessageType::kHeartbeat: return Reencode<Heartbeat>(payload);
+    case MessageType::kFailure: return Reencode<Failure>(payload);
+    case MessageType::kReportError: return Reencode<ReportError>(payload);
+    case MessageType::kPeerShutdown: return Reencode<PeerShutdown>(payload);
+  }
+  return InvalidArgument("malformed coordination message: unknown type");
+}
+
+}  // namespace myplugin::coordination::msg

@@ -1,0 +1,620 @@
+#include "coordination/service_state.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "common/deadline.h"
+#include "common/log.h"
+#include "coordination/messages.h"
+
+namespace myplugin::coordination {
+namespace {
+
+using Clock = ServiceState::Clock;
+
+std::string Seconds(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%g s", s);
+  return buf;
+}
+
+void Log(const std::string& line) { LogLine("myplugin coordinator: " + line); }
+
+// Compares in time that depends only on the lengths, not on where the
+// first difference is: the token is the only secret a peer can probe.
+bool SameSecret(const std::string& given, const std::string& expected) {
+  unsigned char diff = given.size() == expected.size() ? 0 : 1;
+  for (size_t i = 0; i < given.size(); ++i) {
+    diff |= static_cast<unsigned char>(given[i] ^ (expected.empty() ? 0 : expected[i % expected.size()]));
+  }
+  return diff == 0;
+}
+
+constexpr char kShutdownBarrier[] = "__myplugin_shutdown__";
+
+std::string ErrorFrame(uint32_t request_id, const Status& status) {
+  return msg::Error::From(request_id, status).Encode();
+}
+
+}  // namespace
+
+void Outbox::Send(ConnectionId to, std::string frame) {
+  frames.push_back({to, std::make_shared<const std::string>(std::move(frame))});
+}
+
+void Outbox::Send(ConnectionId to, const std::shared_ptr<const std::string>& frame) {
+  frames.push_back({to, frame});
+}
+
+double ServiceState::HeartbeatIntervalSeconds(double heartbeat_timeout_s) {
+  return std::clamp(heartbeat_timeout_s / 10.0, 0.05, 5.0);
+}
+
+double ServiceState::SendProgressTimeoutSeconds(double heartbeat_timeout_s) {
+  return std::clamp(heartbeat_timeout_s / 2.0, 0.5, 30.0);
+}
+
+ServiceState::ServiceState(const ServiceOptions& options) : options_(options) {
+  processes_.resize(std::max(options.num_processes, 1));
+  init_deadline_ = After(options.initialization_timeout_s);
+  next_beat_ = Clock::now();
+}
+
+bool ServiceState::all_departed() const {
+  return std::all_of(processes_.begin(), processes_.end(),
+                     [](const Process& p) { return p.state == ProcessState::kDeparted; });
+}
+
+int ServiceState::ProcessOf(ConnectionId conn) const {
+  auto it = members_.find(conn);
+  return it == members_.end() ? -1 : it->second;
+}
+
+Status ServiceState::OnHello(ConnectionId conn, const std::string& peer, const std::string& payload, Outbox& out) {
+  auto reject = [&](const Status& why) {
+    out.Send(conn, ErrorFrame(0, why));
+    return why;
+  };
+  Reader r(payload);
+  MessageType type;
+  uint32_t rid = 0;
+  uint32_t magic = 0;
+  // Magic and version first, with their own errors: a peer of another
+  // protocol or version must hear that, not "malformed".
+  if (!r.Header(&type, &rid).ok() || type != MessageType::kHello || !r.U32(&magic).ok() || magic != kMagic) {
+    return reject(InvalidArgument("not a myplugin coordination client (bad hello)"));
+  }
+  uint16_t version = 0;
+  if (!r.U16(&version).ok()) return reject(InvalidArgument("malformed hello"));
+  if (version != kProtocolVersion) {
+    return reject(FailedPrecondition("protocol version mismatch: the client speaks version " +
+                                     std::to_string(version) + ", this coordinator speaks version " +
+                                     std::to_string(kProtocolVersion) + " (are all processes running the same myplugin?)"));
+  }
+  StatusOr<msg::Hello> hello = msg::Hello::Decode(payload);
+  if (!hello.ok()) return reject(InvalidArgument("malformed hello"));
+  const msg::Hello& h = hello.value();
+  if (!SameSecret(h.token, options_.token)) {
+    return reject(Status(Code::kUnauthenticated,
+                         "wrong coordination token from " + peer + " (MYPLUGIN_COORDINATOR_TOKEN differs between processes?)"));
+  }
+  if (h.process_id >= static_cast<uint32_t>(options_.num_processes)) {
+    return reject(InvalidArgument("process id " + std::to_string(h.process_id) + " is out of range for a job of " +
+                                  std::to_string(options_.num_processes) + " processes (ids 0.." +
+                                  std::to_string(options_.num_processes - 1) + ")"));
+  }
+  if (failure_) return reject(*failure_);
+  if (members_.count(conn)) return reject(FailedPrecondition("a second hello on one connection"));
+  Process& p = processes_[h.process_id];
+  if (p.state != ProcessState::kAbsent) {
+    return reject(Status(Code::kAlreadyExists, "process id " + std::to_string(h.process_id) + " is already taken (by " +
+                                                   (p.conn ? p.peer : std::string("a process that left")) +
+                                                   "): two processes were given the same id"));
+  }
+  p.state = ProcessState::kConnected;
+  p.conn = conn;
+  p.peer = peer;
+  p.incarnation = h.incarnation;
+  p.last_heartbeat = Clock::now();
+  members_[conn] = static_cast<int>(h.process_id);
+  msg::HelloOk ok;
+  ok.request_id = h.request_id;
+  ok.num_processes = static_cast<uint32_t>(options_.num_processes);
+  ok.heartbeat_interval_ms = static_cast<uint64_t>(HeartbeatIntervalSeconds(options_.heartbeat_timeout_s) * 1000);
+  ok.heartbeat_timeout_ms = static_cast<uint64_t>(options_.heartbeat_timeout_s * 1000);
+  out.Send(conn, ok.Encode());
+  return OkStatus();
+}
+
+Status ServiceState::OnFrame(ConnectionId conn, const std::string& payload, Outbox& out) {
+  const int pid = ProcessOf(conn);
+  if (pid < 0) return FailedPrecondition("a frame from a connection that has not said Hello");
+  MessageType type;
+  uint32_t rid;
+  MYPLUGIN_RETURN_IF_ERROR(msg::PeekType(payload, &type, &rid));
+  Process& self = processes_[pid];
+  self.last_heartbeat = Clock::now();  // any message proves liveness
+  if (type == MessageType::kHeartbeat) return msg::Heartbeat::Decode(payload).status();
+  if (failure_ && type != MessageType::kReportError) {
+    ReplyError(Waiter{conn, rid}, *failure_, out);
+    return OkStatus();
+  }
+  switch (type) {
+    case MessageType::kRegister:
+      return HandleRegister(pid, payload, out);
+    case MessageType::kKeyValueSet:
+    case MessageType::kKeyValueGet:
+    case MessageType::kKeyValueTryGet:
+    case MessageType::kKeyValueDelete:
+    case MessageType::kKeyValueList:
+      return HandleKeyValue(pid, type, payload, out);
+    case MessageType::kBarrier:
+      return HandleBarrier(pid, payload, out);
+    case MessageType::kShutdown:
+      return HandleShutdown(pid, payload, out);
+    case MessageType::kReportError:
+      return HandleReportError(pid, payload, out);
+    default:
+      return InvalidArgument(std::string("unexpected ") + MessageTypeName(type) + " message from process " +
+                             std::to_string(pid));
+  }
+}
+
+// --- registration ----------------------------------------------------------
+
+Status ServiceState::HandleRegister(int pid, const std::string& payload, Outbox& out) {
+  StatusOr<msg::Register> m = msg::Register::Decode(payload);
+  if (!m.ok()) return m.status();
+  Process& self = processes_[pid];
+  Waiter w{self.conn, m.value().request_id};
+  if (m.value().num_processes != static_cast<uint32_t>(options_.num_processes)) {
+    ReplyError(w, InvalidArgument("process " + std::to_string(pid) + " believes the job has " +
+                                  std::to_string(m.value().num_processes) +
+                                  " processes, the coordinator was started for " +
+                                  std::to_string(options_.num_processes)), out);
+    return OkStatus();
+  }
+  if (self.state != ProcessState::kConnected) {
+    ReplyError(w, FailedPrecondition("process " + std::to_string(pid) + " registered twice"), out);
+    return OkStatus();
+  }
+  if (m.value().topology.size() > kMaxTopologyBytes) {
+    ReplyError(w, Status(Code::kResourceExhausted, "the topology of process " + std::to_string(pid) + " (" +
+                                                       ByteCount(m.value().topology.size()) + ") exceeds the " +
+                                                       ByteCount(kMaxTopologyBytes) + " limit"), out);
+    return OkStatus();
+  }
+  self.state = ProcessState::kRegistered;
+  self.incarnation = m.value().incarnation;
+  self.topology = std::move(m.value().topology);
+  registration_waiters_.push_back(w);
+  bool all = std::all_of(processes_.begin(), processes_.end(),
+                         [](const Process& p) { return p.state == ProcessState::kRegistered; });
+  if (!all) return OkStatus();
+  registration_complete_ = true;
+  msg::Topology t;
+  for (const Process& p : processes_) t.processes.push_back({p.incarnation, p.topology});
+  for (const Waiter& each : registration_waiters_) {
+    t.request_id = each.request_id;
+    out.Send(each.conn, t.Encode());
+  }
+  registration_waiters_.clear();
+  return OkStatus();
+}
+
+// --- the key-value store ---------------------------------------------------
+
+Status ServiceState::HandleKeyValue(int pid, MessageType type, const std::string& payload, Outbox& out) {
+  const ConnectionId conn = processes_[pid].conn;
+  switch (type) {
+    case MessageType::kKeyValueSet: return HandleKeyValueSet(conn, payload, out);
+    case MessageType::kKeyValueGet: return HandleKeyValueGet(conn, payload, out);
+    case MessageType::kKeyValueTryGet: return HandleKeyValueTryGet(conn, payload, out);
+    case MessageType::kKeyValueDelete: return HandleKeyValueDelete(conn, payload, out);
+    case MessageType::kKeyValueList: return HandleKeyValueList(conn, payload, out);
+    default: return InvalidArgument(std::string("unexpected ") + MessageTypeName(type));
+  }
+}
+
+Status ServiceState::HandleKeyValueSet(ConnectionId conn, const std::string& payload, Outbox& out) {
+  StatusOr<msg::KeyValueSet> m = msg::KeyValueSet::Decode(payload);
+  if (!m.ok()) return m.status();
+  const msg::KeyValueSet& s = m.value();
+  Waiter w{conn, s.request_id};
+  const std::string what = "key_value_set of " + QuotedKey(s.key);
+  Status fits = CheckKeyValue(what, s.key, s.value);
+  auto old = kv_.find(s.key);
+  size_t freed = old == kv_.end() ? 0 : old->first.size() + old->second.size();
+  size_t after = store_bytes_ - freed + s.key.size() + s.value.size();
+  if (fits.ok() && after > kMaxStoreBytes) {
+    fits = Status(Code::kResourceExhausted, what + ": the store would hold " + ByteCount(after) +
+                                                ", over its " + ByteCount(kMaxStoreBytes) +
+                                                " limit (delete keys that are no longer needed)");
+  }
+  if (!fits.ok()) {
+    ReplyError(w, fits, out);
+    return OkStatus();
+  }
+  store_bytes_ = after;
+  auto value_reply = [&](uint32_t rid) {
+    msg::Value v;
+    v.request_id = rid;
+    v.value = s.value;
+    return v.Encode();
+  };
+  auto range = key_waiters_.equal_range(s.key);
+  for (auto it = range.first; it != range.second; ++it) {
+    out.Send(it->second.waiter.conn, value_reply(it->second.waiter.request_id));
+  }
+  key_waiters_.erase(range.first, range.second);
+  kv_[s.key] = std::move(m.value().value);
+  ReplyOk(w, out);
+  return OkStatus();
+}
+
+Status ServiceState::HandleKeyValueGet(ConnectionId conn, const std::string& payload, Outbox& out) {
+  StatusOr<msg::KeyValueGet> m = msg::KeyValueGet::Decode(payload);
+  if (!m.ok()) return m.status();
+  Waiter w{conn, m.value().request_id};
+  const std::string& key = m.value().key;
+  auto it = kv_.find(key);
+  if (it != kv_.end()) {
+    msg::Value v;
+    v.request_id = w.request_id;
+    v.value = it->second;
+    out.Send(conn, v.Encode());
+    return OkStatus();
+  }
+  Status fits = CheckKey("key_value_get of " + QuotedKey(key), key);
+  if (fits.ok() && Waiting() >= kMaxWaiting) {
+    fits = Status(Code::kResourceExhausted, "key_value_get of " + QuotedKey(key) + ": " +
+                                                std::to_string(kMaxWaiting) +
+                                                " blocking gets and barriers are already waiting (the limit)");
+  }
+  if (!fits.ok()) {
+    ReplyError(w, fits, out);
+    return OkStatus();
+  }
+  double timeout_s = m.value().timeout_ms / 1000.0;
+  key_waiters_.emplace(key, KeyWaiter{w, After(timeout_s), SaturatedSeconds(timeout_s)});
+  return OkStatus();
+}
+
+Status ServiceState::HandleKeyValueTryGet(ConnectionId conn, const std::string& payload, Outbox& out) {
+  StatusOr<msg::KeyValueTryGet> m = msg::KeyValueTryGet::Decode(payload);
+  if (!m.ok()) return m.status();
+  Waiter w{conn, m.value().request_id};
+  auto it = kv_.find(m.value().key);
+  if (it == kv_.end()) {
+    ReplyError(w, NotFound("key '" + m.value().key.substr(0, kMaxKeyBytes) + "' is not set"), out);
+    return OkStatus();
+  }
+  msg::Value v;
+  v.request_id = w.request_id;
+  v.value = it->second;
+  out.Send(conn, v.Encode());
+  return OkStatus();
+}
+
+Status ServiceState::HandleKeyValueDelete(ConnectionId conn, const std::string& payload, Outbox& out) {
+  StatusOr<msg::KeyValueDelete> m = msg::KeyValueDelete::Decode(payload);
+  if (!m.ok()) return m.status();
+  auto it = kv_.find(m.value().key);
+  if (it != kv_.end()) {
+    store_bytes_ -= it->first.size() + it->second.size();
+    kv_.erase(it);
+  }
+  ReplyOk(Waiter{conn, m.value().request_id}, out);
+  return OkStatus();
+}
+
+Status ServiceState::HandleKeyValueList(ConnectionId conn, const std::string& payload, Outbox& out) {
+  StatusOr<msg::KeyValueList> m = msg::KeyValueList::Decode(payload);
+  if (!m.ok()) return m.status();
+  const std::string& prefix = m.value().prefix;
+  Waiter w{conn, m.value().request_id};
+  // Sized before it is built: a reply over the frame limit would cost
+  // the memory and then kill the connection that asked.
+  size_t bytes = 5 + 4;
+  for (auto it = kv_.lower_bound(prefix); it != kv_.end() && it->first.compare(0, prefix.size(), prefix) == 0;
+       ++it) {
+    bytes += 8 + it->first.size() + it->second.size();
+  }
+  if (bytes > kMaxFrameBytes) {
+    ReplyError(w, Status(Code::kResourceExhausted,
+                         "key_value_list of prefix " + QuotedKey(prefix) + ": the reply of " +
+                             ByteCount(bytes) + " exceeds the " + ByteCount(kMaxFrameBytes) +
+                             " message limit (list a narrower prefix, or get the keys one by one)"), out);
+    return OkStatus();
+  }
+  msg::Entries e;
+  e.request_id = w.request_id;
+  for (auto it = kv_.lower_bound(prefix); it != kv_.end() && it->first.compare(0, prefix.size(), prefix) == 0;
+       ++it) {
+    e.entries.emplace_back(*it);
+  }
+  out.Send(conn, e.Encode());
+  return OkStatus();
+}
+
+// --- barriers ---------------------------------------------------------------
+
+Status ServiceState::HandleBarrier(int pid, const std::string& payload, Outbox& out) {
+  StatusOr<msg::Barrier> m = msg::Barrier::Decode(payload);
+  if (!m.ok()) return m.status();
+  const std::string& name = m.value().name;
+  Waiter w{processes_[pid].conn, m.value().request_id};
+  if (name == kShutdownBarrier) {
+    ReplyError(w, InvalidArgument("barrier name '" + name + "' is reserved"), out);
+    return OkStatus();
+  }
+  Status fits = CheckKey("barrier " + QuotedKey(name), name);
+  if (fits.ok() && !barriers_.count(name) && Waiting() >= kMaxWaiting) {
+    fits = Status(Code::kResourceExhausted, "barrier " + QuotedKey(name) + ": " + std::to_string(kMaxWaiting) +
+                                                " blocking gets and barriers are already waiting (the limit)");
+  }
+  if (!fits.ok()) {
+    ReplyError(w, fits, out);
+    return OkStatus();
+  }
+  ArriveAtBarrier(name, pid, w, m.value().timeout_ms / 1000.0, out);
+  return OkStatus();
+}
+
+void ServiceState::ArriveAtBarrier(const std::string& name, int pid, const Waiter& w, double timeout_s, Outbox& out) {
+  Barrier& b = barriers_[name];
+  if (b.arrived.empty()) {
+    b.deadline = After(timeout_s);
+    b.timeout_s = SaturatedSeconds(timeout_s);
+  }
+  if (!b.arrived.insert(pid).second) {
+    ReplyError(w, FailedPrecondition("process " + std::to_string(pid) + " arrived twice at barrier '" + name + "'"), out);
+    return;
+  }
+  b.waiters.push_back(w);
+  if (name != kShutdownBarrier) {
+    for (int missing : Missing(b.arrived)) {
+      ProcessState s = processes_[missing].state;
+      if (s == ProcessState::kShuttingDown || s == ProcessState::kDeparted) {
+        FailBarriersWaitingFor(missing, "process " + std::to_string(missing) + " is shutting down (it finished its work)",
+                               out);
+        return;
+      }
+    }
+  }
+  CheckBarrier(name, out);
+}
+
+void ServiceState::CheckBarrier(const std::string& name, Outbox& out) {
+  auto it = barriers_.find(name);
+  if (it == barriers_.end() || static_cast<int>(it->second.arrived.size()) < options_.num_processes) return;
+  for (const Waiter& w : it->second.waiters) ReplyOk(w, out);
+  if (name == kShutdownBarrier) {
+    for (Process& p : processes_) p.state = ProcessState::kDeparted;
+  }
+  barriers_.erase(it);
+}
+
+void ServiceState::FailBarriersWaitingFor(int process_id, const std::string& why, Outbox& out) {
+  for (auto it = barriers_.begin(); it != barriers_.end();) {
+    Barrier& b = it->second;
+    if (it->first != kShutdownBarrier && !b.arrived.count(process_id)) {
+      Status st(Code::kFailedPrecondition, "barrier '" + it->first + "' cannot complete: " + why +
+                                               " and will never arrive (arrived: " + ProcessList(b.arrived) + ")");
+      for (const Waiter& w : b.waiters) ReplyError(w, st, out);
+      it = barriers_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+// --- shutdown and failure --------------------------------------------------
+
+Status ServiceState::HandleShutdown(int pid, const std::string& payload, Outbox& out) {
+  StatusOr<msg::Shutdown> m = msg::Shutdown::Decode(payload);
+  if (!m.ok()) return m.status();
+  Process& self = processes_[pid];
+  Waiter w{self.conn, m.value().request_id};
+  self.state = ProcessState::kShuttingDown;
+  FailBarriersWaitingFor(pid, "process " + std::to_string(pid) + " is shutting down (it finished its work)", out);
+  // The others' collectives may be waiting for it: tell them.
+  msg::PeerShutdown note;
+  note.process_id = static_cast<uint32_t>(pid);
+  Broadcast(note.Encode(), pid, out);
+  ArriveAtBarrier(kShutdownBarrier, pid, w, m.value().timeout_ms / 1000.0, out);
+  return OkStatus();
+}
+
+Status ServiceState::HandleReportError(int pid, const std::string& payload, Outbox& out) {
+  StatusOr<msg::ReportError> m = msg::ReportError::Decode(payload);
+  if (!m.ok()) return m.status();
+  DeclareFailure(pid, m.value().reason, out);
+  return OkStatus();
+}
+
+int ServiceState::DetachLiveMember(ConnectionId conn) {
+  auto member = members_.find(conn);
+  if (member == members_.end()) return -1;
+  const int pid = member->second;
+  members_.erase(member);
+  Process& p = processes_[pid];
+  if (p.conn != conn) return -1;
+  p.conn = 0;
+  if (p.state == ProcessState::kDeparted || p.state == ProcessState::kFailed) return -1;
+  return pid;
+}
+
+void ServiceState::OnDisconnect(ConnectionId conn, const Status& why, Outbox& out) {
+  const int pid = DetachLiveMember(conn);
+  if (pid < 0) return;
+  std::string reason = why.code() == Code::kInvalidArgument
+                           ? "sent a malformed message (" + why.message() + ")"
+                           : "lost its connection without an orderly shutdown (it exited, crashed or was killed)";
+  DeclareFailure(pid, reason, out);
+}
+
+void ServiceState::OnStoppedReading(ConnectionId conn, const std::string& detail, Outbox& out) {
+  const int pid = DetachLiveMember(conn);
+  if (pid < 0) return;
+  DeclareFailure(pid, "stopped reading from the coordination service (" + detail + ")", out);
+}
+
+void ServiceState::DeclareFailure(int process_id, const std::string& reason_in, Outbox& out) {
+  processes_[process_id].state = ProcessState::kFailed;
+  if (failure_) return;  // the first failure is the job's failure
+  std::string reason = reason_in.size() > kMaxReasonBytes ? reason_in.substr(0, kMaxReasonBytes) + "..." : reason_in;
+  Status st(Code::kAborted, "process " + std::to_string(process_id) + " failed: " + reason);
+  failure_ = st;
+  failed_process_ = process_id;
+  Log(st.message());
+  msg::Failure note;
+  note.process_id = static_cast<uint32_t>(process_id);
+  note.reason = reason;
+  Broadcast(note.Encode(), process_id, out);
+  FailAllWaiters(st, out);
+}
+
+void ServiceState::FailAllWaiters(const Status& status, Outbox& out) {
+  // Each waiter hears what it was waiting for, and why that will not come.
+  auto interrupted = [&](const std::string& what) {
+    return Status(status.code(), what + " was interrupted: " + status.message());
+  };
+  for (const Waiter& w : registration_waiters_) ReplyError(w, interrupted("registration"), out);
+  registration_waiters_.clear();
+  for (auto& kw : key_waiters_) ReplyError(kw.second.waiter, interrupted("key_value_get '" + kw.first + "'"), out);
+  key_waiters_.clear();
+  for (auto& b : barriers_) {
+    Status st = interrupted(b.first == kShutdownBarrier ? std::string("the shutdown barrier") : "barrier '" + b.first + "'");
+    for (const Waiter& w : b.second.waiters) ReplyError(w, st, out);
+  }
+  barriers_.clear();
+}
+
+// --- time ------------------------------------------------------------------
+
+void ServiceState::Tick(Clock::time_point now, Outbox& out) {
+  if (now >= next_beat_) {
+    next_beat_ = now + Millis(HeartbeatIntervalSeconds(options_.heartbeat_timeout_s));
+    auto beat = std::make_shared<const std::string>(msg::Heartbeat().Encode());
+    for (const Process& p : processes_) {
+      if (p.conn && p.state != ProcessState::kDeparted && p.state != ProcessState::kFailed) out.Send(p.conn, beat);
+    }
+  }
+  if (failure_) return;
+  // Heartbeats: a process that stops talking is failed.
+  for (size_t i = 0; i < processes_.size(); ++i) {
+    Process& p = processes_[i];
+    bool watched = p.state == ProcessState::kConnected || p.state == ProcessState::kRegistered ||
+                   p.state == ProcessState::kShuttingDown;
+    if (watched && now - p.last_heartbeat > Millis(options_.heartbeat_timeout_s)) {
+      DeclareFailure(static_cast<int>(i), "stopped responding: no heartbeat for " +
+                                              Seconds(options_.heartbeat_timeout_s) +
+                                              " (the process is frozen, stopped or overloaded)", out);
+      return;
+    }
+  }
+  if (!registration_complete_ && now > init_deadline_) {
+    std::set<int> registered;
+    for (size_t i = 0; i < processes_.size(); ++i) {
+      if (processes_[i].state == ProcessState::kRegistered) registered.insert(static_cast<int>(i));
+    }
+    Status st(Code::kDeadlineExceeded,
+              "initialization timed out after " + Seconds(options_.initialization_timeout_s) + ": processes " +
+                  ProcessList(Missing(registered)) + " never registered (registered: " + ProcessList(registered) + ")");
+    failure_ = st;
+    Log(st.message());
+    FailAllWaiters(st, out);
+    return;
+  }
+  ExpireDeadlines(now, out);
+}
+
+void ServiceState::ExpireDeadlines(Clock::time_point now, Outbox& out) {
+  for (auto it = key_waiters_.begin(); it != key_waiters_.end();) {
+    if (now > it->second.deadline) {
+      ReplyError(it->second.waiter, Status(Code::kDeadlineExceeded, "key '" + it->first + "' was not set within " +
+                                                                       Seconds(it->second.timeout_s)), out);
+      it = key_waiters_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (auto it = barriers_.begin(); it != barriers_.end();) {
+    Barrier& b = it->second;
+    if (now > b.deadline) {
+      std::string what = it->first == kShutdownBarrier ? std::string("the shutdown barrier") : "barrier '" + it->first + "'";
+      Status st(Code::kDeadlineExceeded, what + " timed out after " + Seconds(b.timeout_s) + ": processes " +
+                                             ProcessList(Missing(b.arrived)) + " did not arrive (arrived: " +
+                                             ProcessList(b.arrived) + ")");
+      for (const Waiter& w : b.waiters) ReplyError(w, st, out);
+      it = barriers_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+// --- helpers -----------------------------------------------------------------
+
+void ServiceState::Broadcast(const std::string& frame, int except, Outbox& out) {
+  auto shared = std::make_shared<const std::string>(frame);
+  for (size_t i = 0; i < processes_.size(); ++i) {
+    if (static_cast<int>(i) != except && processes_[i].conn) out.Send(processes_[i].conn, shared);
+  }
+}
+
+void ServiceState::ReplyError(const Waiter& w, const Status& status, Outbox& out) {
+  out.Send(w.conn, ErrorFrame(w.request_id, status));
+}
+
+void ServiceState::ReplyOk(const Waiter& w, Outbox& out) {
+  msg::Ok ok;
+  ok.request_id = w.request_id;
+  out.Send(w.conn, ok.Encode());
+}
+
+size_t ServiceState::Waiting() const { return key_waiters_.size() + barriers_.size(); }
+
+std::set<int> ServiceState::Missing(const std::set<int>& present) const {
+  std::set<int> missing;
+  for (int i = 0; i < options_.num_processes; ++i) {
+    if (!present.count(i)) missing.insert(i);
+  }
+  return missing;
+}
+
+std::string ServiceState::ProcessList(const std::set<int>& ids) const {
+  std::string s = "[";
+  for (int id : ids) {
+    if (s.size() > 1) s += ", ";
+    s += std::to_string(id);
+  }
+  return s + "]";
+}
+
+std::string ServiceState::CheckInvariants() const {
+  size_t bytes = 0;
+  for (const auto& [k, v] : kv_) {
+    if (k.size() > kMaxKeyBytes || v.size() > kMaxValueBytes) return "a key or value over its limit is stored";
+    bytes += k.size() + v.size();
+  }
+  if (bytes != store_bytes_) return "store_bytes_ disagrees with the store";
+  if (store_bytes_ > kMaxStoreBytes) return "the store is over its limit";
+  if (Waiting() > kMaxWaiting + 1) return "more waiters than the limit";
+  for (const auto& [conn, pid] : members_) {
+    if (pid < 0 || pid >= static_cast<int>(processes_.size())) return "a member with a process id out of range";
+    if (processes_[pid].conn != conn) return "a member whose process has another connection";
+  }
+  for (size_t i = 0; i < processes_.size(); ++i) {
+    const Process& p = processes_[i];
+    if (p.conn && ProcessOf(p.conn) != static_cast<int>(i)) return "a process whose connection is not its member";
+    if (p.state == ProcessState::kAbsent && p.conn) return "an absent process with a connection";
+  }
+  if (failure_ && (!key_waiters_.empty() || !registration_waiters_.empty() || !barriers_.empty())) {
+    return "waiters left after the job failed";
+  }
+  return "";
+}
+
+}  // namespace myplugin::coordination

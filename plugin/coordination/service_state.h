@@ -1,0 +1,154 @@
+// The coordination service's state and message handling, with no sockets:
+// registration, the key-value store, barriers, heartbeats and the job's
+// failure. It takes (connection id, frame) and answers with frames to send,
+// so the service's network layer (service.h) is a thin shell around it, and
+// the unit tests and the fuzz target drive it in-process.
+//
+// Not thread-safe: the service calls it under one lock, and never does I/O
+// under that lock (frames go to per-connection send queues).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "coordination/limits.h"
+#include "coordination/wire.h"
+
+namespace myplugin::coordination {
+
+struct ServiceOptions {
+  int num_processes = 1;
+  // Every connection must present it. Empty means "no token", which the
+  // callers only allow on a loopback address.
+  std::string token;
+  double heartbeat_timeout_s = 100;
+  double initialization_timeout_s = 300;
+  int max_connections = kDefaultMaxConnections;
+};
+
+// 0 is no connection.
+using ConnectionId = uint64_t;
+
+// What the state asks the network layer to do, in order.
+struct Outbox {
+  struct Frame {
+    ConnectionId to;
+    std::shared_ptr<const std::string> bytes;
+  };
+  std::vector<Frame> frames;
+  void Send(ConnectionId to, std::string frame);
+  void Send(ConnectionId to, const std::shared_ptr<const std::string>& frame);
+};
+
+class ServiceState {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  explicit ServiceState(const ServiceOptions& options);
+
+  static double HeartbeatIntervalSeconds(double heartbeat_timeout_s);
+  // A member whose connection takes no bytes for this long is not reading:
+  // shorter than the heartbeat timeout, so the reason names what happened.
+  static double SendProgressTimeoutSeconds(double heartbeat_timeout_s);
+
+  // The first frame of a connection. OK: the connection is the member it
+  // claims to be, and a HelloOk is in `out`. An error: why it was refused,
+  // and the Error frame to send it before closing is in `out`.
+  Status OnHello(ConnectionId conn, const std::string& peer, const std::string& payload, Outbox& out);
+  // A frame from an accepted connection. An error means the stream is
+  // broken (malformed): the caller closes the connection and reports it
+  // through OnDisconnect.
+  Status OnFrame(ConnectionId conn, const std::string& payload, Outbox& out);
+  void OnDisconnect(ConnectionId conn, const Status& why, Outbox& out);
+  // The member on `conn` stopped reading what the service sends it.
+  void OnStoppedReading(ConnectionId conn, const std::string& detail, Outbox& out);
+  // Heartbeats out; heartbeat, barrier, key and initialization deadlines.
+  void Tick(Clock::time_point now, Outbox& out);
+
+  std::optional<Status> failure() const { return failure_; }
+  int failed_process() const { return failed_process_; }
+  bool all_departed() const;
+  size_t store_bytes() const { return store_bytes_; }
+  // The member on `conn`, or -1.
+  int ProcessOf(ConnectionId conn) const;
+  // An empty string, or the first invariant found broken (for tests and the
+  // fuzz target): store accounting, limits, one connection per member.
+  std::string CheckInvariants() const;
+
+ private:
+  // Forgets the member on `conn`; its process id if that process was still
+  // live (neither departed nor failed) and on this connection, else -1.
+  int DetachLiveMember(ConnectionId conn);
+  struct Waiter {
+    ConnectionId conn;
+    uint32_t request_id;
+  };
+  struct Barrier {
+    std::set<int> arrived;
+    std::vector<Waiter> waiters;
+    Clock::time_point deadline;
+    double timeout_s = 0;
+  };
+  struct KeyWaiter {
+    Waiter waiter;
+    Clock::time_point deadline;
+    double timeout_s = 0;
+  };
+  enum class ProcessState { kAbsent, kConnected, kRegistered, kShuttingDown, kDeparted, kFailed };
+  struct Process {
+    ProcessState state = ProcessState::kAbsent;
+    ConnectionId conn = 0;
+    std::string peer;
+    uint64_t incarnation = 0;
+    std::string topology;
+    Clock::time_point last_heartbeat;
+  };
+
+  // One per concern; each decodes its own messages.
+  Status HandleRegister(int pid, const std::string& payload, Outbox& out);
+  Status HandleKeyValue(int pid, MessageType type, const std::string& payload, Outbox& out);
+  Status HandleKeyValueSet(ConnectionId conn, const std::string& payload, Outbox& out);
+  Status HandleKeyValueGet(ConnectionId conn, const std::string& payload, Outbox& out);
+  Status HandleKeyValueTryGet(ConnectionId conn, const std::string& payload, Outbox& out);
+  Status HandleKeyValueDelete(ConnectionId conn, const std::string& payload, Outbox& out);
+  Status HandleKeyValueList(ConnectionId conn, const std::string& payload, Outbox& out);
+  Status HandleBarrier(int pid, const std::string& payload, Outbox& out);
+  Status HandleShutdown(int pid, const std::string& payload, Outbox& out);
+  Status HandleReportError(int pid, const std::string& payload, Outbox& out);
+
+  void ReplyError(const Waiter& w, const Status& status, Outbox& out);
+  void ReplyOk(const Waiter& w, Outbox& out);
+  void DeclareFailure(int process_id, const std::string& reason, Outbox& out);
+  void FailAllWaiters(const Status& status, Outbox& out);
+  void ArriveAtBarrier(const std::string& name, int pid, const Waiter& w, double timeout_s, Outbox& out);
+  void CheckBarrier(const std::string& name, Outbox& out);
+  void FailBarriersWaitingFor(int process_id, const std::string& why, Outbox& out);
+  void ExpireDeadlines(Clock::time_point now, Outbox& out);
+  void Broadcast(const std::string& frame, int except, Outbox& out);
+  size_t Waiting() const;
+  std::string ProcessList(const std::set<int>& ids) const;
+  std::set<int> Missing(const std::set<int>& present) const;
+
+  const ServiceOptions options_;
+  std::vector<Process> processes_;
+  std::map<ConnectionId, int> members_;
+  Clock::time_point init_deadline_;
+  Clock::time_point next_beat_;
+  bool registration_complete_ = false;
+  std::vector<Waiter> registration_waiters_;
+  std::map<std::string, std::string> kv_;
+  size_t store_bytes_ = 0;
+  std::multimap<std::string, KeyWaiter> key_waiters_;
+  std::map<std::string, Barrier> barriers_;
+  std::optional<Status> failure_;
+  int failed_process_ = -1;
+};
+
+}  // namespace myplugin::coordination

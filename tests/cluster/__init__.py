@@ -1,0 +1,2 @@
+"""Real-cluster test harness: network namespaces as hosts, and the real
+launchers (Open MPI, Slurm)."""

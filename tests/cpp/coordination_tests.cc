@@ -1,0 +1,373 @@
+// The coordination codec (messages.h) and the service's message handling
+// (service_state.h), in-process: frames in through fake connections,
+// frames out as the service would queue them. No sockets, no threads.
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "check.h"
+#include "coordination/messages.h"
+#include "coordination/service_state.h"
+
+namespace {
+
+using namespace myplugin::coordination;
+using myplugin::Code;
+
+std::string Payload(const std::string& frame) { return frame.substr(4); }
+
+template <typename M>
+M RoundTrip(const M& m) {
+  std::string frame = m.Encode();
+  auto back = M::Decode(Payload(frame));
+  CHECK(back.ok());
+  // Canonical: decoding then encoding gives the same bytes.
+  CHECK(back.ok() && back.value().Encode() == frame);
+  auto any = msg::DecodeAndEncodeAny(Payload(frame));
+  CHECK(any.ok() && any.value() == frame);
+  return back.ok() ? back.value() : M();
+}
+
+void TestEveryMessageRoundTrips() {
+  msg::Hello h;
+  h.request_id = 9;
+  h.token = std::string("t\0k", 3);
+  h.process_id = 3;
+  h.incarnation = 0xfedcba9876543210ULL;
+  auto h2 = RoundTrip(h);
+  CHECK(h2.request_id == 9 && h2.token == h.token && h2.process_id == 3 && h2.incarnation == h.incarnation &&
+        h2.magic == kMagic && h2.version == kProtocolVersion);
+
+  msg::HelloOk ok;
+  ok.num_processes = 4;
+  ok.heartbeat_interval_ms = 100;
+  ok.heartbeat_timeout_ms = 1000;
+  auto ok2 = RoundTrip(ok);
+  CHECK(ok2.num_processes == 4 && ok2.heartbeat_interval_ms == 100 && ok2.heartbeat_timeout_ms == 1000);
+
+  auto e = RoundTrip(msg::Error::From(5, myplugin::Status(Code::kNotFound, "gone")));
+  CHECK(e.request_id == 5 && e.ToStatus().code() == Code::kNotFound && e.ToStatus().message() == "gone");
+  msg::Error odd;
+  odd.code = 0;  // an "error" that claims OK must not read as success
+  CHECK(!odd.ToStatus().ok());
+  odd.code = 999;
+  CHECK(odd.ToStatus().code() == Code::kUnknown);
+
+  msg::Register reg;
+  reg.num_processes = 2;
+  reg.incarnation = 7;
+  reg.topology = "topo";
+  auto reg2 = RoundTrip(reg);
+  CHECK(reg2.num_processes == 2 && reg2.incarnation == 7 && reg2.topology == "topo");
+
+  msg::Topology t;
+  t.processes = {{1, "a"}, {2, ""}, {3, std::string(1000, 'x')}};
+  auto t2 = RoundTrip(t);
+  CHECK(t2.processes.size() == 3 && t2.processes[2].topology.size() == 1000 && t2.processes[1].incarnation == 2);
+
+  msg::KeyValueSet set;
+  set.key = "k";
+  set.value = std::string("\0\xff", 2);
+  auto set2 = RoundTrip(set);
+  CHECK(set2.key == "k" && set2.value == set.value);
+
+  msg::KeyValueGet get;
+  get.key = "k";
+  get.timeout_ms = ~0ULL;
+  CHECK(RoundTrip(get).timeout_ms == ~0ULL);
+  msg::KeyValueTryGet tg;
+  tg.key = "q";
+  CHECK(RoundTrip(tg).key == "q");
+  msg::KeyValueDelete del;
+  del.key = "d";
+  CHECK(RoundTrip(del).key == "d");
+  msg::KeyValueList list;
+  list.prefix = "p/";
+  CHECK(RoundTrip(list).prefix == "p/");
+  msg::Value v;
+  v.value = "val";
+  CHECK(RoundTrip(v).value == "val");
+  msg::Entries en;
+  en.entries = {{"a", "1"}, {"b", ""}};
+  CHECK(RoundTrip(en).entries == en.entries);
+  msg::Barrier b;
+  b.name = "sync";
+  b.timeout_ms = 5;
+  auto b2 = RoundTrip(b);
+  CHECK(b2.name == "sync" && b2.timeout_ms == 5);
+  msg::Shutdown sd;
+  sd.timeout_ms = 6;
+  CHECK(RoundTrip(sd).timeout_ms == 6);
+  RoundTrip(msg::Heartbeat());
+  RoundTrip(msg::Ok());
+  msg::Failure f;
+  f.process_id = 2;
+  f.reason = "why";
+  auto f2 = RoundTrip(f);
+  CHECK(f2.process_id == 2 && f2.reason == "why");
+  msg::ReportError re;
+  re.reason = "oops";
+  CHECK(RoundTrip(re).reason == "oops");
+  msg::PeerShutdown ps;
+  ps.process_id = 1;
+  CHECK(RoundTrip(ps).process_id == 1);
+}
+
+void TestDecodersRefuseBadInput() {
+  msg::KeyValueSet set;
+  set.key = "key";
+  set.value = "value";
+  std::string payload = Payload(set.Encode());
+  // Every truncation fails, and so does a trailing byte.
+  for (size_t n = 0; n < payload.size(); ++n) CHECK(!msg::KeyValueSet::Decode(payload.substr(0, n)).ok());
+  CHECK(!msg::KeyValueSet::Decode(payload + "x").ok());
+  // Another type's payload is not this type.
+  auto wrong = msg::KeyValueGet::Decode(payload);
+  CHECK(!wrong.ok() && wrong.status().message().find("expected KeyValueGet, got KeyValueSet") != std::string::npos);
+  // A count of four billion entries backed by no bytes fails at once,
+  // without reserving room for them.
+  std::string huge = Payload(Writer(MessageType::kTopology, 1).U32(0xffffffffu).Finish());
+  auto t = msg::Topology::Decode(huge);
+  CHECK(!t.ok() && t.status().message().find("truncated") != std::string::npos);
+  std::string many = Payload(Writer(MessageType::kEntries, 1).U32(0xffffffffu).Bytes("a").Bytes("b").Finish());
+  CHECK(!msg::Entries::Decode(many).ok());
+  CHECK(!msg::DecodeAndEncodeAny(std::string("\x63\0\0\0\0", 5)).ok());
+  CHECK(!msg::DecodeAndEncodeAny("").ok());
+}
+
+// A job of fake connections around one ServiceState.
+struct FakeJob {
+  explicit FakeJob(int n) : state([n] {
+    ServiceOptions o;
+    o.num_processes = n;
+    o.token = "tok";
+    o.heartbeat_timeout_s = 60;
+    o.initialization_timeout_s = 60;
+    return o;
+  }()) {}
+
+  myplugin::Status Hello(ConnectionId conn, int pid, const std::string& token = "tok") {
+    msg::Hello h;
+    h.token = token;
+    h.process_id = static_cast<uint32_t>(pid);
+    return state.OnHello(conn, "peer" + std::to_string(conn), Payload(h.Encode()), out);
+  }
+  template <typename M>
+  myplugin::Status Send(ConnectionId conn, const M& m) {
+    return state.OnFrame(conn, Payload(m.Encode()), out);
+  }
+  // The frames queued for `conn` since the last call, as payloads.
+  std::vector<std::string> Take(ConnectionId conn) {
+    std::vector<std::string> mine, rest;
+    std::vector<Outbox::Frame> keep;
+    for (auto& f : out.frames) {
+      if (f.to == conn) {
+        mine.push_back(Payload(*f.bytes));
+      } else {
+        keep.push_back(f);
+      }
+    }
+    out.frames = keep;
+    return mine;
+  }
+  // The one error `conn` got, or an empty message.
+  std::string ErrorFor(ConnectionId conn, Code* code = nullptr) {
+    for (const std::string& p : Take(conn)) {
+      auto e = msg::Error::Decode(p);
+      if (e.ok()) {
+        if (code) *code = e.value().ToStatus().code();
+        return e.value().message;
+      }
+    }
+    return "";
+  }
+  ServiceState state;
+  Outbox out;
+};
+
+template <typename M>
+M One(const std::vector<std::string>& frames) {
+  CHECK(frames.size() == 1);
+  if (frames.size() != 1) return M();
+  auto m = M::Decode(frames[0]);
+  CHECK(m.ok());
+  return m.ok() ? m.value() : M();
+}
+
+void TestServiceRegistersAndServesKeyValues() {
+  FakeJob job(2);
+  CHECK(job.Hello(1, 0).ok());
+  CHECK(job.Hello(2, 1).ok());
+  CHECK(One<msg::HelloOk>(job.Take(1)).num_processes == 2);
+  job.Take(2);
+  msg::Register r;
+  r.num_processes = 2;
+  r.topology = "zero";
+  r.request_id = 1;
+  CHECK(job.Send(1, r).ok());
+  CHECK(job.Take(1).empty());  // waits for the other
+  r.topology = "one";
+  CHECK(job.Send(2, r).ok());
+  auto topo = One<msg::Topology>(job.Take(1));
+  CHECK(topo.processes.size() == 2 && topo.processes[0].topology == "zero" && topo.processes[1].topology == "one");
+  CHECK(One<msg::Topology>(job.Take(2)).processes.size() == 2);
+
+  // A blocking get is answered by the set that comes later.
+  msg::KeyValueGet get;
+  get.request_id = 7;
+  get.key = "k";
+  get.timeout_ms = 60000;
+  CHECK(job.Send(2, get).ok());
+  CHECK(job.Take(2).empty());
+  msg::KeyValueSet set;
+  set.request_id = 8;
+  set.key = "k";
+  set.value = "v";
+  CHECK(job.Send(1, set).ok());
+  CHECK(One<msg::Ok>(job.Take(1)).request_id == 8);
+  auto value = One<msg::Value>(job.Take(2));
+  CHECK(value.request_id == 7 && value.value == "v");
+  CHECK(job.state.store_bytes() == 2);
+  msg::KeyValueList list;
+  list.prefix = "";
+  CHECK(job.Send(2, list).ok());
+  CHECK(One<msg::Entries>(job.Take(2)).entries.size() == 1);
+  msg::KeyValueDelete del;
+  del.key = "k";
+  CHECK(job.Send(2, del).ok());
+  CHECK(job.state.store_bytes() == 0);
+  CHECK(job.state.CheckInvariants().empty());
+}
+
+void TestServiceRefusesStrangers() {
+  FakeJob job(2);
+  CHECK(job.Hello(1, 0, "wrong").code() == Code::kUnauthenticated);
+  CHECK(job.ErrorFor(1).find("wrong coordination token") != std::string::npos);
+  CHECK(job.state.ProcessOf(1) == -1);
+  // A connection that never said Hello gets nothing done.
+  msg::KeyValueSet set;
+  set.key = "k";
+  CHECK(!job.Send(3, set).ok());
+  CHECK(job.state.store_bytes() == 0);
+  CHECK(job.Hello(4, 9).code() == Code::kInvalidArgument);
+  CHECK(job.Hello(5, 1).ok());
+  CHECK(job.Hello(6, 1).code() == Code::kAlreadyExists);
+  CHECK(job.state.CheckInvariants().empty());
+  CHECK(!job.state.failure());
+}
+
+void TestKeyValueLimits() {
+  FakeJob job(1);
+  CHECK(job.Hello(1, 0).ok());
+  job.Take(1);
+  msg::KeyValueSet set;
+  set.key = "k";
+  set.value = std::string(kMaxValueBytes + 1, 'x');
+  CHECK(job.Send(1, set).ok());  // an error reply, not a broken connection
+  Code code = Code::kOk;
+  std::string err = job.ErrorFor(1, &code);
+  CHECK(code == Code::kResourceExhausted);
+  CHECK(err.find("key_value_set of \"k\": value of 32 MiB exceeds the 32 MiB limit") != std::string::npos);
+  set.key = std::string(kMaxKeyBytes + 1, 'k');
+  set.value = "v";
+  CHECK(job.Send(1, set).ok());
+  CHECK(job.ErrorFor(1).find("key of 4.001 KiB exceeds the 4 KiB limit") != std::string::npos);
+
+  // The store's total: values at the limit until it is full.
+  set.value = std::string(kMaxValueBytes, 'v');
+  size_t stored = 0;
+  for (int i = 0; i < 9; ++i) {
+    set.key = "big/" + std::to_string(i);
+    CHECK(job.Send(1, set).ok());
+    auto frames = job.Take(1);
+    CHECK(frames.size() == 1);
+    if (frames.size() == 1 && msg::Ok::Decode(frames[0]).ok()) {
+      ++stored;
+    } else if (frames.size() == 1) {
+      auto e = msg::Error::Decode(frames[0]);
+      CHECK(e.ok() && e.value().message.find("over its 256 MiB limit") != std::string::npos);
+    }
+  }
+  CHECK(stored == kMaxStoreBytes / (kMaxValueBytes + 8) && stored < 9);
+  CHECK(job.state.store_bytes() <= kMaxStoreBytes);
+  // Overwriting a key frees its old value first.
+  set.key = "big/0";
+  CHECK(job.Send(1, set).ok());
+  CHECK(msg::Ok::Decode(job.Take(1).at(0)).ok());
+
+  // A list reply over the frame limit is refused, naming prefix and size.
+  msg::KeyValueList list;
+  list.prefix = "big/";
+  CHECK(job.Send(1, list).ok());
+  std::string listed = job.ErrorFor(1, &code);
+  CHECK(code == Code::kResourceExhausted);
+  CHECK(listed.find("key_value_list of prefix \"big/\": the reply of 224 MiB exceeds the 64 MiB message limit") !=
+        std::string::npos);
+  list.prefix = "big/1";
+  CHECK(job.Send(1, list).ok());
+  CHECK(One<msg::Entries>(job.Take(1)).entries.size() == 1);
+  CHECK(job.state.CheckInvariants().empty());
+  CHECK(!job.state.failure());
+}
+
+void TestStoppedReaderIsDeclaredFailed() {
+  FakeJob job(3);
+  for (int p = 0; p < 3; ++p) CHECK(job.Hello(10 + p, p).ok());
+  job.out.frames.clear();
+  msg::Barrier b;
+  b.name = "sync";
+  b.timeout_ms = 60000;
+  CHECK(job.Send(10, b).ok());
+  job.state.OnStoppedReading(12, "16777237 bytes queued, no progress for 2 s", job.out);
+  auto f = job.state.failure();
+  CHECK(f && f->message() ==
+                 "process 2 failed: stopped reading from the coordination service (16777237 bytes queued, no "
+                 "progress for 2 s)");
+  CHECK(job.state.failed_process() == 2);
+  // The others hear of it; the barrier waiter is released with the reason;
+  // the stopped member gets nothing more.
+  std::vector<std::string> to0 = job.Take(10);
+  bool told = false, released = false;
+  for (const auto& p : to0) {
+    told |= msg::Failure::Decode(p).ok() && msg::Failure::Decode(p).value().process_id == 2;
+    auto e = msg::Error::Decode(p);
+    released |= e.ok() && e.value().message.find("barrier 'sync' was interrupted") != std::string::npos;
+  }
+  CHECK(told && released);
+  CHECK(job.Take(12).empty());
+  CHECK(job.state.ProcessOf(12) == -1);
+  // Its connection closing afterwards changes nothing.
+  job.state.OnDisconnect(12, myplugin::Status(Code::kUnavailable, "closed"), job.out);
+  CHECK(job.state.failed_process() == 2);
+  CHECK(job.state.CheckInvariants().empty());
+}
+
+void TestWaitingIsBounded() {
+  FakeJob job(2);
+  CHECK(job.Hello(1, 0).ok());
+  job.Take(1);
+  msg::KeyValueGet get;
+  get.timeout_ms = 60000;
+  for (size_t i = 0; i <= kMaxWaiting; ++i) {
+    get.request_id = static_cast<uint32_t>(i);
+    get.key = "never/" + std::to_string(i);
+    CHECK(job.Send(1, get).ok());
+  }
+  Code code = Code::kOk;
+  std::string err = job.ErrorFor(1, &code);
+  CHECK(code == Code::kResourceExhausted && err.find("already waiting (the limit)") != std::string::npos);
+  CHECK(job.state.CheckInvariants().empty());
+}
+
+}  // namespace
+
+void RunCoordinationTests() {
+  TestEveryMessageRoundTrips();
+  TestDecodersRefuseBadInput();
+  TestServiceRegistersAndServesKeyValues();
+  TestServiceRefusesStrangers();
+  TestKeyValueLimits();
+  TestStoppedReaderIsDeclaredFailed();
+  TestWaitingIsBounded();
+}
