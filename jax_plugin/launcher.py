@@ -1,6 +1,7 @@
 """myplugin-run: start a multi-process job on this host.
 
-  myplugin-run -n 4 [--devices-per-process 2] [--timeout S] -- python train.py args
+  myplugin-run -n 4 [--devices-per-process 2] [--timeout S] [--max-restarts K [--min-processes M]]
+               -- python train.py args
 
 It hosts the coordination service itself, starts the processes with the
 MYPLUGIN_* variables set (JAX_PLATFORMS=myplugin unless set), prefixes each
@@ -10,6 +11,13 @@ process whose failure the coordination service recorded first (its own
 exception, signal, early exit or silence), never one that fate-sharing ended
 afterwards (those exit with 42); a rank that failed before it joined the
 service is found by exit order instead.
+
+With --max-restarts K (torchrun's meaning) a failed job is started again,
+every rank anew, up to K times; MYPLUGIN_RESTART_COUNT tells the program
+which attempt it is (0 first). The service lives on across attempts with a
+new token each time, so a process left over from an earlier attempt is
+refused with an error that says so. A rank that fails twice in a row before
+it joins the job is left out of the next attempt, down to --min-processes.
 """
 
 from __future__ import annotations
@@ -73,6 +81,12 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument("--heartbeat-timeout", type=float, default=float(os.environ.get("MYPLUGIN_HEARTBEAT_TIMEOUT", 100)))
   parser.add_argument("--initialization-timeout", type=float,
                       default=float(os.environ.get("MYPLUGIN_INITIALIZATION_TIMEOUT", 300)))
+  parser.add_argument("--max-restarts", type=int, default=0,
+                      help="when a rank fails, end every rank and start the job again, up to this many times "
+                           "(MYPLUGIN_RESTART_COUNT tells the program which attempt it is)")
+  parser.add_argument("--min-processes", type=int, default=None,
+                      help="a rank that fails twice in a row before joining the job is left out of the next "
+                           "attempt, down to this many processes (default: -n, never shrink)")
   parser.add_argument("command", nargs=argparse.REMAINDER)
   args = parser.parse_args(argv)
   command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -82,6 +96,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.error("-n must be at least 1")
   if args.devices_per_process is not None and args.devices_per_process < 1:
     parser.error("--devices-per-process must be at least 1")
+  if args.max_restarts < 0:
+    parser.error("--max-restarts must be at least 0")
+  if args.min_processes is None:
+    args.min_processes = args.num_processes
+  if not 1 <= args.min_processes <= args.num_processes:
+    parser.error("--min-processes must be between 1 and -n")
 
   from jax_plugin import _myplugin
 
@@ -96,7 +116,6 @@ def main(argv: list[str] | None = None) -> int:
   base_env.setdefault("JAX_PLATFORMS", "myplugin")
   base_env.update({
       "MYPLUGIN_COORDINATOR_ADDRESS": f"127.0.0.1:{service.port}",
-      "MYPLUGIN_JAX_COORDINATOR_ADDRESS": f"127.0.0.1:{_free_port()}",
       "MYPLUGIN_NUM_PROCESSES": str(args.num_processes),
       "MYPLUGIN_COORDINATOR_TOKEN": token,
       "MYPLUGIN_COORDINATOR_STANDALONE": "1",
@@ -107,18 +126,6 @@ def main(argv: list[str] | None = None) -> int:
   if args.devices_per_process is not None:
     base_env["MYPLUGIN_NUM_DEVICES"] = str(args.devices_per_process)
 
-  lock = threading.Lock()
-  procs, pumps = [], []
-  for rank in range(args.num_processes):
-    env = dict(base_env, MYPLUGIN_PROCESS_ID=str(rank))
-    p = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         start_new_session=True)
-    procs.append(p)
-    for stream, out in ((p.stdout, sys.stdout), (p.stderr, sys.stderr)):
-      t = threading.Thread(target=_pump, args=(stream, out, f"[{rank}] ", lock), daemon=True)
-      t.start()
-      pumps.append(t)
-
   interrupted = []
 
   def on_signal(signum, frame):
@@ -126,6 +133,60 @@ def main(argv: list[str] | None = None) -> int:
 
   previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
   deadline = time.monotonic() + args.timeout if args.timeout else None
+  num_processes = args.num_processes
+  previous_culprit = None
+  try:
+    for attempt in range(args.max_restarts + 1):
+      # jax's own coordinator (hosted by rank 0 of each attempt) moves to a
+      # fresh port: the one before may still be held by a dying process.
+      env = dict(base_env, MYPLUGIN_RESTART_COUNT=str(attempt), MYPLUGIN_NUM_PROCESSES=str(num_processes),
+                 MYPLUGIN_JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{_free_port()}")
+      result = _run_attempt(command, env, num_processes, service, deadline, interrupted, args.timeout)
+      if result.status or result.culprit is None or attempt == args.max_restarts:
+        return result.status if result.status else (failure_exit_code(result.culprit) if result.culprit is not None else 0)
+      # A rank that fails again before it even joined the job (its host is
+      # gone, its device broken) is left out of the next attempt, while
+      # --min-processes allows it.
+      drop = (result.culprit == previous_culprit and not result.culprit_joined and num_processes > args.min_processes)
+      previous_culprit = result.culprit
+      if drop:
+        num_processes -= 1
+        previous_culprit = None
+      print(f"myplugin-run: restarting the job (restart {attempt + 1} of {args.max_restarts})"
+            + (f" without a rank: rank {result.culprit} failed twice in a row before it joined; "
+               f"{num_processes} processes now" if drop else ""), file=sys.stderr)
+      token = secrets.token_hex(16)
+      service.restart(token, num_processes)
+      base_env["MYPLUGIN_COORDINATOR_TOKEN"] = token
+    return 0
+  finally:
+    service.stop()
+    for s, h in previous.items():
+      signal.signal(s, h)
+
+
+class _Attempt:
+  """How one attempt of the job ended."""
+
+  def __init__(self, status: int, culprit: int | None, culprit_joined: bool):
+    self.status = status  # EXIT_TIMEOUT or EXIT_INTERRUPTED, else 0
+    self.culprit = culprit  # the rank that failed first, if one did
+    self.culprit_joined = culprit_joined
+
+
+def _run_attempt(command, env, num_processes, service, deadline, interrupted, timeout) -> _Attempt:
+  from jax_plugin import _myplugin
+  lock = threading.Lock()
+  procs, pumps = [], []
+  for rank in range(num_processes):
+    p = subprocess.Popen(command, env=dict(env, MYPLUGIN_PROCESS_ID=str(rank)), stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, start_new_session=True)
+    procs.append(p)
+    for stream, out in ((p.stdout, sys.stdout), (p.stderr, sys.stderr)):
+      t = threading.Thread(target=_pump, args=(stream, out, f"[{rank}] ", lock), daemon=True)
+      t.start()
+      pumps.append(t)
+
   first_exit = None  # (rank, code) of the first process seen to end with an error
   failure_seen_at = None
   status = 0
@@ -145,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
       if deadline is not None and time.monotonic() > deadline:
         status = EXIT_TIMEOUT
         running = [r for r, c in enumerate(codes) if c is None]
-        print(f"myplugin-run: the job did not finish within {args.timeout:g} s; ending ranks {running}",
+        print(f"myplugin-run: the job did not finish within {timeout:g} s; ending ranks {running}",
               file=sys.stderr)
         break
       if failure_seen_at is not None:
@@ -167,17 +228,16 @@ def main(argv: list[str] | None = None) -> int:
       p.wait()
     for t in pumps:
       t.join(timeout=5)
-    service.stop()
-    for s, h in previous.items():
-      signal.signal(s, h)
 
   if status:
-    return status
+    return _Attempt(status, None, False)
+  joined = culprit is not None
   if culprit is None and first_exit is not None:
     # It failed before the service knew it (e.g. before it joined): the
-    # first rank to end with an error that is not fate-sharing's.
-    codes = [p.returncode for p in procs]
-    culprit = next((r for r, c in enumerate(codes) if c not in (0, _myplugin.FATE_SHARING_EXIT_CODE)), first_exit[0])
+    # first rank to end with an error that is not fate-sharing's, among
+    # those that ended by themselves (not by the kills above).
+    culprit = next((r for r, c in enumerate(codes) if c not in (None, 0, _myplugin.FATE_SHARING_EXIT_CODE)),
+                   first_exit[0])
   if culprit is not None:
     code = procs[culprit].returncode
     ended = [r for r, p in enumerate(procs) if r != culprit and p.returncode == _myplugin.FATE_SHARING_EXIT_CODE]
@@ -185,8 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     bystanders = f"; ranks {ended} were ended because of it (exit code {_myplugin.FATE_SHARING_EXIT_CODE})" if ended else ""
     print(f"myplugin-run: rank {culprit} failed first {_describe(code)}{detail}{bystanders}; all ranks were ended",
           file=sys.stderr)
-    return failure_exit_code(culprit)
-  return status
+  return _Attempt(0, culprit, joined)
 
 
 def _describe(code: int) -> str:

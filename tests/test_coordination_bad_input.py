@@ -458,3 +458,35 @@ def test_shutdown_release_reaches_a_peer_still_reading_when_the_host_stops():
     late.close()
   finally:
     service.stop()
+
+
+def test_a_process_of_an_earlier_attempt_is_refused_after_a_restart():
+  service = _myplugin.CoordinationService.start("127.0.0.1", 0, 2, TOKEN, 5.0, 60.0)
+  try:
+    assert service.attempt == 0
+    with connect(service) as old:
+      old.sendall(hello(pid=0))
+      assert recv_reply(old)[0] == 2
+      old.sendall(frame(struct.pack("<BI", 7, 1) + _bytes_field(b"k") + _bytes_field(b"v")))
+      assert recv_reply(old)[0] == 4
+      service.restart("n3w-t0ken", 3)
+      assert service.attempt == 1
+      # The earlier attempt's member is cut off ...
+      assert recv_reply(old) == (0, "closed")
+    # ... a late process of that attempt is told why it is refused ...
+    with connect(service) as late:
+      late.sendall(hello(pid=1))
+      kind, msg = recv_reply(late)
+      assert kind == 3 and "belongs to attempt 0 of this job, which was ended; the job has restarted (attempt 1)" in msg
+    # ... and the new attempt has its own size and a clean slate.
+    with connect(service) as new:
+      new.sendall(hello(token="n3w-t0ken", pid=2))
+      assert recv_reply(new)[0] == 2
+      new.sendall(frame(struct.pack("<BI", 9, 5) + _bytes_field(b"k")))
+      assert recv_reply(new) == (3, "key 'k' is not set")
+    with pytest.raises(RuntimeError, match="a restart needs a new token"):
+      service.restart("n3w-t0ken", 3)
+    with pytest.raises(RuntimeError, match="between 1 and"):
+      service.restart("other", 0)
+  finally:
+    service.stop()

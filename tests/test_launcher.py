@@ -88,3 +88,54 @@ def test_exit_code_names_the_culprit_every_time(mode):
     # raised first (the abort says why).
     assert re.search(r"^\[0\] .*process 1 failed: ", r.stderr, re.M), r.output
     assert "all-reduce returned" not in r.stdout
+
+
+RESTARTED = """
+import os, sys
+attempt = int(os.environ["MYPLUGIN_RESTART_COUNT"])
+n, me = int(os.environ["MYPLUGIN_NUM_PROCESSES"]), int(os.environ["MYPLUGIN_PROCESS_ID"])
+if n == 3 and me == 2 and "--broken-host" in sys.argv:
+  sys.exit(5)  # before it joins: its host is gone
+import jax, numpy as np
+x = jax.pmap(lambda v: jax.lax.psum(v, "i"), axis_name="i")(np.ones(jax.local_device_count(), np.float32))
+if attempt == 0 and me == 1 and "--fail-first" in sys.argv:
+  os._exit(3)
+print("attempt", attempt, "of", jax.process_count(), "psum", float(x[0]), flush=True)
+"""
+
+
+def test_max_restarts_starts_the_job_again_and_it_completes():
+  r = run_python(LAUNCHER + ["-n", "3", "--max-restarts", "2", "--", sys.executable, "-c", RESTARTED, "--fail-first"],
+                 child_env(), timeout=240)
+  assert r.returncode == 0, r.output
+  assert "myplugin-run: rank 1 failed first with exit code 3" in r.stderr, r.output
+  assert "myplugin-run: restarting the job (restart 1 of 2)" in r.stderr, r.output
+  for rank in range(3):
+    assert f"[{rank}] attempt 1 of 3 psum 3.0" in r.stdout, r.output
+  assert "attempt 0 of" not in r.stdout.replace("[0] attempt 0 of 3", "").replace("[2] attempt 0 of 3", ""), r.output
+  assert "restart 2 of 2" not in r.stderr
+
+
+def test_restarts_run_out_and_the_culprit_is_named():
+  program = "import os, sys; sys.exit(7 if os.environ['MYPLUGIN_PROCESS_ID'] == '1' else 0)"
+  r = run_python(LAUNCHER + ["-n", "2", "--max-restarts", "1", "--", sys.executable, "-c", program],
+                 child_env(), timeout=120)
+  assert r.returncode == 101, r.output
+  assert r.stderr.count("myplugin-run: rank 1 failed first with exit code 7") == 2, r.output
+  assert "restarting the job (restart 1 of 1)" in r.stderr
+
+
+def test_a_rank_that_keeps_failing_before_it_joins_is_left_out():
+  r = run_python(LAUNCHER + ["-n", "3", "--max-restarts", "3", "--min-processes", "2", "--", sys.executable, "-c",
+                             RESTARTED, "--broken-host"], child_env(), timeout=240)
+  assert r.returncode == 0, r.output
+  assert "rank 2 failed twice in a row before it joined; 2 processes now" in r.stderr, r.output
+  for rank in range(2):
+    assert f"[{rank}] attempt 2 of 2 psum 2.0" in r.stdout, r.output
+
+
+def test_restart_usage_errors():
+  r = run_python(LAUNCHER + ["-n", "2", "--min-processes", "3", "--", "true"], child_env(), timeout=60)
+  assert r.returncode == 2 and "--min-processes must be between 1 and -n" in r.stderr
+  r = run_python(LAUNCHER + ["-n", "2", "--max-restarts", "-1", "--", "true"], child_env(), timeout=60)
+  assert r.returncode == 2 and "--max-restarts must be at least 0" in r.stderr

@@ -101,6 +101,37 @@ void CoordinationService::Stop() {
   }
 }
 
+Status CoordinationService::Restart(const std::string& token, int num_processes) {
+  if (num_processes < 1 || num_processes > options_.max_connections) {
+    return InvalidArgument("a restart needs between 1 and " + std::to_string(options_.max_connections) +
+                           " processes, got " + std::to_string(num_processes));
+  }
+  std::vector<std::shared_ptr<Connection>> earlier;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return FailedPrecondition("the coordination service has stopped");
+    ServiceOptions next = state_.options();
+    if (token == next.token) return InvalidArgument("a restart needs a new token");
+    next.earlier_tokens.push_back(next.token);
+    next.token = token;
+    next.num_processes = num_processes;
+    next.attempt += 1;
+    state_ = ServiceState(next);
+    for (auto& [id, c] : connections_) earlier.push_back(c);
+  }
+  // Their readers then report to the new state, which does not know them.
+  for (auto& c : earlier) {
+    c->queue.Abort();
+    c->socket.ShutdownBoth();
+  }
+  return OkStatus();
+}
+
+int CoordinationService::attempt() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return state_.options().attempt;
+}
+
 std::optional<Status> CoordinationService::failure() {
   std::lock_guard<std::mutex> lock(mu_);
   return state_.failure();

@@ -38,6 +38,13 @@ class CoordinationService {
   int port() const { return port_; }
   // Closes every connection and joins every thread. Idempotent.
   void Stop();
+  // Begins the job's next attempt (the launcher's --max-restarts): a fresh
+  // state (no members, no keys, no failure) for `num_processes` processes
+  // that present `token`. Every connection of the attempt before is closed,
+  // and a process of an earlier attempt is refused with an error saying so.
+  Status Restart(const std::string& token, int num_processes);
+  // 0 for the first attempt, then one more per Restart.
+  int attempt();
 
   // For tests and the launcher: the job's first failure, if any.
   std::optional<Status> failure();

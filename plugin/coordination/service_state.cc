@@ -95,6 +95,13 @@ Status ServiceState::OnHello(ConnectionId conn, const std::string& peer, const s
   if (!hello.ok()) return reject(InvalidArgument("malformed hello"));
   const msg::Hello& h = hello.value();
   if (!SameSecret(h.token, options_.token)) {
+    for (size_t a = 0; a < options_.earlier_tokens.size(); ++a) {
+      if (SameSecret(h.token, options_.earlier_tokens[a])) {
+        return reject(FailedPrecondition("process " + std::to_string(h.process_id) + " (" + peer + ") belongs to attempt " +
+                                         std::to_string(a) + " of this job, which was ended; the job has restarted (attempt " +
+                                         std::to_string(options_.attempt) + ")"));
+      }
+    }
     return reject(Status(Code::kUnauthenticated,
                          "wrong coordination token from " + peer + " (MYPLUGIN_COORDINATOR_TOKEN differs between processes?)"));
   }

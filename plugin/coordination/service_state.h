@@ -31,6 +31,11 @@ struct ServiceOptions {
   double heartbeat_timeout_s = 100;
   double initialization_timeout_s = 300;
   int max_connections = kDefaultMaxConnections;
+  // The launcher's restarts: this is attempt `attempt` of the job, and
+  // `earlier_tokens` are the tokens of the attempts before it (index =
+  // attempt), so a process left over from one is told so, not "wrong token".
+  int attempt = 0;
+  std::vector<std::string> earlier_tokens;
 };
 
 // 0 is no connection.
@@ -72,6 +77,7 @@ class ServiceState {
   // Heartbeats out; heartbeat, barrier, key and initialization deadlines.
   void Tick(Clock::time_point now, Outbox& out);
 
+  const ServiceOptions& options() const { return options_; }
   std::optional<Status> failure() const { return failure_; }
   int failed_process() const { return failed_process_; }
   bool all_departed() const;
@@ -136,7 +142,7 @@ class ServiceState {
   std::string ProcessList(const std::set<int>& ids) const;
   std::set<int> Missing(const std::set<int>& present) const;
 
-  const ServiceOptions options_;
+  ServiceOptions options_;  // not const: a restart assigns a fresh state
   std::vector<Process> processes_;
   std::map<ConnectionId, int> members_;
   Clock::time_point init_deadline_;

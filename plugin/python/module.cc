@@ -274,7 +274,20 @@ void BindCoordination(nb::module_& m) {
              if (p < 0) return std::nullopt;
              return p;
            })
-      .def("all_departed", &coord::CoordinationService::all_departed);
+      .def("all_departed", &coord::CoordinationService::all_departed)
+      .def(
+          "restart",
+          [](coord::CoordinationService& s, const std::string& token, int num_processes) {
+            myplugin::Status st;
+            {
+              nb::gil_scoped_release release;
+              st = s.Restart(token, num_processes);
+            }
+            ThrowIfError(st);
+          },
+          nb::arg("token"), nb::arg("num_processes"),
+          "Begins the job's next attempt: a fresh state for num_processes processes presenting token.")
+      .def_prop_ro("attempt", &coord::CoordinationService::attempt);
 
   m.def(
       "distributed_initialize",
