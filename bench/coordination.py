@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import json
 import resource
 import select
@@ -254,6 +255,7 @@ class Load:
     self.port, self.idle, self.hostile = port, idle, hostile
     self.stop = None
     self.opened = 0
+    self.errors = collections.Counter()  # why opening a connection failed, by kind
     self.loop = asyncio.new_event_loop()
     self.thread = threading.Thread(target=self.loop.run_until_complete, args=(self._main(),), daemon=True)
 
@@ -273,7 +275,8 @@ class Load:
           for f in waits:
             f.cancel()
           w.close()
-      except OSError:
+      except OSError as e:
+        self.errors[f"{type(e).__name__}: {e}"[:80]] += 1
         await asyncio.sleep(0.1)
 
   async def _hostile(self, kind: str):
@@ -296,7 +299,9 @@ class Load:
           w.write(_hello(b"not-the-token"))
           await asyncio.wait_for(r.read(65536), 5)
         w.close()
-      except (OSError, asyncio.TimeoutError):
+      except OSError as e:
+        self.errors[f"{type(e).__name__}: {e}"[:80]] += 1
+      except asyncio.TimeoutError:
         pass
       await asyncio.sleep(0.05)
 
@@ -384,7 +389,8 @@ def load_bench(n: int, idle: int, hostile: int, rounds: int, calls: int):
             with Load(port if mode == "loaded" else decoy_port, idle, hostile) as load:
               time.sleep(3)  # all connections up, hostile loops churning
               run_phase()
-              print(f"  {mode} phase {phase}: {load.opened} connections opened by the load generator", flush=True)
+              print(f"  {mode} phase {phase}: {load.opened} connections opened by the load generator; errors "
+                    f"{dict(load.errors)}", flush=True)
           else:
             run_phase()
           phase += 1

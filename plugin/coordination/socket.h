@@ -32,6 +32,17 @@ class Socket {
 
   bool valid() const { return fd_ >= 0; }
   int fd() const { return fd_; }
+  // Gives the descriptor up (to the service's event loop); -1 after.
+  int Release();
+  bool IsIPv6() const;
+
+  // What Accept sets on its connections (close-on-exec, no Nagle), for
+  // one the service's event loop accepted.
+  static void MarkAccepted(int fd);
+  // Such a connection, once it proved the token, handed to blocking code.
+  static Socket FromEventLoop(int fd);
+  // "host:port" of the peer of a connected descriptor, "?" if unknown.
+  static std::string PeerNameOf(int fd);
 
   // Binds and listens; port 0 picks a free port. A port in use is an
   // ALREADY_EXISTS error that names the address.
