@@ -1,6 +1,7 @@
-// TCP sockets, owned (RAII), blocking, with deadlines. The service and the
-// client each use a thread per connection, so plain blocking calls with
-// poll() for deadlines are all they need.
+// TCP sockets, owned (RAII), blocking, with deadlines. The client and the
+// service's members each have threads of their own, so plain blocking calls
+// with poll() for deadlines are all they need (the service's connections
+// are on its event loop until they prove the token).
 #pragma once
 
 #include <string>
