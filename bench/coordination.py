@@ -15,18 +15,23 @@
 4. Load (--load): a job of 64 processes doing key-value sets, blocking gets
    and barriers, with and without 1,000 idle connections plus 200 hostile
    ones (slow readers, garbage, half-open, oversize length prefixes, wrong
-   tokens) held against its service; unloaded and loaded phases
-   interleaved, each call's latency, best and median. A control phase runs
-   the same load against a stand-in server instead, to tell what the load
-   generator's own CPU costs the job on a small machine.
+   tokens) held against its service; unloaded, loaded and control phases
+   interleaved over several rounds (each round starting with another), each
+   call's latency, best and median, the ratio of the loaded median to the
+   unloaded one (pooled, and round by round) and a verdict on the 2x goal.
+   A control phase runs the same load against a stand-in server instead,
+   to tell what the load generator's own CPU costs the job on a small
+   machine. A round whose load generator did not get its connections up is
+   reported and left out.
 
 usage: python bench/coordination.py [--counts 2,8,32,64] [--rounds 3]
-       python bench/coordination.py --load [--processes 64] [--idle 1000] [--hostile 200] [--rounds 2]
+       python bench/coordination.py --load [--processes 64] [--idle 1000] [--hostile 200] [--rounds 5]
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import json
 import resource
 import select
@@ -254,6 +259,7 @@ class Load:
     self.port, self.idle, self.hostile = port, idle, hostile
     self.stop = None
     self.opened = 0
+    self.errors = collections.Counter()  # why opening a connection failed, by kind
     self.loop = asyncio.new_event_loop()
     self.thread = threading.Thread(target=self.loop.run_until_complete, args=(self._main(),), daemon=True)
 
@@ -273,7 +279,8 @@ class Load:
           for f in waits:
             f.cancel()
           w.close()
-      except OSError:
+      except OSError as e:
+        self.errors[f"{type(e).__name__}: {e}"[:80]] += 1
         await asyncio.sleep(0.1)
 
   async def _hostile(self, kind: str):
@@ -296,7 +303,9 @@ class Load:
           w.write(_hello(b"not-the-token"))
           await asyncio.wait_for(r.read(65536), 5)
         w.close()
-      except (OSError, asyncio.TimeoutError):
+      except OSError as e:
+        self.errors[f"{type(e).__name__}: {e}"[:80]] += 1
+      except asyncio.TimeoutError:
         pass
       await asyncio.sleep(0.05)
 
@@ -326,6 +335,10 @@ def _cpu_seconds(pid: int) -> float:
   with open(f"/proc/{pid}/stat") as f:
     fields = f.read().rsplit(")", 1)[1].split()
   return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+MODES = ("unloaded", "loaded", "control")
+CALLS = ("set", "get", "barrier")
 
 
 def _summary(values):
@@ -364,12 +377,15 @@ def load_bench(n: int, idle: int, hostile: int, rounds: int, calls: int):
       for p in workers:
         if p.stdout.readline().strip() != "READY":
           raise RuntimeError("a worker did not start")
-      modes = ("unloaded", "loaded", "control")
-      results = {m: {"set": [], "get": [], "barrier": []} for m in modes}
-      service_cpu = {m: [] for m in modes}  # the service's CPU use during the phases, in cores
+      # results[mode][call][round]: the latencies of that phase's calls.
+      results = {m: {k: [[] for _ in range(rounds)] for k in CALLS} for m in MODES}
+      service_cpu = {m: [] for m in MODES}  # the service's CPU use during the phases, in cores
+      short = set()  # rounds in which the load generator did not get its connections up
       phase = 0
-      for _ in range(rounds):
-        for mode in modes:
+      for r in range(rounds):
+        # Interleaved, and each round starts with another mode: a machine
+        # that gets busier or quieter over the run favours no mode.
+        for mode in MODES[r % len(MODES):] + MODES[:r % len(MODES)]:
           def run_phase():
             cpu0, wall0 = _cpu_seconds(service.pid), time.monotonic()
             open(os.path.join(flags, f"go-{phase}"), "w").close()
@@ -378,13 +394,16 @@ def load_bench(n: int, idle: int, hostile: int, rounds: int, calls: int):
               if not line.startswith("PHASE "):
                 raise RuntimeError(f"a worker failed in phase {phase}: {line!r}")
               for k, v in json.loads(line[6:]).items():
-                results[mode][k] += v
+                results[mode][k][r] += v
             service_cpu[mode].append((_cpu_seconds(service.pid) - cpu0) / (time.monotonic() - wall0))
           if mode != "unloaded":
             with Load(port if mode == "loaded" else decoy_port, idle, hostile) as load:
               time.sleep(3)  # all connections up, hostile loops churning
               run_phase()
-              print(f"  {mode} phase {phase}: {load.opened} connections opened by the load generator", flush=True)
+              print(f"  round {r} {mode} phase: {load.opened} connections opened by the load generator"
+                    + (f"; errors {dict(load.errors)}" if load.errors else ""), flush=True)
+              if load.opened < idle + hostile:
+                short.add(r)
           else:
             run_phase()
           phase += 1
@@ -399,22 +418,44 @@ def load_bench(n: int, idle: int, hostile: int, rounds: int, calls: int):
     finally:
       kill_groups(procs)
   print("  the service's CPU use during the phases (cores): " +
-        "; ".join(m + " " + ", ".join(f"{c:.2f}" for c in service_cpu[m]) for m in modes))
-  print(f"latency of the job's calls (ms), {rounds} interleaved rounds x {calls} calls x {n} processes; control: "
-        "the same load against a stand-in, not the service (what the load generator costs the job's processes)")
+        "; ".join(m + " " + ", ".join(f"{c:.2f}" for c in service_cpu[m]) for m in MODES))
+  _report_load(results, rounds, calls, n, short)
+
+
+def _report_load(results, rounds: int, calls: int, n: int, short: set):
+  """Best and median of each mode, and the verdict on the ratio of medians.
+  Rounds whose load did not get up are left out of the verdict."""
+  kept = [r for r in range(rounds) if r not in short]
+  if short:
+    print(f"  left out: rounds {sorted(short)} (the load generator opened fewer connections than it holds)")
+  if not kept:
+    print("verdict: no round had its load up; nothing measured")
+    return
+  pooled = {m: {k: [x for r in kept for x in results[m][k][r]] for k in CALLS} for m in MODES}
+  print(f"latency of the job's calls (ms), {len(kept)} interleaved rounds x {calls} calls x {n} processes; control: "
+        "the same load against a stand-in, not the service (what the load generator costs the job's processes); "
+        "per round: that round's loaded median / its unloaded median, median of the rounds [lowest, highest]")
   print("| call | unloaded best / median | loaded best / median | control best / median | loaded/unloaded median "
-        "| loaded/control median |")
-  print("|---|---|---|---|---|---|")
-  for k in ("set", "get", "barrier"):
-    (ub, um), (lb, lm), (cb, cm) = (_summary(results[m][k]) for m in modes)
+        "| per round | loaded/control median |")
+  print("|---|---|---|---|---|---|---|")
+  verdict = []
+  for k in CALLS:
+    (ub, um), (lb, lm), (cb, cm) = (_summary(pooled[m][k]) for m in MODES)
+    per_round = sorted(statistics.median(results["loaded"][k][r]) / statistics.median(results["unloaded"][k][r])
+                       for r in kept)
     print(f"| {k} | {ub * 1e3:.2f} / {um * 1e3:.2f} | {lb * 1e3:.2f} / {lm * 1e3:.2f} | {cb * 1e3:.2f} / "
-          f"{cm * 1e3:.2f} | {lm / um:.2f} | {lm / cm:.2f} |")
+          f"{cm * 1e3:.2f} | {lm / um:.2f} | {statistics.median(per_round):.2f} [{per_round[0]:.2f}, "
+          f"{per_round[-1]:.2f}] | {lm / cm:.2f} |")
+    verdict.append((k, lm / um))
+  ok = all(ratio <= 2 for _, ratio in verdict)
+  print("verdict: loaded/unloaded median " + ", ".join(f"{k} {ratio:.2f}" for k, ratio in verdict) +
+        (": within 2x" if ok else ": NOT within 2x"))
 
 
 def main():
   parser = argparse.ArgumentParser()
   parser.add_argument("--counts", default="2,8,32,64")
-  parser.add_argument("--rounds", type=int, default=3)
+  parser.add_argument("--rounds", type=int, default=None, help="3; 5 with --load")
   parser.add_argument("--only-shutdown", action="store_true")
   parser.add_argument("--load", action="store_true")
   parser.add_argument("--processes", type=int, default=64)
@@ -423,8 +464,9 @@ def main():
   parser.add_argument("--calls", type=int, default=20)
   args = parser.parse_args()
   if args.load:
-    load_bench(args.processes, args.idle, args.hostile, args.rounds, args.calls)
+    load_bench(args.processes, args.idle, args.hostile, args.rounds or 5, args.calls)
     return
+  args.rounds = args.rounds or 3
   counts = [int(c) for c in args.counts.split(",")]
 
   if not args.only_shutdown:

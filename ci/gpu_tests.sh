@@ -243,7 +243,7 @@ if out.returncode != 0 or want not in out.stdout:
 print(f"{name} {want}: available")
 PY
 
-gpu sudo apt-get install -y -qq --no-install-recommends ccache binutils libgloo-dev
+gpu sudo apt-get install -y -qq --no-install-recommends ccache binutils libgloo-dev libasio-dev
 # Not an isolated build: CUDA's headers must be importable for the NCCL backend.
 mapfile -t reqs < <(build_requirements python3)
 # shellcheck disable=SC2046

@@ -384,6 +384,31 @@ def test_oversize_value_is_refused_and_the_member_goes_on(service):
     assert service.failure() is None
 
 
+def test_waiting_calls_are_capped_per_process(service):
+  # Straight to the service: one process with its limit of blocking gets
+  # outstanding gets a clear error for the next one; its connection and the
+  # other process go on.
+  cap = _myplugin.COORDINATION_LIMITS["max_waiting_per_process"]
+  assert cap == 256
+  get = lambda rid, key: frame(struct.pack("<BI", 8, rid) + _bytes_field(key) + struct.pack("<Q", 60000))
+  with connect(service) as s, connect(service) as other:
+    s.sendall(hello(pid=0))
+    assert recv_reply(s)[0] == 2
+    other.sendall(hello(pid=1))
+    assert recv_reply(other)[0] == 2
+    s.sendall(b"".join(get(100 + i, b"never/%d" % i) for i in range(cap)))
+    s.sendall(get(99, b"one-more"))
+    kind, msg = recv_reply(s)
+    assert kind == 3 and msg == ('key_value_get of "one-more": process 0 already has 256 blocking gets and '
+                                 'barriers waiting (the per-process limit)'), msg
+    other.sendall(get(7, b"never/0"))  # the other process may still wait
+    other.sendall(frame(struct.pack("<BI", 7, 8) + _bytes_field(b"never/0") + _bytes_field(b"v")))  # Set
+    assert recv_reply(other)[0] == 12  # its own get, answered by its set
+    assert recv_reply(other)[0] == 4   # the set's Ok
+    assert recv_reply(s)[0] == 12      # and the first of process 0's gets
+    assert service.failure() is None
+
+
 def test_key_value_limits_give_clear_errors_and_the_job_goes_on():
   with Job(1, ["kv_limits"]) as job:
     assert job.wait(timeout=120) == {0: 0}, job.all_output()

@@ -22,6 +22,11 @@ inline constexpr size_t kMaxValueBytes = 32u << 20;
 inline constexpr size_t kMaxStoreBytes = 256u << 20;
 // Blocking gets and open barriers, job-wide: each holds a key or a name.
 inline constexpr size_t kMaxWaiting = 16384;
+// Blocking gets and barriers one process has waiting at once: a client
+// waits in one call per thread, so real ones stay far below; a process that
+// loops asynchronous gets is stopped here, before it holds the job-wide
+// budget above. 64 processes at the cap fill exactly that budget.
+inline constexpr size_t kMaxWaitingPerProcess = 256;
 // One process's topology (hostname, devices); the Topology reply carries all.
 inline constexpr size_t kMaxTopologyBytes = 64u << 10;
 // A failure reason is broadcast to every process: longer ones are cut.

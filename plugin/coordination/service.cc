@@ -1,12 +1,19 @@
 #include "coordination/service.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <functional>
+#include <system_error>
 #include <thread>
 
-#include <algorithm>
-#include <cstdio>
-#include <system_error>
+// Standalone Asio (Debian's libasio-dev), header-only: the event loop for
+// connections that have not proven the token.
+#include <asio/io_context.hpp>
+#include <asio/ip/tcp.hpp>
+#include <asio/read.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/write.hpp>
 
 #include "common/log.h"
 #include "coordination/messages.h"
@@ -16,11 +23,15 @@
 namespace myplugin::coordination {
 namespace {
 
+using tcp = asio::ip::tcp;
+
 // A connection must say Hello within this time, or it is dropped.
-constexpr int kHandshakeTimeoutMs = 10000;
+constexpr std::chrono::milliseconds kHandshakeTimeout{10000};
 // What a refused or rejected peer gets to read its error frame: it is not
-// a member, and its thread is the only one that waits.
-constexpr double kRejectSendTimeoutS = 1;
+// a member, and nobody waits for it.
+constexpr std::chrono::milliseconds kRejectSendTimeout{1000};
+// How often the event loop looks for members whose threads are done.
+constexpr std::chrono::milliseconds kReapInterval{100};
 
 std::string ErrorFrame(const Status& status) { return msg::Error::From(0, status).Encode(); }
 
@@ -34,6 +45,35 @@ struct CoordinationService::Connection {
   std::thread reader;
   std::thread writer;
   std::atomic<bool> finished{false};
+};
+
+struct CoordinationService::Loop {
+  asio::io_context io;
+  tcp::acceptor acceptor{io};
+  asio::steady_timer backoff{io};  // after an accept error
+  asio::steady_timer reap{io};
+  int backoff_ms = 0;
+};
+
+// A connection until its Hello is accepted: a socket and a timer on the
+// event loop, owned by the handlers waiting on them. It holds one of the
+// connection slots (open_) until it ends, or hands it to its member.
+struct CoordinationService::Handshake {
+  Handshake(CoordinationService* s, tcp::socket sock) : service(s), socket(std::move(sock)), timer(socket.get_executor()) {}
+  ~Handshake() {
+    if (!member) --service->open_;
+  }
+  CoordinationService* service;
+  tcp::socket socket;
+  // The Hello deadline, then the deadline of a rejected peer's error frame.
+  asio::steady_timer timer;
+  ConnectionId id = 0;
+  std::string peer;
+  unsigned char prefix[4] = {};
+  std::string payload;
+  std::vector<std::shared_ptr<const std::string>> replies;
+  bool timed_out = false;
+  bool member = false;
 };
 
 StatusOr<std::unique_ptr<CoordinationService>> CoordinationService::Start(const std::string& bind_host, int port,
@@ -52,20 +92,32 @@ StatusOr<std::unique_ptr<CoordinationService>> CoordinationService::Start(const 
   StatusOr<Socket> listener = Socket::Listen(bind_host, port);
   if (!listener.ok()) return listener.status();
   int bound = listener.value().LocalPort();
-  std::unique_ptr<CoordinationService> service(new CoordinationService(listener.take(), bound, options));
-  service->accept_thread_ = std::thread([s = service.get()] { s->AcceptLoop(); });
+  const bool v6 = listener.value().IsIPv6();
+  std::unique_ptr<CoordinationService> service(new CoordinationService(bound, options));
+  asio::error_code ec;
+  Socket fd = listener.take();
+  service->loop_->acceptor.assign(v6 ? tcp::v6() : tcp::v4(), fd.fd(), ec);
+  if (ec) return Internal("cannot serve the coordinator's listening socket: " + ec.message());
+  fd.Release();  // the acceptor owns it now
+  service->AcceptNext();
+  service->ReapEvery();
+  service->loop_thread_ = std::thread([s = service.get()] { s->loop_->io.run(); });
   service->monitor_thread_ = std::thread([s = service.get()] { s->MonitorLoop(); });
   return service;
 }
 
-CoordinationService::CoordinationService(Socket listener, int port, const ServiceOptions& options)
-    : options_(options), port_(port), listener_(std::move(listener)), state_(options) {}
+CoordinationService::CoordinationService(int port, const ServiceOptions& options)
+    : options_(options), port_(port), loop_(std::make_unique<Loop>()), state_(options) {}
 
 CoordinationService::~CoordinationService() { Stop(); }
 
 void CoordinationService::Stop() {
   if (stopping_.exchange(true)) return;
-  if (accept_thread_.joinable()) accept_thread_.join();
+  // The event loop first: no more connections, and the peers still saying
+  // Hello are closed (their handlers, which own them, are destroyed with it).
+  loop_->io.stop();
+  if (loop_thread_.joinable()) loop_thread_.join();
+  loop_.reset();
   if (monitor_thread_.joinable()) monitor_thread_.join();
   std::map<ConnectionId, std::shared_ptr<Connection>> conns;
   {
@@ -147,11 +199,6 @@ bool CoordinationService::all_departed() {
   return state_.all_departed();
 }
 
-int CoordinationService::connections() {
-  std::lock_guard<std::mutex> lock(mu_);
-  return static_cast<int>(connections_.size());
-}
-
 void CoordinationService::Reap() {
   if (finished_.load() == 0) return;
   std::vector<std::shared_ptr<Connection>> finished;
@@ -170,95 +217,169 @@ void CoordinationService::Reap() {
   for (auto& c : finished) {
     if (c->reader.joinable()) c->reader.join();
     if (c->writer.joinable()) c->writer.join();
+    --open_;
   }
 }
 
-void CoordinationService::Refuse(Socket socket, const std::string& peer) {
-  ++refused_;
-  Status why(Code::kResourceExhausted, "the myplugin coordinator has " + std::to_string(options_.max_connections) +
-                                           " connections open (its limit); try again later");
-  rejections_.Log("refused a connection from " + peer + ": " + why.message());
-  // Never blocks: the accept thread serves everyone.
-  socket.TrySend(ErrorFrame(why));
+void CoordinationService::ReapEvery() {
+  loop_->reap.expires_after(kReapInterval);
+  loop_->reap.async_wait([this](const asio::error_code& ec) {
+    if (ec || stopping_) return;
+    Reap();
+    ReapEvery();
+  });
 }
 
-void CoordinationService::AcceptLoop() {
-  int backoff_ms = 0;
-  while (!stopping_) {
-    StatusOr<Socket> s = listener_.Accept(100);
+void CoordinationService::AcceptNext() {
+  loop_->acceptor.async_accept([this](const asio::error_code& ec, tcp::socket socket) {
+    if (stopping_ || ec == asio::error::operation_aborted) return;
     // Reap first: when accept fails for want of descriptors, those of the
-    // finished connections are the ones to free.
+    // finished members are the ones to free.
     Reap();
-    if (!s.ok()) {
+    if (ec) {
       // EMFILE and the like persist until descriptors are freed: back off
       // (up to 1 s) rather than spin, and say so at a bounded rate.
-      accept_errors_.Log("accept failed: " + s.status().message());
+      accept_errors_.Log("accept failed: accept: " + ec.message());
+      int& backoff_ms = loop_->backoff_ms;
       backoff_ms = std::min(1000, backoff_ms == 0 ? 10 : backoff_ms * 2);
-      std::this_thread::sleep_for(std::chrono::milliseconds(backoff_ms));
-      continue;
+      loop_->backoff.expires_after(std::chrono::milliseconds(backoff_ms));
+      loop_->backoff.async_wait([this](const asio::error_code& e) {
+        if (!e && !stopping_) AcceptNext();
+      });
+      return;
     }
-    backoff_ms = 0;
-    if (!s.value().valid()) continue;
-    auto conn = std::make_shared<Connection>();
-    conn->socket = s.take();
-    conn->socket.SetSendTimeout(kRejectSendTimeoutS);
-    conn->peer = conn->socket.PeerName();
-    bool full;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      full = static_cast<int>(connections_.size()) >= options_.max_connections;
-      if (!full) {
-        conn->id = next_id_++;
-        connections_[conn->id] = conn;
-      }
+    loop_->backoff_ms = 0;
+    Socket::MarkAccepted(socket.native_handle());
+    std::string peer = Socket::PeerNameOf(socket.native_handle());
+    if (open_.load() >= options_.max_connections) {
+      ++refused_;
+      Status why(Code::kResourceExhausted, "the myplugin coordinator has " + std::to_string(options_.max_connections) +
+                                               " connections open (its limit); try again later");
+      rejections_.Log("refused a connection from " + peer + ": " + why.message());
+      // Never blocks: the event loop serves everyone. The socket closes here.
+      asio::error_code ignored;
+      socket.non_blocking(true, ignored);
+      socket.send(asio::buffer(ErrorFrame(why)), 0, ignored);
+    } else {
+      ++open_;
+      auto h = std::make_shared<Handshake>(this, std::move(socket));
+      h->id = next_id_++;
+      h->peer = std::move(peer);
+      StartHandshake(h);
     }
-    if (full) {
-      Refuse(std::move(conn->socket), conn->peer);
-      continue;
-    }
-    // Outside the lock: nothing reads conn->reader but Reap and Stop, which
-    // run on this thread or after it.
-    try {
-      conn->reader = std::thread([this, conn] { ServeConnection(conn); });
-    } catch (const std::system_error& e) {
-      // Out of threads (a pids limit): this connection is dropped, the
-      // service goes on with the ones it has.
-      accept_errors_.Log("cannot serve a connection from " + conn->peer + ": no thread (" + e.what() + ")");
-      conn->socket.ShutdownBoth();
-      std::lock_guard<std::mutex> lock(mu_);
-      connections_.erase(conn->id);
-    }
-  }
+    AcceptNext();
+  });
 }
 
-void CoordinationService::ServeConnection(const std::shared_ptr<Connection>& conn) {
-  std::string frame;
-  Status st = conn->socket.RecvFrame(&frame, kHandshakeTimeoutMs, kMaxHelloBytes);
+namespace {
+
+// What RecvFrame says for the same ends of a read.
+Status ReadError(bool timed_out, const asio::error_code& ec) {
+  if (timed_out) return Status(Code::kDeadlineExceeded, "timed out waiting for the peer");
+  if (ec == asio::error::eof) return Status(Code::kUnavailable, "connection closed by peer");
+  return Status(Code::kUnavailable, "recv: " + ec.message());
+}
+
+}  // namespace
+
+void CoordinationService::StartHandshake(const std::shared_ptr<Handshake>& h) {
+  h->timer.expires_after(kHandshakeTimeout);
+  // At the deadline the pending read or write ends with an error.
+  h->timer.async_wait([h](const asio::error_code& ec) {
+    if (ec) return;
+    h->timed_out = true;
+    asio::error_code ignored;
+    h->socket.cancel(ignored);
+  });
+  // Only a Hello is read: its length is checked against kMaxHelloBytes
+  // before anything is allocated.
+  asio::async_read(h->socket, asio::buffer(h->prefix), [this, h](const asio::error_code& ec, size_t) {
+    if (ec) return Reject(h, ReadError(h->timed_out, ec), {});
+    uint32_t length = 0;
+    Status st = DecodeLength(h->prefix, &length, kMaxHelloBytes);
+    if (!st.ok()) return Reject(h, st, {});
+    h->payload.resize(length);
+    asio::async_read(h->socket, asio::buffer(h->payload), [this, h](const asio::error_code& ec2, size_t) {
+      if (ec2) return Reject(h, ReadError(h->timed_out, ec2), {});
+      OnHelloFrame(h);
+    });
+  });
+}
+
+void CoordinationService::OnHelloFrame(const std::shared_ptr<Handshake>& h) {
+  auto conn = std::make_shared<Connection>();
+  conn->id = h->id;
+  conn->peer = h->peer;
+  Status st;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    connections_[conn->id] = conn;
+    Outbox out;
+    st = state_.OnHello(conn->id, conn->peer, h->payload, out);
+    Deliver(out);
+    if (!st.ok()) connections_.erase(conn->id);
+  }
   if (!st.ok()) {
-    rejections_.Log("rejected a connection from " + conn->peer + ": " + st.message());
-    conn->socket.SendAll(ErrorFrame(st));
-  } else {
+    std::vector<std::shared_ptr<const std::string>> frames;
+    while (auto f = conn->queue.TryPop()) frames.push_back(std::move(f));
+    return Reject(h, st, std::move(frames));
+  }
+  // A member: its slot passes to the connection (Reap gives it back), and
+  // blocking code with a reader and a writer thread serves it from here.
+  asio::error_code ec;
+  h->timer.cancel();
+  h->member = true;
+  conn->socket = Socket::FromEventLoop(h->socket.release(ec));
+  conn->socket.SetSendTimeout(ServiceState::SendProgressTimeoutSeconds(options_.heartbeat_timeout_s));
+  ServeMember(conn);
+}
+
+void CoordinationService::Reject(const std::shared_ptr<Handshake>& h, const Status& why,
+                                 std::vector<std::shared_ptr<const std::string>> frames) {
+  rejections_.Log("rejected a connection from " + h->peer + ": " + why.message());
+  if (frames.empty()) frames.push_back(std::make_shared<const std::string>(ErrorFrame(why)));
+  h->replies = std::move(frames);
+  std::vector<asio::const_buffer> buffers;
+  for (const auto& f : h->replies) buffers.push_back(asio::buffer(*f));
+  h->timer.expires_after(kRejectSendTimeout);
+  h->timer.async_wait([h](const asio::error_code& ec) {
+    if (ec) return;
+    asio::error_code ignored;
+    h->socket.cancel(ignored);
+  });
+  asio::async_write(h->socket, buffers, [h](const asio::error_code&, size_t) {
+    asio::error_code ignored;
+    h->timer.cancel();
+    h->socket.shutdown(tcp::socket::shutdown_both, ignored);
+    h->socket.close(ignored);
+  });
+}
+
+void CoordinationService::ServeMember(const std::shared_ptr<Connection>& conn) {
+  try {
+    conn->writer = std::thread([this, conn] { WriteLoop(conn); });
+    conn->reader = std::thread([this, conn] { ReadLoop(conn); });
+  } catch (const std::system_error& e) {
+    // Out of threads (a pids limit): this member is dropped (and so
+    // failed), the service goes on with the ones it has.
+    accept_errors_.Log("cannot serve process connection from " + conn->peer + ": no thread (" + e.what() + ")");
     {
       std::lock_guard<std::mutex> lock(mu_);
       Outbox out;
-      st = state_.OnHello(conn->id, conn->peer, frame, out);
+      state_.OnDisconnect(conn->id, Status(Code::kUnavailable, std::string("no thread to serve it (") + e.what() + ")"),
+                          out);
       Deliver(out);
     }
-    if (!st.ok()) {
-      rejections_.Log("rejected a connection from " + conn->peer + ": " + st.message());
-      while (auto f = conn->queue.TryPop()) {
-        if (!conn->socket.SendAll(*f).ok()) break;
-      }
-    }
+    conn->queue.Abort();
+    conn->socket.ShutdownBoth();
+    conn->finished = true;
+    ++finished_;
   }
-  if (st.ok()) {
-    conn->socket.SetSendTimeout(ServiceState::SendProgressTimeoutSeconds(options_.heartbeat_timeout_s));
-    try {
-      conn->writer = std::thread([this, conn] { WriteLoop(conn); });
-    } catch (const std::system_error& e) {
-      st = Status(Code::kUnavailable, std::string("no thread to write to it (") + e.what() + ")");
-    }
-  }
+}
+
+void CoordinationService::ReadLoop(const std::shared_ptr<Connection>& conn) {
+  std::string frame;
+  Status st;
   while (st.ok()) {
     st = conn->socket.RecvFrame(&frame, -1);
     if (!st.ok()) break;

@@ -4,9 +4,10 @@
 // The network shell around ServiceState (service_state.h), which holds the
 // job's state and answers every message. Here: accepting connections (at
 // most ServiceOptions::max_connections at once; the excess is refused with
-// a clear error), a reader thread per connection, a writer thread and a
-// bounded send queue per member, and a monitor thread for heartbeats and
-// deadlines. The state lock is never held during I/O: a member that stops
+// a clear error) and reading their Hellos on one event-loop thread
+// (standalone Asio), so that peers that never prove the token cost no
+// thread; a reader thread, a writer thread and a bounded send queue per
+// member; and a monitor thread for heartbeats and deadlines. The state lock is never held during I/O: a member that stops
 // reading is dropped and declared failed once its queue overflows or it
 // takes no bytes for SendProgressTimeoutSeconds, and nobody else waits.
 #pragma once
@@ -53,40 +54,54 @@ class CoordinationService {
   int failed_process();
   // True once every process has completed the shutdown barrier.
   bool all_departed();
-  // Open connections, and connections refused for the limit so far.
-  int connections();
+  // Open connections (members and peers still saying Hello), and
+  // connections refused for the limit so far.
+  int connections() const { return open_.load(); }
   uint64_t refused_connections() const { return refused_; }
 
  private:
   struct Connection;
+  struct Handshake;
+  struct Loop;
 
-  CoordinationService(Socket listener, int port, const ServiceOptions& options);
-  void AcceptLoop();
+  CoordinationService(int port, const ServiceOptions& options);
+  // On the event loop: accept, and the Hello of each connection.
+  void AcceptNext();
+  void ReapEvery();
+  void StartHandshake(const std::shared_ptr<Handshake>& h);
+  void OnHelloFrame(const std::shared_ptr<Handshake>& h);
+  void Reject(const std::shared_ptr<Handshake>& h, const Status& why,
+              std::vector<std::shared_ptr<const std::string>> frames);
+  void ServeMember(const std::shared_ptr<Connection>& conn);
   void MonitorLoop();
   void Reap();
-  void Refuse(Socket socket, const std::string& peer);
-  void ServeConnection(const std::shared_ptr<Connection>& conn);
+  void ReadLoop(const std::shared_ptr<Connection>& conn);
   void WriteLoop(const std::shared_ptr<Connection>& conn);
   // mu_ held: hands the state's frames to the connections' queues.
   void Deliver(Outbox& out);
 
   const ServiceOptions options_;
   const int port_;
-  Socket listener_;
   // Lines that peers can provoke at will: bounded.
   RateLimitedLog rejections_{"myplugin coordinator: "};
   RateLimitedLog accept_errors_{"myplugin coordinator: "};
   std::atomic<bool> stopping_{false};
   std::atomic<uint64_t> refused_{0};
-  // Connections whose threads are done, not yet reaped: the accept loop
-  // scans for them only when there are some.
+  // Members and peers still saying Hello, against max_connections.
+  std::atomic<int> open_{0};
+  // Members whose threads are done, not yet reaped: the event loop scans
+  // for them only when there are some.
   std::atomic<int> finished_{0};
-  std::thread accept_thread_;
+  // The event loop (the listener, connections before their Hello is
+  // accepted, their timers) and its thread.
+  std::unique_ptr<Loop> loop_;
+  std::thread loop_thread_;
   std::thread monitor_thread_;
+  ConnectionId next_id_ = 1;  // the event loop's
 
   std::mutex mu_;  // the state lock: never held during I/O
   ServiceState state_;
-  ConnectionId next_id_ = 1;
+  // Members only: a connection is one from its accepted Hello on.
   std::map<ConnectionId, std::shared_ptr<Connection>> connections_;
 };
 

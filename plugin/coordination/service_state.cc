@@ -252,6 +252,7 @@ Status ServiceState::HandleKeyValueSet(ConnectionId conn, const std::string& pay
   auto range = key_waiters_.equal_range(s.key);
   for (auto it = range.first; it != range.second; ++it) {
     out.Send(it->second.waiter.conn, value_reply(it->second.waiter.request_id));
+    DropWaiter(it->second.waiter.conn);
   }
   key_waiters_.erase(range.first, range.second);
   kv_[s.key] = std::move(m.value().value);
@@ -273,6 +274,7 @@ Status ServiceState::HandleKeyValueGet(ConnectionId conn, const std::string& pay
     return OkStatus();
   }
   Status fits = CheckKey("key_value_get of " + QuotedKey(key), key);
+  if (fits.ok()) fits = CheckWaitingOf(conn, "key_value_get of " + QuotedKey(key));
   if (fits.ok() && Waiting() >= kMaxWaiting) {
     fits = Status(Code::kResourceExhausted, "key_value_get of " + QuotedKey(key) + ": " +
                                                 std::to_string(kMaxWaiting) +
@@ -284,6 +286,7 @@ Status ServiceState::HandleKeyValueGet(ConnectionId conn, const std::string& pay
   }
   double timeout_s = m.value().timeout_ms / 1000.0;
   key_waiters_.emplace(key, KeyWaiter{w, After(timeout_s), SaturatedSeconds(timeout_s)});
+  AddWaiter(conn);
   return OkStatus();
 }
 
@@ -356,6 +359,7 @@ Status ServiceState::HandleBarrier(int pid, const std::string& payload, Outbox& 
     return OkStatus();
   }
   Status fits = CheckKey("barrier " + QuotedKey(name), name);
+  if (fits.ok()) fits = CheckWaitingOf(w.conn, "barrier " + QuotedKey(name));
   if (fits.ok() && !barriers_.count(name) && Waiting() >= kMaxWaiting) {
     fits = Status(Code::kResourceExhausted, "barrier " + QuotedKey(name) + ": " + std::to_string(kMaxWaiting) +
                                                 " blocking gets and barriers are already waiting (the limit)");
@@ -379,6 +383,7 @@ void ServiceState::ArriveAtBarrier(const std::string& name, int pid, const Waite
     return;
   }
   b.waiters.push_back(w);
+  AddWaiter(w.conn);
   if (name != kShutdownBarrier) {
     for (int missing : Missing(b.arrived)) {
       ProcessState s = processes_[missing].state;
@@ -395,7 +400,10 @@ void ServiceState::ArriveAtBarrier(const std::string& name, int pid, const Waite
 void ServiceState::CheckBarrier(const std::string& name, Outbox& out) {
   auto it = barriers_.find(name);
   if (it == barriers_.end() || static_cast<int>(it->second.arrived.size()) < options_.num_processes) return;
-  for (const Waiter& w : it->second.waiters) ReplyOk(w, out);
+  for (const Waiter& w : it->second.waiters) {
+    ReplyOk(w, out);
+    DropWaiter(w.conn);
+  }
   if (name == kShutdownBarrier) {
     for (Process& p : processes_) p.state = ProcessState::kDeparted;
   }
@@ -408,7 +416,10 @@ void ServiceState::FailBarriersWaitingFor(int process_id, const std::string& why
     if (it->first != kShutdownBarrier && !b.arrived.count(process_id)) {
       Status st(Code::kFailedPrecondition, "barrier '" + it->first + "' cannot complete: " + why +
                                                " and will never arrive (arrived: " + ProcessList(b.arrived) + ")");
-      for (const Waiter& w : b.waiters) ReplyError(w, st, out);
+      for (const Waiter& w : b.waiters) {
+        ReplyError(w, st, out);
+        DropWaiter(w.conn);
+      }
       it = barriers_.erase(it);
     } else {
       ++it;
@@ -496,6 +507,7 @@ void ServiceState::FailAllWaiters(const Status& status, Outbox& out) {
     for (const Waiter& w : b.second.waiters) ReplyError(w, st, out);
   }
   barriers_.clear();
+  waiting_of_.clear();
 }
 
 // --- time ------------------------------------------------------------------
@@ -542,6 +554,7 @@ void ServiceState::ExpireDeadlines(Clock::time_point now, Outbox& out) {
     if (now > it->second.deadline) {
       ReplyError(it->second.waiter, Status(Code::kDeadlineExceeded, "key '" + it->first + "' was not set within " +
                                                                        Seconds(it->second.timeout_s)), out);
+      DropWaiter(it->second.waiter.conn);
       it = key_waiters_.erase(it);
     } else {
       ++it;
@@ -554,7 +567,10 @@ void ServiceState::ExpireDeadlines(Clock::time_point now, Outbox& out) {
       Status st(Code::kDeadlineExceeded, what + " timed out after " + Seconds(b.timeout_s) + ": processes " +
                                              ProcessList(Missing(b.arrived)) + " did not arrive (arrived: " +
                                              ProcessList(b.arrived) + ")");
-      for (const Waiter& w : b.waiters) ReplyError(w, st, out);
+      for (const Waiter& w : b.waiters) {
+        ReplyError(w, st, out);
+        DropWaiter(w.conn);
+      }
       it = barriers_.erase(it);
     } else {
       ++it;
@@ -583,6 +599,25 @@ void ServiceState::ReplyOk(const Waiter& w, Outbox& out) {
 
 size_t ServiceState::Waiting() const { return key_waiters_.size() + barriers_.size(); }
 
+void ServiceState::AddWaiter(ConnectionId conn) { ++waiting_of_[conn]; }
+
+void ServiceState::DropWaiter(ConnectionId conn) {
+  auto it = waiting_of_.find(conn);
+  if (it != waiting_of_.end() && --it->second == 0) waiting_of_.erase(it);
+}
+
+size_t ServiceState::WaitingOf(ConnectionId conn) const {
+  auto it = waiting_of_.find(conn);
+  return it == waiting_of_.end() ? 0 : it->second;
+}
+
+Status ServiceState::CheckWaitingOf(ConnectionId conn, const std::string& what) const {
+  if (WaitingOf(conn) < kMaxWaitingPerProcess) return OkStatus();
+  return Status(Code::kResourceExhausted, what + ": process " + std::to_string(ProcessOf(conn)) + " already has " +
+                                              std::to_string(kMaxWaitingPerProcess) +
+                                              " blocking gets and barriers waiting (the per-process limit)");
+}
+
 std::set<int> ServiceState::Missing(const std::set<int>& present) const {
   std::set<int> missing;
   for (int i = 0; i < options_.num_processes; ++i) {
@@ -609,6 +644,16 @@ std::string ServiceState::CheckInvariants() const {
   if (bytes != store_bytes_) return "store_bytes_ disagrees with the store";
   if (store_bytes_ > kMaxStoreBytes) return "the store is over its limit";
   if (Waiting() > kMaxWaiting + 1) return "more waiters than the limit";
+  std::map<ConnectionId, size_t> waiting;
+  for (const auto& kw : key_waiters_) ++waiting[kw.second.waiter.conn];
+  for (const auto& b : barriers_) {
+    for (const Waiter& w : b.second.waiters) ++waiting[w.conn];
+  }
+  if (waiting != waiting_of_) return "the waiters counted per connection disagree with the waiters";
+  for (const auto& [conn, n] : waiting) {
+    // + 1: the shutdown barrier is never refused.
+    if (n > kMaxWaitingPerProcess + 1) return "a connection with more waiters than the per-process limit";
+  }
   for (const auto& [conn, pid] : members_) {
     if (pid < 0 || pid >= static_cast<int>(processes_.size())) return "a member with a process id out of range";
     if (processes_[pid].conn != conn) return "a member whose process has another connection";

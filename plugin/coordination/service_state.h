@@ -139,6 +139,13 @@ class ServiceState {
   void ExpireDeadlines(Clock::time_point now, Outbox& out);
   void Broadcast(const std::string& frame, int except, Outbox& out);
   size_t Waiting() const;
+  // Blocking gets and barrier arrivals each connection has waiting, kept
+  // with every waiter added or answered (bounded per process).
+  void AddWaiter(ConnectionId conn);
+  void DropWaiter(ConnectionId conn);
+  size_t WaitingOf(ConnectionId conn) const;
+  // RESOURCE_EXHAUSTED naming `what` when conn's process is at its cap.
+  Status CheckWaitingOf(ConnectionId conn, const std::string& what) const;
   std::string ProcessList(const std::set<int>& ids) const;
   std::set<int> Missing(const std::set<int>& present) const;
 
@@ -153,6 +160,7 @@ class ServiceState {
   size_t store_bytes_ = 0;
   std::multimap<std::string, KeyWaiter> key_waiters_;
   std::map<std::string, Barrier> barriers_;
+  std::map<ConnectionId, size_t> waiting_of_;
   std::optional<Status> failure_;
   int failed_process_ = -1;
 };

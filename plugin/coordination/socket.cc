@@ -120,6 +120,30 @@ StatusOr<Socket> Socket::Listen(const std::string& bind_host, int port) {
   return last;
 }
 
+int Socket::Release() {
+  int fd = fd_;
+  fd_ = -1;
+  return fd;
+}
+
+bool Socket::IsIPv6() const {
+  sockaddr_storage addr{};
+  socklen_t len = sizeof(addr);
+  return getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) == 0 && addr.ss_family == AF_INET6;
+}
+
+void Socket::MarkAccepted(int fd) {
+  // Asio accepts without SOCK_CLOEXEC: set at once, so that a child the
+  // host forks does not hold a member's connection open.
+  fcntl(fd, F_SETFD, FD_CLOEXEC);
+  SetNoDelay(fd);
+}
+
+Socket Socket::FromEventLoop(int fd) {
+  if (fd >= 0) fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  return Socket(fd);
+}
+
 int Socket::LocalPort() const {
   sockaddr_storage addr{};
   socklen_t len = sizeof(addr);
@@ -261,10 +285,12 @@ void Socket::ShutdownWrite() {
   if (fd_ >= 0) shutdown(fd_, SHUT_WR);
 }
 
-std::string Socket::PeerName() const {
+std::string Socket::PeerName() const { return PeerNameOf(fd_); }
+
+std::string Socket::PeerNameOf(int fd) {
   sockaddr_storage addr{};
   socklen_t len = sizeof(addr);
-  if (getpeername(fd_, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return "?";
+  if (getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return "?";
   char host[NI_MAXHOST], serv[NI_MAXSERV];
   if (getnameinfo(reinterpret_cast<sockaddr*>(&addr), len, host, sizeof(host), serv, sizeof(serv),
                   NI_NUMERICHOST | NI_NUMERICSERV) != 0) {

@@ -1,6 +1,7 @@
-// TCP sockets, owned (RAII), blocking, with deadlines. The service and the
-// client each use a thread per connection, so plain blocking calls with
-// poll() for deadlines are all they need.
+// TCP sockets, owned (RAII), blocking, with deadlines. The client and the
+// service's members each have threads of their own, so plain blocking calls
+// with poll() for deadlines are all they need (the service's connections
+// are on its event loop until they prove the token).
 #pragma once
 
 #include <string>
@@ -32,6 +33,17 @@ class Socket {
 
   bool valid() const { return fd_ >= 0; }
   int fd() const { return fd_; }
+  // Gives the descriptor up (to the service's event loop); -1 after.
+  int Release();
+  bool IsIPv6() const;
+
+  // What Accept sets on its connections (close-on-exec, no Nagle), for
+  // one the service's event loop accepted.
+  static void MarkAccepted(int fd);
+  // Such a connection, once it proved the token, handed to blocking code.
+  static Socket FromEventLoop(int fd);
+  // "host:port" of the peer of a connected descriptor, "?" if unknown.
+  static std::string PeerNameOf(int fd);
 
   // Binds and listens; port 0 picks a free port. A port in use is an
   // ALREADY_EXISTS error that names the address.

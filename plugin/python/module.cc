@@ -448,6 +448,7 @@ void BindCoordination(nb::module_& m) {
     limits["max_value_bytes"] = coord::kMaxValueBytes;
     limits["max_store_bytes"] = coord::kMaxStoreBytes;
     limits["max_waiting"] = coord::kMaxWaiting;
+    limits["max_waiting_per_process"] = coord::kMaxWaitingPerProcess;
     limits["max_topology_bytes"] = coord::kMaxTopologyBytes;
     limits["max_send_queue_bytes"] = coord::kMaxSendQueueBytes;
     limits["default_max_connections"] = coord::kDefaultMaxConnections;

@@ -1,6 +1,7 @@
 // The coordination codec (messages.h) and the service's message handling
 // (service_state.h), in-process: frames in through fake connections,
 // frames out as the service would queue them. No sockets, no threads.
+#include <chrono>
 #include <cstring>
 #include <map>
 #include <string>
@@ -344,19 +345,90 @@ void TestStoppedReaderIsDeclaredFailed() {
 }
 
 void TestWaitingIsBounded() {
-  FakeJob job(2);
-  CHECK(job.Hello(1, 0).ok());
-  job.Take(1);
+  // Job-wide: enough processes, each under its own cap, to reach it.
+  const int n = static_cast<int>(kMaxWaiting / kMaxWaitingPerProcess) + 1;
+  FakeJob job(n);
   msg::KeyValueGet get;
   get.timeout_ms = 60000;
-  for (size_t i = 0; i <= kMaxWaiting; ++i) {
+  size_t sent = 0;
+  for (int pid = 0; pid < n && sent <= kMaxWaiting; ++pid) {
+    const ConnectionId conn = static_cast<ConnectionId>(pid + 1);
+    CHECK(job.Hello(conn, pid).ok());
+    job.Take(conn);
+    for (size_t i = 0; i < kMaxWaitingPerProcess && sent <= kMaxWaiting; ++i, ++sent) {
+      get.request_id = static_cast<uint32_t>(sent);
+      get.key = "never/" + std::to_string(sent);
+      CHECK(job.Send(conn, get).ok());
+    }
+  }
+  // The last get sent (by process n-1, well under its own cap) was one too many.
+  Code code = Code::kOk;
+  std::string err = job.ErrorFor(static_cast<ConnectionId>(n), &code);
+  CHECK(code == Code::kResourceExhausted && err.find("16384 blocking gets and barriers are already waiting (the limit)") !=
+                                                std::string::npos);
+  for (int pid = 0; pid + 1 < n; ++pid) CHECK(job.ErrorFor(static_cast<ConnectionId>(pid + 1)).empty());
+  CHECK(job.state.CheckInvariants().empty());
+}
+
+void TestWaitingIsBoundedPerProcess() {
+  FakeJob job(2);
+  CHECK(job.Hello(1, 0).ok());
+  CHECK(job.Hello(2, 1).ok());
+  job.Take(1);
+  job.Take(2);
+  msg::KeyValueGet get;
+  get.timeout_ms = 1000;
+  for (size_t i = 0; i < kMaxWaitingPerProcess; ++i) {
     get.request_id = static_cast<uint32_t>(i);
-    get.key = "never/" + std::to_string(i);
+    get.key = "k/" + std::to_string(i);
     CHECK(job.Send(1, get).ok());
   }
+  CHECK(job.Take(1).empty());  // all waiting, none refused
+  // One more get, or a barrier, from the same process: refused, naming the limit.
+  const std::string limit = "process 0 already has 256 blocking gets and barriers waiting (the per-process limit)";
+  get.request_id = 1000;
+  get.key = "k/one-more";
+  CHECK(job.Send(1, get).ok());
   Code code = Code::kOk;
   std::string err = job.ErrorFor(1, &code);
-  CHECK(code == Code::kResourceExhausted && err.find("already waiting (the limit)") != std::string::npos);
+  CHECK(code == Code::kResourceExhausted);
+  CHECK(err == "key_value_get of \"k/one-more\": " + limit);
+  msg::Barrier b;
+  b.request_id = 1001;
+  b.name = "sync";
+  b.timeout_ms = 60000;
+  CHECK(job.Send(1, b).ok());
+  code = Code::kOk;
+  CHECK(job.ErrorFor(1, &code) == "barrier \"sync\": " + limit && code == Code::kResourceExhausted);
+  // The other process still waits as before.
+  get.request_id = 7;
+  get.key = "k/other";
+  CHECK(job.Send(2, get).ok());
+  CHECK(job.Take(2).empty());
+  CHECK(job.state.CheckInvariants().empty());
+  // An answered get frees its place: process 0 can wait again, once.
+  msg::KeyValueSet set;
+  set.request_id = 8;
+  set.key = "k/0";
+  set.value = "v";
+  CHECK(job.Send(2, set).ok());
+  CHECK(One<msg::Value>(job.Take(1)).value == "v");
+  job.Take(2);
+  get.request_id = 1002;
+  get.key = "k/again";
+  CHECK(job.Send(1, get).ok());
+  CHECK(job.Take(1).empty());
+  get.request_id = 1003;
+  CHECK(job.Send(1, get).ok());
+  CHECK(!job.ErrorFor(1).empty());
+  // Expired gets free theirs too (2 s: past the gets' 1 s, inside the heartbeat timeout).
+  job.state.Tick(ServiceState::Clock::now() + std::chrono::seconds(2), job.out);
+  CHECK(job.state.failure() == std::nullopt);
+  job.out.frames.clear();
+  CHECK(job.state.CheckInvariants().empty());
+  get.request_id = 1004;
+  CHECK(job.Send(1, get).ok());
+  CHECK(job.Take(1).empty());
   CHECK(job.state.CheckInvariants().empty());
 }
 
@@ -370,4 +442,5 @@ void RunCoordinationTests() {
   TestKeyValueLimits();
   TestStoppedReaderIsDeclaredFailed();
   TestWaitingIsBounded();
+  TestWaitingIsBoundedPerProcess();
 }
