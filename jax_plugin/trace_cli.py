@@ -132,9 +132,8 @@ def analyze(dumps: dict[int, dict], timeline: int | None = _TIMELINE_DEFAULT) ->
   for p, d in sorted(dumps.items()):
     for c in d["calls"]:
       if c["name"] and c["state"] in ("issued", "failed") and c["name"] != _SHUTDOWN:
-        use = f" (use #{c['call']})" if c["call"] else ""
-        findings.append(f"process {p} was waiting in {c['describe']}{use} since {_at(c, t0)}" if c["state"] ==
-                        "issued" else f"process {p} waited in {c['describe']}{use} from {_at(c, t0)} until it "
+        findings.append(f"process {p} was waiting in {c['describe']} since {_at(c, t0)}" if c["state"] ==
+                        "issued" else f"process {p} waited in {c['describe']} from {_at(c, t0)} until it "
                         f"failed at {_at(c, t0, 'end')}")
         members = c["clique"] or list(range(n))
         for q in members:
@@ -144,7 +143,7 @@ def analyze(dumps: dict[int, dict], timeline: int | None = _TIMELINE_DEFAULT) ->
           if not uses or max(uses) < c["call"]:
             never.add((q, c["clique_hash"], c["call"]))
             last = dumps[q]["calls"][-1] if dumps[q]["calls"] else None
-            findings.append(f"process {q} NEVER REACHED {c['describe']}{use}" +
+            findings.append(f"process {q} NEVER REACHED {c['describe']}" +
                             (f"; its last call was {last['describe']} ({last['state']}, at {_at(last, t0)})"
                              if last else ""))
   if findings:

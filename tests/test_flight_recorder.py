@@ -142,7 +142,7 @@ def test_a_barrier_of_some_processes_that_times_out_is_traced(tmp_path):
   assert "flight recorders of processes [0, 1, 2] of 3" in text, text
   assert "process 0 waited in barrier 'jax/pair' of processes [0, 2] from +" in text, text
   assert ("process 2 NEVER REACHED barrier 'jax/pair' of processes [0, 2]; its last call was barrier 'jax/all' "
-          "(done, at +") in text, text
+          "(use #1) (done, at +") in text, text
   assert "process 1 NEVER REACHED" not in text, text
 
 

@@ -127,7 +127,7 @@ def test_report_covers_a_barrier_of_some_processes(tmp_path):
     assert "barrier 'jax/pair' of processes [0, 2] has waited" in text, out
     assert "arrived: processes [0]; not arrived: processes [2]" in text, out
     assert "process 2 (pid" in text and "process 1 (pid" not in text, out
-    assert "last issued barrier 'jax/all' " in text, out
+    assert "last issued barrier 'jax/all' (use #1) " in text, out
     assert f'straggler_worker.py", line {marker_line("BARRIER_SLEEP_LINE")} in <module>' in text, out
   with open(os.path.join(tmp_path, "process-2.json")) as f:  # written on the report's request
     calls = __import__("json").load(f)["calls"]

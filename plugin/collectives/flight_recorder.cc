@@ -120,8 +120,10 @@ std::string CallRecord::Describe() const {
   if (num_processes > kListedProcesses) list += ", … (" + std::to_string(num_processes) + " in all)";
   list += "]";
   if (name[0] != '\0') {
-    // A barrier of every process lists none.
-    return "barrier '" + Text(name) + "'" + (num_processes > 0 ? " of processes " + list : "");
+    // A barrier of every process lists none; its first use is not numbered.
+    return "barrier '" + Text(name) + "'" +
+           (signature.sequence > 0 ? " (use #" + std::to_string(signature.sequence) + ")" : "") +
+           (num_processes > 0 ? " of processes " + list : "");
   }
   return signature.Describe() + " on processes " + list + (function[0] != '\0' ? " in " + Text(function) : "");
 }

@@ -36,7 +36,7 @@ struct CallRecord {
   int64_t start_ns = 0, match_ns = 0, end_ns = 0;  // CLOCK_MONOTONIC; 0 when not reached
 
   // "all-reduce sum f32[4] (call #3) on processes [0, 1] in jit_step",
-  // "barrier 'x'", or "barrier 'x' of processes [0, 2]".
+  // "barrier 'x'", or "barrier 'x' (use #2) of processes [0, 2]".
   std::string Describe() const;
   std::vector<int> Processes() const;
 };

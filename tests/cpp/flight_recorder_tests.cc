@@ -143,6 +143,8 @@ void TestBarrierUses() {
   CHECK(r0.signature.sequence == 0 && r1.signature.sequence == 1 && rp.signature.sequence == 0);
   CHECK(r0.signature.clique_hash == r1.signature.clique_hash && rp.signature.clique_hash != r0.signature.clique_hash);
   CHECK(r1.state == CallState::kDone && rp.Processes() == std::vector<int>({0, 2}));
+  CHECK(r0.Describe() == "barrier 'unit/a'" && r1.Describe() == "barrier 'unit/a' (use #1)");
+  CHECK(rp.Describe() == "barrier 'unit/a' of processes [0, 2]");
 }
 
 // How long the oldest compile in progress has run.
