@@ -163,18 +163,26 @@ class Client:
       use = self._barrier_calls.get((barrier_id, tuple(members)), 0)
       self._barrier_calls[(barrier_id, tuple(members))] = use + 1
     base = f"{_BARRIER_PREFIX}{barrier_id}/{','.join(map(str, members))}/{use}/".encode()
-    self._call(_myplugin.kv_set, base + str(self._process_id).encode(), b"")
-    deadline = time.monotonic() + timeout
-    for p in members:
-      try:
-        self._call(_myplugin.kv_get, base + str(p).encode(), max(0.0, deadline - time.monotonic()))
-      except Exception as e:
-        if "DEADLINE_EXCEEDED" not in str(e):
-          raise
-        arrived = {int(k.rsplit(b"/", 1)[1]) for k, _ in self._call(_myplugin.kv_list, base)}
-        missing = [q for q in members if q not in arrived]
-        raise _error(RuntimeError(f"DEADLINE_EXCEEDED: barrier '{barrier_id}' of processes {members} timed out "
-                                  f"after {timeout:g} s: processes {missing} did not arrive")) from None
+    # Recorded like a barrier of every process (same name as those get), so
+    # the straggler report and the flight recorder see it.
+    record = _myplugin.flight_recorder_barrier_begin(_KEY_PREFIX + barrier_id, members)
+    try:
+      self._call(_myplugin.kv_set, base + str(self._process_id).encode(), b"")
+      deadline = time.monotonic() + timeout
+      for p in members:
+        try:
+          self._call(_myplugin.kv_get, base + str(p).encode(), max(0.0, deadline - time.monotonic()))
+        except Exception as e:
+          if "DEADLINE_EXCEEDED" not in str(e):
+            raise
+          arrived = {int(k.rsplit(b"/", 1)[1]) for k, _ in self._call(_myplugin.kv_list, base)}
+          missing = [q for q in members if q not in arrived]
+          raise _error(RuntimeError(f"DEADLINE_EXCEEDED: barrier '{barrier_id}' of processes {members} timed out "
+                                    f"after {timeout:g} s: processes {missing} did not arrive")) from None
+    except BaseException as e:
+      _myplugin.flight_recorder_barrier_end(record, False, str(e))
+      raise
+    _myplugin.flight_recorder_barrier_end(record, True)
 
   def get_live_nodes(self, process_ids: Sequence[int]) -> dict[int, int]:
     """Every process is alive until the job fails; then the failed one is not."""

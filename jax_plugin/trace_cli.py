@@ -46,8 +46,10 @@ def _signature(c: dict) -> tuple:
 
 
 def _what(c: dict) -> str:
-  """The call without its number and clique: 'all-reduce sum f32[4]'."""
-  return c["describe"].split(" (call #")[0]
+  """The call without its number and clique, with the jitted function that
+  issued it where known: 'all-reduce sum f32[4] in jit_train_step'."""
+  what = c["describe"].split(" (call #")[0]
+  return f"{what} in {c['function']}" if c.get("function") else what
 
 
 def _plist(ids) -> str:
@@ -124,11 +126,26 @@ def analyze(dumps: dict[int, dict], timeline: int | None = _TIMELINE_DEFAULT) ->
         findings.append(f"process {p} left no flight recorder; call #{top} ({_what(pending[0])}) on processes "
                         f"{_plist(members)} never completed on {_who(ahead)}: process {p} never "
                         f"reached it or never finished it")
-  # Barriers of the coordination service still open at the dump.
+  # Barriers of the coordination service still open at the dump, and the
+  # members whose files show they never reached that use of the barrier.
+  never: set[tuple] = set()
   for p, d in sorted(dumps.items()):
     for c in d["calls"]:
-      if c["name"] and c["state"] == "issued" and c["name"] != _SHUTDOWN:
-        findings.append(f"process {p} was waiting in {c['describe']} since {_at(c, t0)}")
+      if c["name"] and c["state"] in ("issued", "failed") and c["name"] != _SHUTDOWN:
+        findings.append(f"process {p} was waiting in {c['describe']} since {_at(c, t0)}" if c["state"] ==
+                        "issued" else f"process {p} waited in {c['describe']} from {_at(c, t0)} until it "
+                        f"failed at {_at(c, t0, 'end')}")
+        members = c["clique"] or list(range(n))
+        for q in members:
+          if q == p or q not in dumps or (q, c["clique_hash"], c["call"]) in never:
+            continue
+          uses = [e["call"] for e in dumps[q]["calls"] if e["name"] and e["clique_hash"] == c["clique_hash"]]
+          if not uses or max(uses) < c["call"]:
+            never.add((q, c["clique_hash"], c["call"]))
+            last = dumps[q]["calls"][-1] if dumps[q]["calls"] else None
+            findings.append(f"process {q} NEVER REACHED {c['describe']}" +
+                            (f"; its last call was {last['describe']} ({last['state']}, at {_at(last, t0)})"
+                             if last else ""))
   if findings:
     out += findings
   else:

@@ -20,7 +20,14 @@ MESH = Mesh(np.array(jax.devices("myplugin")[:N]), ("x",))
 ALL = np.arange(N, dtype=np.int64)
 
 
+# Every collective names the jitted function it belongs to (for the flight
+# recorder); partition-id and replica-id record nothing and take no name.
+FUNCTION = "jit_hand_written"
+
+
 def ffi(name, shape_dtype, x, **attrs):
+  if name != "myplugin_partition_id":
+    attrs.setdefault("function", FUNCTION)
   return jax.ffi.ffi_call(name, shape_dtype)(x, **attrs)
 
 
@@ -84,6 +91,14 @@ def test_bad_attributes_are_a_clear_error():
   with pytest.raises(Exception, match="myplugin: .*do not split into groups of 3"):
     run(lambda v: ffi("myplugin_all_reduce", jax.ShapeDtypeStruct(v.shape, v.dtype), v, reduction="sum",
                       replica_groups=ALL, group_size=np.int64(3)), X)
+
+
+def test_a_collective_without_its_function_name_is_refused():
+  """The handlers bind an exact attribute list: a program that predates the
+  `function` attribute fails with XLA's error, never runs half-described."""
+  call = jax.ffi.ffi_call("myplugin_all_reduce", jax.ShapeDtypeStruct((16,), jnp.float32))
+  with pytest.raises(Exception, match="[Ww]rong number of attributes"):
+    run(lambda v: call(v, reduction="sum", replica_groups=ALL, group_size=np.int64(N)), X)
 
 
 def test_many_calls_back_to_back():

@@ -23,10 +23,10 @@ def load(folder, process):
     return json.load(f)
 
 
-def failing_job(tmp_path, n, mode, env=None, devices="2"):
+def failing_job(tmp_path, n, mode, env=None, devices="2", args=()):
   e = dict(ENV, MYPLUGIN_TRACE_DIR=str(tmp_path), MYPLUGIN_NUM_DEVICES=devices)
   e.update(env or {})
-  with Job(n, [mode], program="straggler_worker.py", env=e) as job:
+  with Job(n, [mode, *args], program="straggler_worker.py", env=e) as job:
     codes = job.wait(timeout=60)
     return codes, job.all_output(), job
 
@@ -40,21 +40,24 @@ def test_mismatch_names_the_call_and_both_signatures(tmp_path):
   rc, text = trace(tmp_path)
   assert rc == 0, text
   assert "flight recorders of processes [0, 1] of 2" in text, text
-  assert ("DIVERGED at call #2 on processes [0, 1]: process 0 issued all-reduce sum f32[4]; "
-          "process 1 issued all-gather f32[8]") in text, text
+  names = job.event(0, "programs")  # jax's own names for the two programs
+  assert (f"DIVERGED at call #2 on processes [0, 1]: process 0 issued all-reduce sum f32[4] in {names['psum']}; "
+          f"process 1 issued all-gather f32[8] in {names['gather']}") in text, text
   for p in range(2):
     calls = load(tmp_path, p)["calls"]
     assert [c["call"] for c in calls] == [0, 1, 2], calls
     assert [c["state"] for c in calls] == ["done", "done", "failed"], calls
     assert calls[2]["op"] == ("all-reduce" if p == 0 else "all-gather"), calls
+    assert calls[2]["function"] == (names["psum"] if p == 0 else names["gather"]), calls
 
 
 def test_early_exit_names_the_process_that_left(tmp_path):
-  codes, out, _ = failing_job(tmp_path, 2, "early_exit")
+  codes, out, job = failing_job(tmp_path, 2, "early_exit")
   assert codes[0] != 0 and codes[1] != 0, out
   rc, text = trace(tmp_path)
   assert rc == 0, text
-  assert "process 1 NEVER REACHED call #3 (all-reduce sum f32[4]) on processes [0, 1]" in text, text
+  function = job.event(0, "programs")["psum"]
+  assert f"process 1 NEVER REACHED call #3 (all-reduce sum f32[4] in {function}) on processes [0, 1]" in text, text
   assert "its last call there was #2" in text and "LEFT EARLY" in text, text
   assert load(tmp_path, 1)["calls"][-1]["name"] == "the shutdown barrier", text
 
@@ -62,14 +65,15 @@ def test_early_exit_names_the_process_that_left(tmp_path):
 def test_dumps_survive_a_bystander_sigkill(tmp_path):
   """Process 2 kills itself with SIGKILL before call #2: it leaves no file,
   the other two still write theirs, and the merge works on what is there."""
-  codes, out, _ = failing_job(tmp_path, 3, "sigkill", devices="1")
+  codes, out, job = failing_job(tmp_path, 3, "sigkill", devices="1")
   assert codes[2] == -9 and codes[0] != 0 and codes[1] != 0, out
   assert sorted(os.listdir(tmp_path)) == ["process-0.json", "process-1.json"], out
   rc, text = trace(tmp_path)
   assert rc == 0, text
   assert "flight recorders of processes [0, 1] of 3; missing: processes [2]" in text, text
-  assert ("process 2 left no flight recorder; call #2 (all-reduce sum f32[4]) on processes [0, 1, 2] never "
-          "completed on processes [0, 1]") in text, text
+  function = job.event(0, "programs")["psum"]
+  assert (f"process 2 left no flight recorder; call #2 (all-reduce sum f32[4] in {function}) on processes "
+          "[0, 1, 2] never completed on processes [0, 1]") in text, text
   for p in range(2):
     calls = load(tmp_path, p)["calls"]
     assert [c["call"] for c in calls] == [0, 1, 2] and calls[2]["state"] != "done", calls
@@ -94,6 +98,52 @@ def test_ring_keeps_the_last_n_and_program_can_dump(tmp_path):
   assert rc == 0 and "no divergence" in text and "40 calls recorded, the last 8 shown" in text, text
   rc, text = trace(tmp_path, "--all")
   assert rc == 0 and text.count("(call #") == 32, text
+
+
+def test_every_record_names_its_jitted_function(tmp_path):
+  """A psum in a pmap, then one in a jitted function (train_step, through
+  shard_map): each record carries the name jax gave its program, and so do
+  the lines of myplugin-trace."""
+  e = dict(ENV, MYPLUGIN_TRACE_DIR=str(tmp_path))
+  with Job(2, ["named"], program="straggler_worker.py", env=e) as job:
+    codes = job.wait(timeout=90)
+    out = job.all_output()
+  assert codes == {0: 0, 1: 0}, out
+  names = job.event(0, "names")
+  assert names["jit"] == "jit_train_step", names
+  for p in range(2):
+    calls = [c for c in load(tmp_path, p)["calls"] if c["op"] != "barrier"]
+    assert [(c["op"], c["function"], c["state"]) for c in calls] == [
+        ("all-reduce", names["pmap"], "done"), ("all-reduce", "jit_train_step", "done")], calls
+    assert calls[1]["describe"].endswith(" in jit_train_step"), calls
+  rc, text = trace(tmp_path)
+  assert rc == 0 and "no divergence" in text, text
+  assert text.count(f"on processes [0, 1] in {names['pmap']}  done") == 2, text
+  assert text.count("on processes [0, 1] in jit_train_step  done") == 2, text
+
+
+def test_a_barrier_of_some_processes_that_times_out_is_traced(tmp_path):
+  """Process 2 is 30 s late for the barrier of processes [0, 2] that jax's
+  client runs (timeout 4 s): process 0 fails with the timeout and writes its
+  recorder, the job's failure makes the others write theirs, and
+  myplugin-trace names the barrier and process 2 as the one that never
+  reached it (process 1, no member, is not blamed)."""
+  codes, out, job = failing_job(tmp_path, 3, "barrier", env={"MYPLUGIN_STRAGGLER_SECONDS": "0"}, devices="1",
+                                args=["30", "2", "4"])
+  assert codes[0] != 0 and codes[1] != 0 and codes[2] != 0, out
+  error = job.event(0, "error")["error"]
+  assert "barrier 'pair' of processes [0, 2] timed out after 4 s: processes [2] did not arrive" in error, out
+  calls = load(tmp_path, 0)["calls"]
+  pair = calls[-1]
+  assert (pair["name"], pair["clique"], pair["call"], pair["state"]) == ("jax/pair", [0, 2], 0, "failed"), calls
+  assert [(c["name"], c["call"]) for c in calls if c["op"] == "barrier"][:2] == [("jax/all", 0), ("jax/all", 1)]
+  rc, text = trace(tmp_path)
+  assert rc == 0, text
+  assert "flight recorders of processes [0, 1, 2] of 3" in text, text
+  assert "process 0 waited in barrier 'jax/pair' of processes [0, 2] from +" in text, text
+  assert ("process 2 NEVER REACHED barrier 'jax/pair' of processes [0, 2]; its last call was barrier 'jax/all' "
+          "(use #1) (done, at +") in text, text
+  assert "process 1 NEVER REACHED" not in text, text
 
 
 def test_sigusr1_writes_the_recorder_while_waiting(tmp_path):

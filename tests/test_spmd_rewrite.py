@@ -65,6 +65,25 @@ def test_instruction_lines():
   assert parse_instruction("HloModule m, num_partitions=8") is None
 
 
+def test_every_collective_names_its_module_as_function():
+  """The module's name (jax's name for the jitted function) reaches every
+  collective as `function`, for the flight recorder; a name with characters
+  outside [A-Za-z0-9_.-] is made safe, and the module still parses."""
+  body = ("  %p = f32[4,2]{1,0} parameter(0)\n"
+          "  %r = f32[4,2]{1,0} all-reduce(%p), channel_id=1, replica_groups={{0,1,2,3,4,5,6,7}}, "
+          "use_global_device_ids=true, to_apply=%add\n"
+          "  ROOT %g = f32[4,16]{1,0} all-gather(%r), channel_id=2, replica_groups={{0,1,2,3,4,5,6,7}}, "
+          "dimensions={1}, use_global_device_ids=true")
+  for name, want in [("jit_train_step", "jit_train_step"), ("pmap_step.3", "pmap_step.3")]:
+    out = rewrite_module(module(body).replace("HloModule m,", f"HloModule {name},"), [list(range(8))], 8)
+    parses(out)
+    calls = [l for l in out.splitlines() if "custom_call_target=\"myplugin_all" in l]
+    assert len(calls) == 2 and all(f'function = "{want}"' in l for l in calls), out
+  out = rewrite_module(module(body).replace("HloModule m,", 'HloModule "we\\ird",'), [list(range(8))], 8)
+  calls = [l for l in out.splitlines() if "custom_call_target=\"myplugin_all" in l]
+  assert all('function = "_we_ird_"' in l for l in calls), out
+
+
 def test_all_reduce_in_flattened_ids_maps_through_the_assignment():
   text = module("  %p = f32[4,2]{1,0} parameter(0), sharding={devices=[2,4]<=[8]}\n"
                 "  ROOT %r = f32[4,2]{1,0} all-reduce(%p), channel_id=1, replica_groups=[2,4]<=[8], "

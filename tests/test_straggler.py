@@ -63,10 +63,14 @@ def test_report_names_the_laggard_with_its_stack(tmp_path, mode, marker, frame):
     assert first[0][1].endswith("straggler report #1"), out
     assert first[0][0] - waiting <= STRAGGLER_S + SLACK_S, (first[0][0] - waiting, out)
     text = job.output(0)
-    assert "all-reduce sum f32[4] (call #1) on processes [0, 1] has waited" in text, out
+    # The call, named with the jitted function it belongs to (jax's own name for the program).
+    function = job.event(1, "warm")["function"]
+    assert function, out  # jax 0.10 names a pmap program jit__fun
+    assert f"all-reduce sum f32[4] (call #1) on processes [0, 1] in {function} has waited" in text, out
     assert "arrived: processes [0]; not arrived: processes [1]" in text, out
     # The laggard's state and its own stack, read from it while it was stuck.
-    assert "process 1 (pid" in text and "last issued all-reduce sum f32[4] (call #0)" in text, out
+    assert "process 1 (pid" in text, out
+    assert f"last issued all-reduce sum f32[4] (call #0) on processes [0, 1] in {function}" in text, out
     assert "it runs Python code" in text, out
     lines = {marker_line(marker)}
     if mode == "busy":  # the loop's test or its body, wherever the sample lands
@@ -75,6 +79,60 @@ def test_report_names_the_laggard_with_its_stack(tmp_path, mode, marker, frame):
     assert f'straggler_worker.py", line {marker_line("LOADER_LINE")} in loader' in text, out  # every thread
     # Nothing from the laggard itself: one report, from process 0.
     assert not reports(job, 1), out
+
+
+def test_report_says_the_laggard_is_inside_a_compile(tmp_path):
+  """Every process compiles a new program before its psum; the laggard's
+  compile takes 6 s longer (a sleep in the multi-process compile's Python
+  step, installed by the worker through the compile hooks). The report says
+  it is inside a compile, for how long, and its stack shows the compile."""
+  laggard_s = 6
+  with Job(2, ["compile", str(laggard_s)], program="straggler_worker.py", env=job_env(tmp_path)) as job:
+    codes = job.wait(timeout=90)
+    out = job.all_output()
+    assert codes == {0: 0, 1: 0}, out
+    check_sum(job, 2)
+    waiting = line_time(job, 0, '"event": "waiting"')
+    first = reports(job, 0)
+    assert waiting is not None and first, out
+    assert first[0][0] - waiting <= STRAGGLER_S + SLACK_S, (first[0][0] - waiting, out)
+    text = job.output(0)
+    function = job.event(0, "warm")["function"]
+    assert f"all-reduce sum f32[4] (call #1) on processes [0, 1] in {function} has waited" in text, out
+    assert "arrived: processes [0]; not arrived: processes [1]" in text, out
+    m = re.search(r"process 1 \(pid [^)]*\) last issued all-reduce sum f32\[4\] \(call #0\)[^;]*; now it is "
+                  r"inside a compile, for ([0-9.]+) s", text)
+    assert m, out
+    # The compile began before process 0 started waiting, and the hook ends it after laggard_s.
+    assert STRAGGLER_S * 0.9 <= float(m.group(1)) <= laggard_s, out
+    assert f'straggler_worker.py", line {marker_line("COMPILE_HOOK_LINE")} in slow_local_program' in text, out
+    assert f'straggler_worker.py", line {marker_line("COMPILE_LINE")} in <module>' in text, out
+    assert not reports(job, 1), out
+
+
+def test_report_covers_a_barrier_of_some_processes(tmp_path):
+  """jax's client runs a barrier of processes [0, 2] alone (process_ids=...),
+  which process 2 reaches 5 s late: the report names that barrier, its
+  members, who arrived, and process 2's stack; process 1, no member, is not
+  named. The barrier then completes."""
+  with Job(3, ["barrier", "5"], program="straggler_worker.py", env=job_env(tmp_path, MYPLUGIN_NUM_DEVICES="1")) as job:
+    codes = job.wait(timeout=90)
+    out = job.all_output()
+    assert codes == {0: 0, 1: 0, 2: 0}, out
+    waiting = line_time(job, 0, '"event": "waiting"')
+    first = reports(job, 0)
+    assert waiting is not None and first, out
+    assert first[0][0] - waiting <= STRAGGLER_S + SLACK_S, (first[0][0] - waiting, out)
+    text = job.output(0)
+    assert "barrier 'jax/pair' of processes [0, 2] has waited" in text, out
+    assert "arrived: processes [0]; not arrived: processes [2]" in text, out
+    assert "process 2 (pid" in text and "process 1 (pid" not in text, out
+    assert "last issued barrier 'jax/all' (use #1) " in text, out
+    assert f'straggler_worker.py", line {marker_line("BARRIER_SLEEP_LINE")} in <module>' in text, out
+  with open(os.path.join(tmp_path, "process-2.json")) as f:  # written on the report's request
+    calls = __import__("json").load(f)["calls"]
+  uses = [(c["name"], c["call"], c["clique"]) for c in calls if c["op"] == "barrier"]
+  assert uses[:2] == [("jax/all", 0, []), ("jax/all", 1, [])], calls
 
 
 def test_report_once_per_interval_not_once_per_process(tmp_path):

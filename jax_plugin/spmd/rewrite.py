@@ -38,6 +38,16 @@ _REFUSED = {
 _COLLECTIVES = {"all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute"}
 
 
+def _function_name(lines: list[str]) -> str:
+  """The module's name (jax names it for the jitted function: jit_train_step,
+  pmap_step), which every collective carries as its `function` attribute for
+  the flight recorder; characters outside [A-Za-z0-9_.-] become '_', so the
+  name is always a plain string attribute."""
+  header = next((l for l in lines if l.startswith("HloModule")), "")
+  name = header[len("HloModule"):].strip().split(",")[0].strip()
+  return "".join(c if c.isascii() and (c.isalnum() or c in "_.-") else "_" for c in name)
+
+
 def _dense(values) -> str:
   values = [int(v) for v in values]
   return f"dense<[{', '.join(str(v) for v in values)}]> : tensor<{len(values)}xi64>"
@@ -53,6 +63,7 @@ class _Rewriter:
     self.local_order = local_order  # the local program's replica r is global device local_order[r]
     self.fences = fences
     self.lines = lines
+    self.function = _function_name(lines)
     self.computations = computations(lines)
     self.counter = 0
     self.communicates = {name: self._communicates(name, set()) for name in self.computations}
@@ -131,7 +142,7 @@ class _Rewriter:
       self.last = name
     self.shapes[name] = ArrayShape(shape.dtype, shape.dims if dims is None else tuple(dims))
     layouts = f", operand_layout_constraints={{{', '.join(shapes)}}}" if operands else ""
-    cfg = ", ".join(f"{k} = {v}" for k, v in sorted(config.items()))
+    cfg = ", ".join(f"{k} = {v}" for k, v in sorted({**config, "function": f'"{self.function}"'}.items()))
     return (f"{indent}{'ROOT ' if root else ''}{name} = {shape.text(dims)} custom-call({', '.join(operands)}), "
             f"custom_call_target=\"{target}\"{layouts}, api_version=API_VERSION_TYPED_FFI, "
             f"backend_config={{{cfg}}}")

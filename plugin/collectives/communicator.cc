@@ -114,10 +114,10 @@ StatusOr<uint32_t> Communicator::Begin(Signature& sig, const void* payload, size
   }
   if (aborted) return Explain(sig, *aborted);
   if (!cannot_complete.empty()) {
-    FlightRecorder::Get().End(FlightRecorder::Get().Begin(sig, clique_), false);
+    FlightRecorder::Get().End(FlightRecorder::Get().Begin(sig, clique_, nullptr, FunctionScope::Current()), false);
     return Status(Code::kFailedPrecondition, cannot_complete + WithTrace(cannot_complete));
   }
-  record_ = FlightRecorder::Get().Begin(sig, clique_);
+  record_ = FlightRecorder::Get().Begin(sig, clique_, nullptr, FunctionScope::Current());
   const uint32_t tag = static_cast<uint32_t>(sig.sequence * 2);
   const size_t record = record_size();
   std::vector<char> mine(record, 0);

@@ -5,6 +5,7 @@
 
 #include "collectives/device_collectives.h"
 #include "collectives/ffi_common.h"
+#include "collectives/flight_recorder.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace ffi = xla::ffi;
@@ -17,7 +18,8 @@ namespace {
 // other local devices, and run `op(dc, buffers, count, type, reduction)`.
 template <typename Op>
 ffi::Error Grouped(int32_t ordinal, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y, std::string_view reduction,
-                   ffi::Span<const int64_t> replica_groups, int64_t group_size, Op op) {
+                   ffi::Span<const int64_t> replica_groups, int64_t group_size, std::string_view function, Op op) {
+  FunctionScope scope(function);
   StatusOr<GroupedCall> call = DecodeGrouped(ordinal, x.element_type(), reduction, replica_groups, group_size);
   if (!call.ok()) return ToFfi(call.status());
   const size_t count = x.element_count();
@@ -29,39 +31,42 @@ ffi::Error Grouped(int32_t ordinal, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer
 }
 
 ffi::Error AllReduceImpl(int32_t ordinal, ffi::AnyBuffer x, ffi::RemainingArgs, ffi::Result<ffi::AnyBuffer> y, std::string_view reduction,
-                         ffi::Span<const int64_t> groups, int64_t group_size) {
-  return Grouped(ordinal, x, y, reduction, groups, group_size,
+                         ffi::Span<const int64_t> groups, int64_t group_size, std::string_view function) {
+  return Grouped(ordinal, x, y, reduction, groups, group_size, function,
                  [](DeviceCollectives& dc, const DeviceBuffers& b, size_t n, DataType t, Reduction r) {
                    return dc.AllReduce(b, n, t, r);
                  });
 }
 
 ffi::Error ReduceScatterImpl(int32_t ordinal, ffi::AnyBuffer x, ffi::RemainingArgs, ffi::Result<ffi::AnyBuffer> y,
-                             std::string_view reduction, ffi::Span<const int64_t> groups, int64_t group_size) {
-  return Grouped(ordinal, x, y, reduction, groups, group_size,
+                             std::string_view reduction, ffi::Span<const int64_t> groups, int64_t group_size,
+                             std::string_view function) {
+  return Grouped(ordinal, x, y, reduction, groups, group_size, function,
                  [](DeviceCollectives& dc, const DeviceBuffers& b, size_t n, DataType t, Reduction r) {
                    return dc.ReduceScatter(b, n, t, r);
                  });
 }
 
 ffi::Error AllGatherImpl(int32_t ordinal, ffi::AnyBuffer x, ffi::RemainingArgs, ffi::Result<ffi::AnyBuffer> y,
-                         ffi::Span<const int64_t> groups, int64_t group_size) {
-  return Grouped(ordinal, x, y, "", groups, group_size,
+                         ffi::Span<const int64_t> groups, int64_t group_size, std::string_view function) {
+  return Grouped(ordinal, x, y, "", groups, group_size, function,
                  [](DeviceCollectives& dc, const DeviceBuffers& b, size_t n, DataType t, Reduction) {
                    return dc.AllGather(b, n, t);
                  });
 }
 
 ffi::Error AllToAllImpl(int32_t ordinal, ffi::AnyBuffer x, ffi::RemainingArgs, ffi::Result<ffi::AnyBuffer> y,
-                        ffi::Span<const int64_t> groups, int64_t group_size) {
-  return Grouped(ordinal, x, y, "", groups, group_size,
+                        ffi::Span<const int64_t> groups, int64_t group_size, std::string_view function) {
+  return Grouped(ordinal, x, y, "", groups, group_size, function,
                  [](DeviceCollectives& dc, const DeviceBuffers& b, size_t n, DataType t, Reduction) {
                    return dc.AllToAll(b, n, t);
                  });
 }
 
 ffi::Error CollectivePermuteImpl(int32_t ordinal, ffi::AnyBuffer x, ffi::RemainingArgs, ffi::Result<ffi::AnyBuffer> y,
-                                 ffi::Span<const int64_t> clique_ids, ffi::Span<const int64_t> pairs_flat) {
+                                 ffi::Span<const int64_t> clique_ids, ffi::Span<const int64_t> pairs_flat,
+                                 std::string_view function) {
+  FunctionScope scope(function);
   StatusOr<DataType> type = FromFfi(x.element_type());
   if (!type.ok()) return ToFfi(type.status());
   if (pairs_flat.size() % 2) return ToFfi(InvalidArgument("pairs must hold (source, target) pairs"));
@@ -97,6 +102,13 @@ ffi::Error OrderFenceImpl(ffi::AnyBuffer x, ffi::RemainingArgs, ffi::Result<ffi:
 }  // namespace
 
 // The two bindings of the grouped handlers: with a reduction, and without.
+//
+// Every collective carries `function`, the name of the jitted function (the
+// module) it belongs to, for the flight recorder. An attribute, rather than
+// a table of names kept per executable: the handlers run on the engine's
+// threads after Execute has returned (so nothing set around Execute reaches
+// them reliably), while an attribute travels inside the program itself,
+// through serialization and the compilation cache, and costs one string view.
 auto ReducingBinding() {
   return ffi::Ffi::Bind()
       .Ctx<ffi::DeviceOrdinal>()
@@ -105,7 +117,8 @@ auto ReducingBinding() {
       .Ret<ffi::AnyBuffer>()
       .Attr<std::string_view>("reduction")
       .Attr<ffi::Span<const int64_t>>("replica_groups")
-      .Attr<int64_t>("group_size");
+      .Attr<int64_t>("group_size")
+      .Attr<std::string_view>("function");
 }
 
 auto GroupedBinding() {
@@ -115,7 +128,8 @@ auto GroupedBinding() {
       .RemainingArgs()
       .Ret<ffi::AnyBuffer>()
       .Attr<ffi::Span<const int64_t>>("replica_groups")
-      .Attr<int64_t>("group_size");
+      .Attr<int64_t>("group_size")
+      .Attr<std::string_view>("function");
 }
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginAllReduce, AllReduceImpl, ReducingBinding());
@@ -130,7 +144,8 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginCollectivePermute, CollectivePermuteImpl,
                                   .RemainingArgs()
                                   .Ret<ffi::AnyBuffer>()
                                   .Attr<ffi::Span<const int64_t>>("clique")
-                                  .Attr<ffi::Span<const int64_t>>("pairs"));
+                                  .Attr<ffi::Span<const int64_t>>("pairs")
+                                  .Attr<std::string_view>("function"));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginDeviceId, DeviceIdImpl,
                               ffi::Ffi::Bind()

@@ -6,6 +6,9 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <map>
+#include <mutex>
+#include <set>
 
 #include "collectives/communicator_cache.h"
 #include "collectives/straggler_watch.h"
@@ -15,7 +18,45 @@ namespace {
 
 constexpr size_t kNameWords = CallRecord::kNameBytes / 8;
 
-std::atomic<int> compiles_in_progress{0};
+// Compiles are rare and slow next to a lock: the start times of those in
+// progress sit in a multiset, whose first element is the oldest.
+// Both leaked: a compile may end during static destruction.
+std::mutex& CompilesMutex() {
+  static auto* mu = new std::mutex;
+  return *mu;
+}
+std::multiset<int64_t>& CompileStarts() {
+  static auto* starts = new std::multiset<int64_t>;
+  return *starts;
+}
+
+thread_local const char* current_function = nullptr;
+
+// Text into a slot's words, up to kNameBytes - 1 bytes and zero-filled
+// after (the reader relies on the terminating zero).
+void StoreText(std::atomic<uint64_t>* words, const char* text) {
+  bool ended = text == nullptr;
+  for (size_t w = 0; w < kNameWords; ++w) {
+    char bytes[8] = {};
+    for (size_t b = 0; b < 8 && !ended && w * 8 + b < CallRecord::kNameBytes - 1; ++b) {
+      bytes[b] = text[w * 8 + b];
+      ended = bytes[b] == '\0';
+    }
+    uint64_t word;
+    std::memcpy(&word, bytes, 8);
+    words[w].store(word, std::memory_order_relaxed);
+  }
+}
+
+void LoadText(const std::atomic<uint64_t>* words, char* out) {
+  for (size_t w = 0; w < kNameWords; ++w) {
+    uint64_t word = words[w].load(std::memory_order_relaxed);
+    std::memcpy(out + w * 8, &word, 8);
+  }
+  out[CallRecord::kNameBytes - 1] = '\0';
+}
+
+std::string Text(const char* field) { return std::string(field, strnlen(field, CallRecord::kNameBytes)); }
 
 std::string JsonString(const std::string& s) {
   std::string out = "\"";
@@ -53,6 +94,7 @@ struct FlightRecorder::Slot {
   std::atomic<int32_t> num_processes{0};
   std::atomic<int32_t> processes[CallRecord::kListedProcesses] = {};
   std::atomic<uint64_t> name[kNameWords] = {};
+  std::atomic<uint64_t> function[kNameWords] = {};
   std::atomic<int64_t> start_ns{0}, match_ns{0}, end_ns{0};
 };
 
@@ -71,11 +113,19 @@ std::vector<int> CallRecord::Processes() const {
 }
 
 std::string CallRecord::Describe() const {
-  if (name[0] != '\0') return std::string("barrier '") + std::string(name, strnlen(name, kNameBytes)) + "'";
-  std::string s = signature.Describe() + " on processes [";
-  for (int i = 0; i < std::min(num_processes, kListedProcesses); ++i) s += (i ? ", " : "") + std::to_string(processes[i]);
-  if (num_processes > kListedProcesses) s += ", … (" + std::to_string(num_processes) + " in all)";
-  return s + "]";
+  std::string list = "[";
+  for (int i = 0; i < std::min(num_processes, kListedProcesses); ++i) {
+    list += (i ? ", " : "") + std::to_string(processes[i]);
+  }
+  if (num_processes > kListedProcesses) list += ", … (" + std::to_string(num_processes) + " in all)";
+  list += "]";
+  if (name[0] != '\0') {
+    // A barrier of every process lists none; its first use is not numbered.
+    return "barrier '" + Text(name) + "'" +
+           (signature.sequence > 0 ? " (use #" + std::to_string(signature.sequence) + ")" : "") +
+           (num_processes > 0 ? " of processes " + list : "");
+  }
+  return signature.Describe() + " on processes " + list + (function[0] != '\0' ? " in " + Text(function) : "");
 }
 
 int64_t MonotonicNanos() {
@@ -103,7 +153,8 @@ FlightRecorder::FlightRecorder(size_t capacity) : capacity_(std::max<size_t>(cap
 
 FlightRecorder::~FlightRecorder() = default;
 
-uint64_t FlightRecorder::Begin(const Signature& sig, const std::vector<int>& processes, const char* name) {
+uint64_t FlightRecorder::Begin(const Signature& sig, const std::vector<int>& processes, const char* name,
+                               const char* function) {
   const uint64_t id = next_.fetch_add(1, std::memory_order_relaxed) + 1;
   Slot& s = slots_[id % capacity_];
   s.version.store(2 * id - 1, std::memory_order_relaxed);
@@ -120,22 +171,8 @@ uint64_t FlightRecorder::Begin(const Signature& sig, const std::vector<int>& pro
   for (size_t i = 0; i < n && i < CallRecord::kListedProcesses; ++i) {
     s.processes[i].store(processes[i], std::memory_order_relaxed);
   }
-  for (size_t w = 0; w < kNameWords; ++w) {
-    uint64_t word = 0;
-    if (name != nullptr) {
-      // Copies up to the terminating zero, which the reader relies on.
-      char bytes[8] = {};
-      for (size_t b = 0; b < 8 && w * 8 + b < CallRecord::kNameBytes - 1; ++b) {
-        bytes[b] = name[w * 8 + b];
-        if (bytes[b] == '\0') {
-          name = nullptr;
-          break;
-        }
-      }
-      std::memcpy(&word, bytes, 8);
-    }
-    s.name[w].store(word, std::memory_order_relaxed);
-  }
+  StoreText(s.name, name);
+  StoreText(s.function, function);
   s.start_ns.store(MonotonicNanos(), std::memory_order_relaxed);
   s.match_ns.store(0, std::memory_order_relaxed);
   s.end_ns.store(0, std::memory_order_relaxed);
@@ -186,11 +223,8 @@ std::optional<CallRecord> FlightRecorder::Read(uint64_t id) const {
   for (int i = 0; i < std::min(r.num_processes, CallRecord::kListedProcesses); ++i) {
     r.processes[i] = s.processes[i].load(std::memory_order_relaxed);
   }
-  for (size_t w = 0; w < kNameWords; ++w) {
-    uint64_t word = s.name[w].load(std::memory_order_relaxed);
-    std::memcpy(r.name + w * 8, &word, 8);
-  }
-  r.name[CallRecord::kNameBytes - 1] = '\0';
+  LoadText(s.name, r.name);
+  LoadText(s.function, r.function);
   r.start_ns = s.start_ns.load(std::memory_order_relaxed);
   r.match_ns = s.match_ns.load(std::memory_order_relaxed);
   r.end_ns = s.end_ns.load(std::memory_order_relaxed);
@@ -254,8 +288,8 @@ Status FlightRecorder::WriteTo(const std::string& dir, int process, int num_proc
     }
     out += "], \"clique_size\": " + std::to_string(r.num_processes) + ", \"clique_hash\": \"" +
            std::to_string(r.signature.clique_hash) + "\", \"call\": " + std::to_string(r.signature.sequence) +
-           ", \"extra\": \"" + std::to_string(r.signature.extra) + "\", \"name\": " +
-           JsonString(std::string(r.name, strnlen(r.name, CallRecord::kNameBytes))) +
+           ", \"extra\": \"" + std::to_string(r.signature.extra) + "\", \"name\": " + JsonString(Text(r.name)) +
+           ", \"function\": " + JsonString(Text(r.function)) +
            ", \"describe\": " + JsonString(r.Describe()) + ", \"state\": " + JsonString(Name(r.state)) +
            ", \"start\": " + JsonSeconds(r.start_ns, offset) + ", \"match\": " + JsonSeconds(r.match_ns, offset) +
            ", \"end\": " + JsonSeconds(r.end_ns, offset) + "}";
@@ -274,23 +308,68 @@ Status FlightRecorder::WriteTo(const std::string& dir, int process, int num_proc
   return OkStatus();
 }
 
-CompileScope::CompileScope() { compiles_in_progress.fetch_add(1, std::memory_order_relaxed); }
-CompileScope::~CompileScope() { compiles_in_progress.fetch_sub(1, std::memory_order_relaxed); }
-int CompileScope::InProgress() { return compiles_in_progress.load(std::memory_order_relaxed); }
+FunctionScope::FunctionScope(std::string_view function) : outer_(current_function) {
+  const size_t n = std::min(function.size(), sizeof(name_) - 1);
+  std::memcpy(name_, function.data(), n);
+  name_[n] = '\0';
+  current_function = name_;
+}
 
-RecordedBarrier::RecordedBarrier(const std::string& name) {
+FunctionScope::~FunctionScope() { current_function = outer_; }
+
+const char* FunctionScope::Current() { return current_function; }
+
+CompileScope::CompileScope() : start_ns_(MonotonicNanos()) {
+  std::lock_guard<std::mutex> lock(CompilesMutex());
+  CompileStarts().insert(start_ns_);
+}
+
+CompileScope::~CompileScope() {
+  std::lock_guard<std::mutex> lock(CompilesMutex());
+  CompileStarts().erase(CompileStarts().find(start_ns_));
+}
+
+int CompileScope::InProgress() {
+  std::lock_guard<std::mutex> lock(CompilesMutex());
+  return static_cast<int>(CompileStarts().size());
+}
+
+double CompileScope::OldestSeconds() {
+  std::lock_guard<std::mutex> lock(CompilesMutex());
+  return CompileStarts().empty() ? 0 : (MonotonicNanos() - *CompileStarts().begin()) / 1e9;
+}
+
+uint64_t RecordedBarrier::Begin(const std::string& name, const std::vector<int>& members) {
+  // The hash covers the name and the members: a barrier of processes [0, 1]
+  // and one of [0, 2] under the same name are different barriers.
+  std::vector<int64_t> key(name.begin(), name.end());
+  key.push_back(-1);
+  key.insert(key.end(), members.begin(), members.end());
   Signature sig;
   sig.op = CollectiveOp::kBarrier;
-  sig.clique_hash = HashInts(std::vector<int64_t>(name.begin(), name.end()));
-  id_ = FlightRecorder::Get().Begin(sig, {}, name.empty() ? "(unnamed)" : name.c_str());
+  sig.clique_hash = HashInts(key);
+  {
+    static auto* mu = new std::mutex;  // both leaked, like the recorder
+    static auto* uses = new std::map<uint64_t, uint64_t>;
+    std::lock_guard<std::mutex> lock(*mu);
+    sig.sequence = (*uses)[sig.clique_hash]++;
+  }
+  return FlightRecorder::Get().Begin(sig, members, name.empty() ? "(unnamed)" : name.c_str());
 }
+
+void RecordedBarrier::End(uint64_t id, bool ok, const std::string& why) {
+  FlightRecorder::Get().End(id, ok);
+  if (!ok) DumpFlightRecorder(why);
+}
+
+RecordedBarrier::RecordedBarrier(const std::string& name, const std::vector<int>& members)
+    : id_(Begin(name, members)) {}
 
 RecordedBarrier::~RecordedBarrier() { FlightRecorder::Get().End(id_, true); }
 
 void RecordedBarrier::Fail(const std::string& why) {
-  FlightRecorder::Get().End(id_, false);
+  End(id_, false, why);
   id_ = 0;
-  DumpFlightRecorder(why);
 }
 
 }  // namespace myplugin::collectives

@@ -11,6 +11,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "collectives/signature.h"
@@ -31,9 +32,11 @@ struct CallRecord {
   int num_processes = 0;
   int processes[kListedProcesses] = {};
   char name[kNameBytes] = {};  // a barrier's name; empty for collectives
+  char function[kNameBytes] = {};  // the jitted function that issued a collective, where known
   int64_t start_ns = 0, match_ns = 0, end_ns = 0;  // CLOCK_MONOTONIC; 0 when not reached
 
-  // "all-reduce sum f32[4] (call #3) on processes [0, 1]", or "barrier 'x'".
+  // "all-reduce sum f32[4] (call #3) on processes [0, 1] in jit_step",
+  // "barrier 'x'", or "barrier 'x' (use #2) of processes [0, 2]".
   std::string Describe() const;
   std::vector<int> Processes() const;
 };
@@ -52,8 +55,11 @@ class FlightRecorder {
   FlightRecorder(const FlightRecorder&) = delete;
   FlightRecorder& operator=(const FlightRecorder&) = delete;
 
-  // Records a call as issued; the id goes to Matched and End.
-  uint64_t Begin(const Signature& sig, const std::vector<int>& processes, const char* name = nullptr);
+  // Records a call as issued; the id goes to Matched and End. `name`: a
+  // barrier's; `function`: the jitted function of a collective (both are
+  // cut to kNameBytes - 1 bytes; null or empty when not known).
+  uint64_t Begin(const Signature& sig, const std::vector<int>& processes, const char* name = nullptr,
+                 const char* function = nullptr);
   void Matched(uint64_t id);
   void End(uint64_t id, bool ok);
   // The calls still in the ring, oldest first. Entries being written at the
@@ -78,8 +84,30 @@ class FlightRecorder {
   std::atomic<uint64_t> next_{0};
 };
 
-// Counts compiles in progress, so that a straggler report can say that a
-// process is compiling rather than running Python code.
+// Names the jitted function whose collectives this thread issues, for its
+// duration. The FFI handlers know the name (an attribute of the call); the
+// communicator that records the call is reached through the local
+// rendezvous and the device layer, which have no other use for it. The
+// device whose thread runs the call for the others is one of the same
+// call's devices, in the same program, so its own scope names the right
+// function.
+class FunctionScope {
+ public:
+  explicit FunctionScope(std::string_view function);
+  ~FunctionScope();
+  FunctionScope(const FunctionScope&) = delete;
+  FunctionScope& operator=(const FunctionScope&) = delete;
+  // The innermost scope's name on this thread; nullptr outside any.
+  static const char* Current();
+
+ private:
+  char name_[CallRecord::kNameBytes];
+  const char* outer_;
+};
+
+// Counts compiles in progress (and when the oldest began), so that a
+// straggler report can say that a process is compiling rather than running
+// Python code.
 class CompileScope {
  public:
   CompileScope();
@@ -87,17 +115,31 @@ class CompileScope {
   CompileScope(const CompileScope&) = delete;
   CompileScope& operator=(const CompileScope&) = delete;
   static int InProgress();
+  // Seconds since the oldest compile in progress began; 0 when none is.
+  static double OldestSeconds();
+
+ private:
+  int64_t start_ns_;
 };
 
-// Records a barrier of the coordination service for its duration.
+// Records a barrier of the coordination service (of every process, or of
+// `members` only) for its duration. Each use of a barrier is numbered (the
+// record's call number) per name and members, so that a straggler report
+// can tell who reached this use from who reached an earlier one.
 class RecordedBarrier {
  public:
-  explicit RecordedBarrier(const std::string& name);
+  explicit RecordedBarrier(const std::string& name, const std::vector<int>& members = {});
   ~RecordedBarrier();
   // Ends the record as failed and writes the flight recorder.
   void Fail(const std::string& why);
   RecordedBarrier(const RecordedBarrier&) = delete;
   RecordedBarrier& operator=(const RecordedBarrier&) = delete;
+
+  // The same for a barrier whose wait is not one C++ scope (the subset
+  // barriers that jax's distributed client runs in Python): Begin returns
+  // the record's id for End, which with ok = false writes the recorder.
+  static uint64_t Begin(const std::string& name, const std::vector<int>& members);
+  static void End(uint64_t id, bool ok, const std::string& why);
 
  private:
   uint64_t id_;

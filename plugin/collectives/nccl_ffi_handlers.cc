@@ -10,6 +10,7 @@
 #include "collectives/communicator_cache.h"
 #include "collectives/device_collectives.h"
 #include "collectives/ffi_common.h"
+#include "collectives/flight_recorder.h"
 #include "common/deadline.h"
 #include "coordination/runtime.h"
 
@@ -132,7 +133,9 @@ namespace {
 
 template <typename Enqueue>
 ffi::Error Grouped(cudaStream_t stream, int32_t ordinal, ffi::AnyBuffer x, CollectiveOp op,
-                   std::string_view reduction, ffi::Span<const int64_t> groups, int64_t group_size, Enqueue enqueue) {
+                   std::string_view reduction, ffi::Span<const int64_t> groups, int64_t group_size,
+                   std::string_view function, Enqueue enqueue) {
+  FunctionScope scope(function);  // the `function` attribute: see ffi_handlers.cc
   StatusOr<GroupedCall> decoded = DecodeGrouped(ordinal, x.element_type(), reduction, groups, group_size);
   if (!decoded.ok()) return ToFfi(decoded.status());
   const GroupedCall& c = decoded.value();
@@ -144,8 +147,8 @@ ffi::Error Grouped(cudaStream_t stream, int32_t ordinal, ffi::AnyBuffer x, Colle
 
 ffi::Error AllReduceImpl(cudaStream_t stream, int32_t ordinal, ffi::AnyBuffer x, ffi::RemainingArgs,
                          ffi::Result<ffi::AnyBuffer> y, std::string_view reduction, ffi::Span<const int64_t> groups,
-                         int64_t group_size) {
-  return Grouped(stream, ordinal, x, CollectiveOp::kAllReduce, reduction, groups, group_size,
+                         int64_t group_size, std::string_view function) {
+  return Grouped(stream, ordinal, x, CollectiveOp::kAllReduce, reduction, groups, group_size, function,
                  [&](NcclCommunicator& c, DataType t, Reduction r, size_t n, size_t) {
                    return c.AllReduce(x.untyped_data(), y->untyped_data(), n, t, r, stream);
                  });
@@ -153,24 +156,26 @@ ffi::Error AllReduceImpl(cudaStream_t stream, int32_t ordinal, ffi::AnyBuffer x,
 
 ffi::Error ReduceScatterImpl(cudaStream_t stream, int32_t ordinal, ffi::AnyBuffer x, ffi::RemainingArgs,
                              ffi::Result<ffi::AnyBuffer> y, std::string_view reduction,
-                             ffi::Span<const int64_t> groups, int64_t group_size) {
-  return Grouped(stream, ordinal, x, CollectiveOp::kReduceScatter, reduction, groups, group_size,
+                             ffi::Span<const int64_t> groups, int64_t group_size, std::string_view function) {
+  return Grouped(stream, ordinal, x, CollectiveOp::kReduceScatter, reduction, groups, group_size, function,
                  [&](NcclCommunicator& c, DataType t, Reduction r, size_t n, size_t size) {
                    return c.ReduceScatter(x.untyped_data(), y->untyped_data(), n / size, t, r, stream);
                  });
 }
 
 ffi::Error AllGatherImpl(cudaStream_t stream, int32_t ordinal, ffi::AnyBuffer x, ffi::RemainingArgs,
-                         ffi::Result<ffi::AnyBuffer> y, ffi::Span<const int64_t> groups, int64_t group_size) {
-  return Grouped(stream, ordinal, x, CollectiveOp::kAllGather, "", groups, group_size,
+                         ffi::Result<ffi::AnyBuffer> y, ffi::Span<const int64_t> groups, int64_t group_size,
+                         std::string_view function) {
+  return Grouped(stream, ordinal, x, CollectiveOp::kAllGather, "", groups, group_size, function,
                  [&](NcclCommunicator& c, DataType t, Reduction, size_t n, size_t) {
                    return c.AllGather(x.untyped_data(), y->untyped_data(), n, t, stream);
                  });
 }
 
 ffi::Error AllToAllImpl(cudaStream_t stream, int32_t ordinal, ffi::AnyBuffer x, ffi::RemainingArgs,
-                        ffi::Result<ffi::AnyBuffer> y, ffi::Span<const int64_t> groups, int64_t group_size) {
-  return Grouped(stream, ordinal, x, CollectiveOp::kAllToAll, "", groups, group_size,
+                        ffi::Result<ffi::AnyBuffer> y, ffi::Span<const int64_t> groups, int64_t group_size,
+                        std::string_view function) {
+  return Grouped(stream, ordinal, x, CollectiveOp::kAllToAll, "", groups, group_size, function,
                  [&](NcclCommunicator& c, DataType t, Reduction, size_t n, size_t size) {
                    return c.AllToAll(x.untyped_data(), y->untyped_data(), n / size, t, stream);
                  });
@@ -178,7 +183,8 @@ ffi::Error AllToAllImpl(cudaStream_t stream, int32_t ordinal, ffi::AnyBuffer x, 
 
 ffi::Error CollectivePermuteImpl(cudaStream_t stream, int32_t ordinal, ffi::AnyBuffer x, ffi::RemainingArgs,
                                  ffi::Result<ffi::AnyBuffer> y, ffi::Span<const int64_t> clique_ids,
-                                 ffi::Span<const int64_t> pairs_flat) {
+                                 ffi::Span<const int64_t> pairs_flat, std::string_view function) {
+  FunctionScope scope(function);
   StatusOr<DataType> type = FromFfi(x.element_type());
   if (!type.ok()) return ToFfi(type.status());
   if (pairs_flat.size() % 2) return ToFfi(InvalidArgument("pairs must hold (source, target) pairs"));
@@ -211,7 +217,8 @@ auto Reducing() {
       .Ret<ffi::AnyBuffer>()
       .Attr<std::string_view>("reduction")
       .Attr<ffi::Span<const int64_t>>("replica_groups")
-      .Attr<int64_t>("group_size");
+      .Attr<int64_t>("group_size")
+      .Attr<std::string_view>("function");
 }
 
 auto Plain() {
@@ -222,7 +229,8 @@ auto Plain() {
       .RemainingArgs()
       .Ret<ffi::AnyBuffer>()
       .Attr<ffi::Span<const int64_t>>("replica_groups")
-      .Attr<int64_t>("group_size");
+      .Attr<int64_t>("group_size")
+      .Attr<std::string_view>("function");
 }
 
 }  // namespace
@@ -239,7 +247,8 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginNcclCollectivePermute, CollectivePermuteIm
                                   .RemainingArgs()
                                   .Ret<ffi::AnyBuffer>()
                                   .Attr<ffi::Span<const int64_t>>("clique")
-                                  .Attr<ffi::Span<const int64_t>>("pairs"));
+                                  .Attr<ffi::Span<const int64_t>>("pairs")
+                                  .Attr<std::string_view>("function"));
 
 std::vector<std::pair<std::string, void*>> NcclFfiHandlers() {
   return {

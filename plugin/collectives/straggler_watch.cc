@@ -129,7 +129,7 @@ std::string Answer(const State& s) {
   std::vector<CallRecord> calls = FlightRecorder::Get().Snapshot();
   std::ostringstream out;
   out << "pid " << s.options.os_pid << " on " << s.options.host << "\n";
-  out << "compiling " << CompileScope::InProgress() << "\n";
+  out << "compiling " << CompileScope::InProgress() << " " << CompileScope::OldestSeconds() << "\n";
   if (calls.empty()) {
     out << "last none\n";
   } else {
@@ -153,6 +153,7 @@ struct Reply {
   bool answered = false;
   std::string pid_host, last, stack;
   int compiling = 0;
+  double compiling_s = 0;  // since the oldest compile in progress began
   std::vector<std::string> inflight;  // "hash seq age describe"
   std::map<uint64_t, uint64_t> issued;
 };
@@ -170,7 +171,7 @@ Reply Parse(const std::string& text) {
     const std::string key = line.substr(0, line.find(' '));
     const std::string rest = line.size() > key.size() ? line.substr(key.size() + 1) : "";
     if (key == "pid") r.pid_host = rest;
-    if (key == "compiling") r.compiling = std::atoi(rest.c_str());
+    if (key == "compiling") std::istringstream(rest) >> r.compiling >> r.compiling_s;
     if (key == "last") r.last = rest;
     if (key == "inflight") r.inflight.push_back(rest);
     if (key == "issued") {
@@ -204,7 +205,8 @@ std::string Doing(const Reply& r) {
     std::getline(in, what);
     now = "waits in" + what + " for " + Secs(age) + " (a different call: the processes took different paths?)";
   } else if (r.compiling > 0) {
-    now = "is inside a compile";
+    now = "is inside a compile, for " + Secs(r.compiling_s) +
+          (r.compiling > 1 ? " (" + std::to_string(r.compiling) + " compiles in progress)" : "");
   } else {
     now = "is in no collective, barrier or compile: it runs Python code (or native code called from it)";
   }

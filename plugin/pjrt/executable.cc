@@ -358,6 +358,7 @@ PJRT_Error* PjrtClientCompile(PJRT_Client_Compile_Args* args) {
 }
 
 PJRT_Error* PjrtExecutableDeserializeAndLoad(PJRT_Executable_DeserializeAndLoad_Args* args) {
+  collectives::CompileScope compiling;  // a load from the compilation cache is jax's compile step too
   Client* ours = FromC(args->client);
   StatusOr<SerializedExecutable> blob =
       DecodeSerializedExecutable(std::string(args->serialized_executable, args->serialized_executable_size));

@@ -565,6 +565,20 @@ void SetCostAnalysisHook(nb::callable analyze) {
       });
 }
 
+// The flight recorder's record of a barrier that runs in Python (jax's
+// distributed client builds barriers of some processes on the key-value
+// store): begin, then end once, with ok = false writing the recorders.
+void BindRecordedBarriers(nb::module_& m) {
+  namespace coll = myplugin::collectives;
+  m.def("flight_recorder_barrier_begin", [](const std::string& name, const std::vector<int>& members) {
+    return coll::RecordedBarrier::Begin(name, members);
+  }, nb::arg("name"), nb::arg("members"));
+  m.def("flight_recorder_barrier_end", [](uint64_t id, bool ok, const std::string& why) {
+    nb::gil_scoped_release release;  // a failure writes the recorder
+    coll::RecordedBarrier::End(id, ok, why);
+  }, nb::arg("id"), nb::arg("ok"), nb::arg("why") = "");
+}
+
 }  // namespace
 
 NB_MODULE(_myplugin, m) {
@@ -575,6 +589,7 @@ NB_MODULE(_myplugin, m) {
         "Registers a typed XLA FFI handler with the engine behind a myplugin PJRT_Api capsule.");
   BindCoordination(m);
   BindHostCallbacks(m);
+  BindRecordedBarriers(m);
   m.def("set_program_hooks", &SetProgramHooks, nb::arg("shadow_options"), nb::arg("local_program"),
         "Installs the Python steps of the multi-process compile.");
   m.def("set_cost_analysis_hook", &SetCostAnalysisHook, nb::arg("analyze"),

@@ -1,6 +1,8 @@
 // The flight recorder's ring: wrap-around, and readers that run while
 // several threads record never see a torn entry.
 #include <atomic>
+#include <chrono>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -86,9 +88,85 @@ void TestConcurrentReaders() {
   CHECK(rec.recorded() == 80000);
 }
 
+// The jitted function's name (FunctionScope, per thread, nested) and a
+// barrier's members reach the record and its description; names longer than
+// the slot's field are cut, never overrun.
+void TestFunctionNamesAndBarrierMembers() {
+  using myplugin::collectives::FunctionScope;
+  FlightRecorder rec(16);
+  Signature sig;
+  sig.op = CollectiveOp::kAllReduce;
+  sig.count = 4;
+  CHECK(FunctionScope::Current() == nullptr);
+  {
+    FunctionScope outer("jit_train_step");
+    {
+      FunctionScope inner(std::string(100, 'x'));
+      rec.Begin(sig, {0, 1}, nullptr, FunctionScope::Current());
+    }
+    CHECK(std::string(FunctionScope::Current()) == "jit_train_step");
+    rec.Begin(sig, {0, 1}, nullptr, FunctionScope::Current());
+    std::string other;
+    std::thread([&] { other = FunctionScope::Current() == nullptr ? "none" : "leaked"; }).join();
+    CHECK(other == "none");  // another thread's collectives are not this function's
+  }
+  CHECK(FunctionScope::Current() == nullptr);
+  rec.Begin(sig, {0, 1});
+  Signature barrier;
+  barrier.op = CollectiveOp::kBarrier;
+  rec.Begin(barrier, {0, 2}, "jax/pair");
+  rec.Begin(barrier, {}, "jax/all");
+  std::vector<CallRecord> all = rec.Snapshot();
+  CHECK(all.size() == 5);
+  CHECK(std::string(all[0].function) == std::string(CallRecord::kNameBytes - 1, 'x'));
+  CHECK(all[1].Describe().size() > 0 && all[1].Describe().find(" on processes [0, 1] in jit_train_step") != std::string::npos);
+  CHECK(all[2].function[0] == '\0' && all[2].Describe().find(" in ") == std::string::npos);
+  CHECK(all[3].Describe() == "barrier 'jax/pair' of processes [0, 2]");
+  CHECK(all[4].Describe() == "barrier 'jax/all'");
+}
+
+// Uses of a barrier are numbered per name and members.
+void TestBarrierUses() {
+  using myplugin::collectives::RecordedBarrier;
+  auto& rec = FlightRecorder::Get();
+  uint64_t a0 = RecordedBarrier::Begin("unit/a", {});
+  RecordedBarrier::End(a0, true, "");
+  uint64_t a1 = RecordedBarrier::Begin("unit/a", {});
+  uint64_t pair = RecordedBarrier::Begin("unit/a", {0, 2});
+  RecordedBarrier::End(a1, true, "");
+  RecordedBarrier::End(pair, true, "");
+  std::vector<CallRecord> all = rec.Snapshot();
+  CHECK(all.size() >= 3);
+  const CallRecord& r0 = all[all.size() - 3];
+  const CallRecord& r1 = all[all.size() - 2];
+  const CallRecord& rp = all[all.size() - 1];
+  CHECK(r0.signature.sequence == 0 && r1.signature.sequence == 1 && rp.signature.sequence == 0);
+  CHECK(r0.signature.clique_hash == r1.signature.clique_hash && rp.signature.clique_hash != r0.signature.clique_hash);
+  CHECK(r1.state == CallState::kDone && rp.Processes() == std::vector<int>({0, 2}));
+  CHECK(r0.Describe() == "barrier 'unit/a'" && r1.Describe() == "barrier 'unit/a' (use #1)");
+  CHECK(rp.Describe() == "barrier 'unit/a' of processes [0, 2]");
+}
+
+// How long the oldest compile in progress has run.
+void TestCompileScope() {
+  using myplugin::collectives::CompileScope;
+  CHECK(CompileScope::InProgress() == 0 && CompileScope::OldestSeconds() == 0);
+  {
+    CompileScope first;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    CompileScope second;
+    CHECK(CompileScope::InProgress() == 2);
+    CHECK(CompileScope::OldestSeconds() >= 0.05);
+  }
+  CHECK(CompileScope::InProgress() == 0 && CompileScope::OldestSeconds() == 0);
+}
+
 }  // namespace
 
 void RunFlightRecorderTests() {
   TestWrap();
   TestConcurrentReaders();
+  TestFunctionNamesAndBarrierMembers();
+  TestBarrierUses();
+  TestCompileScope();
 }

@@ -99,8 +99,9 @@ def ffi(name, v, shape=None, **attrs):
   return jax.ffi.ffi_call(name, jax.ShapeDtypeStruct(shape or v.shape, v.dtype))(v, **attrs)
 out = {
   "all_reduce": jax.jit(smap(lambda v: ffi("myplugin_all_reduce", v, reduction="sum", replica_groups=one,
-                                           group_size=np.int64(1))))(x),
-  "all_gather": jax.jit(smap(lambda v: ffi("myplugin_all_gather", v, replica_groups=one, group_size=np.int64(1))))(x),
+                                           group_size=np.int64(1), function="jit_gpu_test")))(x),
+  "all_gather": jax.jit(smap(lambda v: ffi("myplugin_all_gather", v, replica_groups=one, group_size=np.int64(1),
+                                           function="jit_gpu_test")))(x),
   "psum": jax.jit(smap(lambda v: jax.lax.psum(v, "x")))(x),
 }
 print(json.dumps({k: np.asarray(v).tolist() for k, v in out.items()}))
