@@ -215,6 +215,11 @@ void CoordinationService::Reap() {
     }
   }
   for (auto& c : finished) {
+    // Its reader is done, so nobody reads the peer's side any more: what is
+    // still queued cannot matter, and the writer must not wait for more
+    // (a reader that ends while the service stops leaves the queue open).
+    c->queue.Abort();
+    c->socket.ShutdownBoth();
     if (c->reader.joinable()) c->reader.join();
     if (c->writer.joinable()) c->writer.join();
     --open_;
