@@ -20,7 +20,8 @@ import socket
 from jax_plugin import _myplugin, cluster
 
 _ENGINE_DEVICE_KIND = "cpu"
-_DEFAULT_SHUTDOWN_TIMEOUT = 300.0
+# The job's default timeouts, defined once in C++ (coordination/defaults.h).
+DEFAULTS = _myplugin.DEFAULTS
 # How long a process that ends with an uncaught exception waits for news of
 # an earlier failure elsewhere before it reports its own (see
 # _await_earlier_failure): far above the service's reaction to a lost
@@ -77,6 +78,11 @@ def _advertised_address() -> tuple[str, str]:
   return address.strip("[]"), interface
 
 
+def seconds_setting(variable: str, default: str) -> float:
+  """Seconds from the environment variable the user set, else DEFAULTS[default]."""
+  return float(os.environ.get(variable) or DEFAULTS[default])
+
+
 def is_initialized() -> bool:
   return _myplugin.distributed_is_initialized()
 
@@ -86,8 +92,8 @@ def initialize(coordinator_address: str | None = None,
                process_id: int | None = None,
                local_device_ids: int | list[int] | None = None,
                cluster_detection_method: str | None = None,
-               initialization_timeout: float = 300,
-               heartbeat_timeout_seconds: float = 100,
+               initialization_timeout: float = DEFAULTS["initialization_timeout"],
+               heartbeat_timeout_seconds: float = DEFAULTS["heartbeat_timeout"],
                coordinator_bind_address: str | None = None,
                *,
                fate_sharing: bool = True) -> None:
@@ -230,8 +236,8 @@ def _candidate_addresses(port: int) -> list[str]:
   return [f"[{h}]:{port}" if ":" in h else f"{h}:{port}" for h in hosts]
 
 
-def initialize_through_jax(jax_state, initialization_timeout: float = 300,
-                           heartbeat_timeout_seconds: float = 100) -> None:
+def initialize_through_jax(jax_state, initialization_timeout: float = DEFAULTS["initialization_timeout"],
+                           heartbeat_timeout_seconds: float = DEFAULTS["heartbeat_timeout"]) -> None:
   """The job was started with jax.distributed.initialize: process 0 starts
   our service on a free port and publishes where it is (with a fresh token)
   in jax's own key-value store; the others read it there."""
@@ -262,8 +268,9 @@ def initialize_from_environment() -> bool:
   spec = cluster.from_myplugin_env(os.environ) or cluster.from_kubernetes(os.environ)
   if spec is None or is_initialized() or _departed:
     return False
-  _initialize(None, None, None, None, spec.method, float(os.environ.get("MYPLUGIN_INITIALIZATION_TIMEOUT", 300)),
-              float(os.environ.get("MYPLUGIN_HEARTBEAT_TIMEOUT", 100)), None, True)
+  _initialize(None, None, None, None, spec.method,
+              seconds_setting("MYPLUGIN_INITIALIZATION_TIMEOUT", "initialization_timeout"),
+              seconds_setting("MYPLUGIN_HEARTBEAT_TIMEOUT", "heartbeat_timeout"), None, True)
   return True
 
 
@@ -274,7 +281,7 @@ def shutdown(timeout: float | None = None) -> None:
   jax_client.uninstall()
   _departed = True
   if timeout is None:
-    timeout = float(os.environ.get("MYPLUGIN_SHUTDOWN_TIMEOUT", _DEFAULT_SHUTDOWN_TIMEOUT))
+    timeout = seconds_setting("MYPLUGIN_SHUTDOWN_TIMEOUT", "shutdown_timeout")
   _finish_dispatched_work()
   try:
     _myplugin.distributed_shutdown(float(timeout))

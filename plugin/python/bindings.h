@@ -20,5 +20,7 @@ void BindService(nanobind::module_& m);
 void BindStraggler(nanobind::module_& m);
 // The Python steps the PJRT library's compile calls back into.
 void BindCompileHooks(nanobind::module_& m);
+// DEFAULTS: the defaults C++ defines, for jax_plugin to read.
+void BindDefaults(nanobind::module_& m);
 
 }  // namespace myplugin::python

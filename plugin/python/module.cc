@@ -21,4 +21,5 @@ NB_MODULE(_myplugin, m) {
   py::BindCollectives(m);
   py::BindHandlerCapsules(m);
   py::BindCompileHooks(m);
+  py::BindDefaults(m);
 }
