@@ -35,6 +35,9 @@ _atexit_registered = False
 _service = None  # the CoordinationService this process hosts, if any
 _fate_sharing = True
 _departed = False  # this process has left its job (shutdown)
+# The PJRT client's create options for this process's devices in the job:
+# how many it registered and, when given, which (local_device_ids).
+_client_options = {}
 
 
 def _is_loopback(host: str) -> bool:
@@ -140,18 +143,17 @@ def _initialize(coordinator_address, num_processes, process_id, local_device_ids
 
   if isinstance(local_device_ids, int):
     local_device_ids = [local_device_ids]
+  visible_devices = None
   if local_device_ids is not None:
     num_devices = len(local_device_ids)
     # On GPUs the ids are CUDA ordinals, as CUDA_VISIBLE_DEVICES counts them.
-    os.environ["MYPLUGIN_VISIBLE_DEVICES"] = ",".join(str(int(i)) for i in local_device_ids)
+    visible_devices = [int(i) for i in local_device_ids]
   elif os.environ.get("MYPLUGIN_NUM_DEVICES"):
     num_devices = int(os.environ["MYPLUGIN_NUM_DEVICES"])
   else:
     num_devices = _default_device_count()
   if num_devices < 1:
     raise ValueError(f"each process needs at least one device, got {num_devices}")
-  # The PJRT client reads the count back from the registered topology.
-  os.environ["MYPLUGIN_NUM_DEVICES"] = str(num_devices)
 
   host, port = _split_address(coordinator_address)
   token = os.environ.get("MYPLUGIN_COORDINATOR_TOKEN", "") or spec_token
@@ -167,7 +169,8 @@ def _initialize(coordinator_address, num_processes, process_id, local_device_ids
     else:
       bind_host, bind_port = (wildcard_host() if token or not _is_loopback(host) else _loopback_of(host)), port
     _start_service(bind_host, bind_port, num_processes, token, heartbeat_timeout_seconds, initialization_timeout)
-  _join([coordinator_address], num_processes, process_id, token, initialization_timeout, fate_sharing, num_devices)
+  _join([coordinator_address], num_processes, process_id, token, initialization_timeout, fate_sharing, num_devices,
+        visible_devices)
 
 
 def _loopback_of(host: str) -> str:
@@ -181,8 +184,9 @@ def _start_service(bind_host, bind_port, num_processes, token, heartbeat_timeout
   return _service.port
 
 
-def _join(addresses, num_processes, process_id, token, initialization_timeout, fate_sharing, num_devices):
-  global _atexit_registered, _service, _fate_sharing
+def _join(addresses, num_processes, process_id, token, initialization_timeout, fate_sharing, num_devices,
+          visible_devices=None):
+  global _atexit_registered, _service, _fate_sharing, _client_options
   from jax_plugin import straggler
   try:
     straggler.check_settings()
@@ -198,6 +202,9 @@ def _join(addresses, num_processes, process_id, token, initialization_timeout, f
       _service = None
     raise
   _fate_sharing = bool(fate_sharing)
+  _client_options = {"num_devices": num_devices}
+  if visible_devices is not None:
+    _client_options["visible_devices"] = visible_devices
   straggler.start()
   if not _atexit_registered:
     atexit.register(_shutdown_at_exit)
@@ -208,6 +215,14 @@ def _join(addresses, num_processes, process_id, token, initialization_timeout, f
 
 
 _uncaught = []
+
+
+def client_options() -> dict:
+  """The PJRT client's create options for the job this process joined
+  (registration passes them to jax's register_plugin): its device count,
+  which the client checks against the registered topology, and its
+  local_device_ids as the engine's visible devices. Empty outside a job."""
+  return dict(_client_options) if is_initialized() else {}
 
 
 def _install_excepthook() -> None:

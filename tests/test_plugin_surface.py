@@ -162,3 +162,17 @@ def test_defaults_are_defined_once():
   assert rows["`MYPLUGIN_TRACE_BUFFER`"][-1] == str(d["trace_buffer"])
   assert f"({d['min_trace_buffer']} to {d['max_trace_buffer']})" in rows["`MYPLUGIN_TRACE_BUFFER`"][0]
 
+
+def test_python_hands_its_library_choice_to_cpp():
+  """The engine, its kind, the shadow engine and libnccl reach C++ through
+  _myplugin.set_library_choice, not environment variables."""
+  import os
+  from jax_plugin import engine_selection
+  engine = engine_selection.select()
+  choice = _myplugin.library_choice()
+  assert choice["engine_path"] == engine.path and choice["engine_kind"] == engine.kind == "cpu"
+  assert choice["shadow_engine_path"] == engine_selection.shadow_engine()
+  assert choice["nccl_library"] == ""  # the CPU engine loads no NCCL
+  assert "MYPLUGIN_NCCL_LIBRARY" not in os.environ
+  with pytest.raises(ValueError, match="engine_kind"):
+    _myplugin.set_library_choice(engine_path="", engine_kind="tpu", shadow_engine_path="", nccl_library="")

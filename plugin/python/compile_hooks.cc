@@ -2,7 +2,8 @@
 // multi-process compile's (jax_plugin/spmd/compile_hooks.py) and the cost
 // analysis (jax_plugin/cost_analysis.py). jaxlib runs PJRT_Client_Compile
 // without the GIL, so each hook takes it. A Python exception becomes the
-// compile's error; UnsupportedProgram (a construct we cannot run across
+// compile's error; an instance of the class handed over as `unsupported`
+// (jax_plugin's UnsupportedProgram: a construct we cannot run across
 // processes) is reported as UNIMPLEMENTED.
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/map.h>
@@ -28,10 +29,11 @@ namespace {
 
 namespace spmd = myplugin::spmd;
 
-Status FromPythonError(nb::python_error& e, const char* step) {
-  std::string type = nb::cast<std::string>(nb::handle(e.type()).attr("__name__"));
+// Called with the GIL held. `unsupported`: the exception class whose
+// instances (subclasses' too) are UNIMPLEMENTED; null for none.
+Status FromPythonError(nb::python_error& e, const char* step, nb::handle unsupported = nb::handle()) {
   std::string message = nb::cast<std::string>(nb::str(e.value()));
-  auto code = type == "UnsupportedProgram" ? Code::kUnimplemented : Code::kInternal;
+  auto code = unsupported.is_valid() && e.matches(unsupported) ? Code::kUnimplemented : Code::kInternal;
   return Status(code, std::string(step) + ": " + message);
 }
 
@@ -44,11 +46,16 @@ std::shared_ptr<nb::object> Keep(nb::object fn) {
   });
 }
 
-void SetProgramHooks(nb::callable shadow_options, nb::callable local_program) {
+void SetProgramHooks(nb::callable shadow_options, nb::callable local_program, nb::type_object unsupported) {
+  if (!PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(unsupported.ptr()),
+                        reinterpret_cast<PyTypeObject*>(PyExc_BaseException))) {
+    throw nb::type_error("set_program_hooks: 'unsupported' must be an exception class");
+  }
   auto shadow_fn = Keep(std::move(shadow_options));
   auto local_fn = Keep(std::move(local_program));
+  auto unsupported_cls = Keep(std::move(unsupported));
   spmd::ProgramHooks hooks;
-  hooks.shadow_options = [shadow_fn](const std::string& options,
+  hooks.shadow_options = [shadow_fn, unsupported_cls](const std::string& options,
                                      const std::string& dump_dir) -> StatusOr<std::string> {
     nb::gil_scoped_acquire gil;
     try {
@@ -56,10 +63,11 @@ void SetProgramHooks(nb::callable shadow_options, nb::callable local_program) {
       nb::bytes b = nb::cast<nb::bytes>(out);
       return std::string(b.c_str(), b.size());
     } catch (nb::python_error& e) {
-      return FromPythonError(e, "preparing the partition step");
+      return FromPythonError(e, "preparing the partition step", *unsupported_cls);
     }
   };
-  hooks.local_program = [local_fn](const spmd::LocalProgramRequest& r) -> StatusOr<spmd::LocalProgram> {
+  hooks.local_program = [local_fn, unsupported_cls](const spmd::LocalProgramRequest& r)
+      -> StatusOr<spmd::LocalProgram> {
     nb::gil_scoped_acquire gil;
     try {
       nb::object out = (*local_fn)(r.dump_dir, nb::bytes(r.compile_options.data(), r.compile_options.size()),
@@ -72,7 +80,7 @@ void SetProgramHooks(nb::callable shadow_options, nb::callable local_program) {
       p.process_independent = std::get<3>(t);
       return p;
     } catch (nb::python_error& e) {
-      return FromPythonError(e, "rewriting the partitioned program");
+      return FromPythonError(e, "rewriting the partitioned program", *unsupported_cls);
     } catch (std::exception& e) {
       return Internal(std::string("rewriting the partitioned program: ") + e.what());
     }
@@ -107,7 +115,9 @@ void SetCostAnalysisHook(nb::callable analyze) {
 
 void BindCompileHooks(nb::module_& m) {
   m.def("set_program_hooks", &SetProgramHooks, nb::arg("shadow_options"), nb::arg("local_program"),
-        "Installs the Python steps of the multi-process compile.");
+        nb::arg("unsupported"),
+        "Installs the Python steps of the multi-process compile; an exception of class `unsupported` becomes "
+        "UNIMPLEMENTED.");
   m.def("set_cost_analysis_hook", &SetCostAnalysisHook, nb::arg("analyze"),
         "Installs XLA's cost analysis of a serialized HloModuleProto (-> {property: value}).");
 }

@@ -22,4 +22,5 @@ NB_MODULE(_myplugin, m) {
   py::BindHandlerCapsules(m);
   py::BindCompileHooks(m);
   py::BindDefaults(m);
+  py::BindLibraryChoice(m);
 }
