@@ -19,9 +19,9 @@ while not os.path.exists(go_file):
   time.sleep(0.001)
 t0 = time.perf_counter()
 if impl == "ours":
-  distributed.initialize(address, n, pid, initialization_timeout=300)
+  distributed.initialize(address, n, pid)  # each side's default timeouts (both 300 s)
 else:
-  jax.distributed.initialize(coordinator_address=address, num_processes=n, process_id=pid, initialization_timeout=300)
+  jax.distributed.initialize(coordinator_address=address, num_processes=n, process_id=pid)
 t1 = time.perf_counter()
 print(f"INIT {t1 - t0:.6f}", flush=True)
 if impl == "ours":

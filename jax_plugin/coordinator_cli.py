@@ -23,11 +23,16 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument("--port", type=int, required=True)
   parser.add_argument("--num-processes", type=int, required=True)
   parser.add_argument("--bind", default=None, help="bind address (default every interface, IPv4 and IPv6, with a token, else 127.0.0.1)")
-  parser.add_argument("--heartbeat-timeout", type=float, default=100)
-  parser.add_argument("--initialization-timeout", type=float, default=300)
+  parser.add_argument("--heartbeat-timeout", type=float, default=None, help="seconds (default: the service's)")
+  parser.add_argument("--initialization-timeout", type=float, default=None, help="seconds (default: the service's)")
   args = parser.parse_args(argv)
 
   from jax_plugin import _myplugin, distributed
+
+  if args.heartbeat_timeout is None:
+    args.heartbeat_timeout = distributed.DEFAULTS["heartbeat_timeout"]
+  if args.initialization_timeout is None:
+    args.initialization_timeout = distributed.DEFAULTS["initialization_timeout"]
 
   token = os.environ.get("MYPLUGIN_COORDINATOR_TOKEN", "")
   bind = args.bind or (distributed.wildcard_host() if token else "127.0.0.1")

@@ -20,7 +20,8 @@ import socket
 from jax_plugin import _myplugin, cluster
 
 _ENGINE_DEVICE_KIND = "cpu"
-_DEFAULT_SHUTDOWN_TIMEOUT = 300.0
+# The job's default timeouts, defined once in C++ (coordination/defaults.h).
+DEFAULTS = _myplugin.DEFAULTS
 # How long a process that ends with an uncaught exception waits for news of
 # an earlier failure elsewhere before it reports its own (see
 # _await_earlier_failure): far above the service's reaction to a lost
@@ -34,6 +35,9 @@ _atexit_registered = False
 _service = None  # the CoordinationService this process hosts, if any
 _fate_sharing = True
 _departed = False  # this process has left its job (shutdown)
+# The PJRT client's create options for this process's devices in the job:
+# how many it registered and, when given, which (local_device_ids).
+_client_options = {}
 
 
 def _is_loopback(host: str) -> bool:
@@ -77,6 +81,11 @@ def _advertised_address() -> tuple[str, str]:
   return address.strip("[]"), interface
 
 
+def seconds_setting(variable: str, default: str) -> float:
+  """Seconds from the environment variable the user set, else DEFAULTS[default]."""
+  return float(os.environ.get(variable) or DEFAULTS[default])
+
+
 def is_initialized() -> bool:
   return _myplugin.distributed_is_initialized()
 
@@ -86,8 +95,8 @@ def initialize(coordinator_address: str | None = None,
                process_id: int | None = None,
                local_device_ids: int | list[int] | None = None,
                cluster_detection_method: str | None = None,
-               initialization_timeout: float = 300,
-               heartbeat_timeout_seconds: float = 100,
+               initialization_timeout: float = DEFAULTS["initialization_timeout"],
+               heartbeat_timeout_seconds: float = DEFAULTS["heartbeat_timeout"],
                coordinator_bind_address: str | None = None,
                *,
                fate_sharing: bool = True) -> None:
@@ -134,18 +143,17 @@ def _initialize(coordinator_address, num_processes, process_id, local_device_ids
 
   if isinstance(local_device_ids, int):
     local_device_ids = [local_device_ids]
+  visible_devices = None
   if local_device_ids is not None:
     num_devices = len(local_device_ids)
     # On GPUs the ids are CUDA ordinals, as CUDA_VISIBLE_DEVICES counts them.
-    os.environ["MYPLUGIN_VISIBLE_DEVICES"] = ",".join(str(int(i)) for i in local_device_ids)
+    visible_devices = [int(i) for i in local_device_ids]
   elif os.environ.get("MYPLUGIN_NUM_DEVICES"):
     num_devices = int(os.environ["MYPLUGIN_NUM_DEVICES"])
   else:
     num_devices = _default_device_count()
   if num_devices < 1:
     raise ValueError(f"each process needs at least one device, got {num_devices}")
-  # The PJRT client reads the count back from the registered topology.
-  os.environ["MYPLUGIN_NUM_DEVICES"] = str(num_devices)
 
   host, port = _split_address(coordinator_address)
   token = os.environ.get("MYPLUGIN_COORDINATOR_TOKEN", "") or spec_token
@@ -161,7 +169,8 @@ def _initialize(coordinator_address, num_processes, process_id, local_device_ids
     else:
       bind_host, bind_port = (wildcard_host() if token or not _is_loopback(host) else _loopback_of(host)), port
     _start_service(bind_host, bind_port, num_processes, token, heartbeat_timeout_seconds, initialization_timeout)
-  _join([coordinator_address], num_processes, process_id, token, initialization_timeout, fate_sharing, num_devices)
+  _join([coordinator_address], num_processes, process_id, token, initialization_timeout, fate_sharing, num_devices,
+        visible_devices)
 
 
 def _loopback_of(host: str) -> str:
@@ -175,8 +184,9 @@ def _start_service(bind_host, bind_port, num_processes, token, heartbeat_timeout
   return _service.port
 
 
-def _join(addresses, num_processes, process_id, token, initialization_timeout, fate_sharing, num_devices):
-  global _atexit_registered, _service, _fate_sharing
+def _join(addresses, num_processes, process_id, token, initialization_timeout, fate_sharing, num_devices,
+          visible_devices=None):
+  global _atexit_registered, _service, _fate_sharing, _client_options
   from jax_plugin import straggler
   try:
     straggler.check_settings()
@@ -192,6 +202,9 @@ def _join(addresses, num_processes, process_id, token, initialization_timeout, f
       _service = None
     raise
   _fate_sharing = bool(fate_sharing)
+  _client_options = {"num_devices": num_devices}
+  if visible_devices is not None:
+    _client_options["visible_devices"] = visible_devices
   straggler.start()
   if not _atexit_registered:
     atexit.register(_shutdown_at_exit)
@@ -202,6 +215,14 @@ def _join(addresses, num_processes, process_id, token, initialization_timeout, f
 
 
 _uncaught = []
+
+
+def client_options() -> dict:
+  """The PJRT client's create options for the job this process joined
+  (registration passes them to jax's register_plugin): its device count,
+  which the client checks against the registered topology, and its
+  local_device_ids as the engine's visible devices. Empty outside a job."""
+  return dict(_client_options) if is_initialized() else {}
 
 
 def _install_excepthook() -> None:
@@ -230,8 +251,8 @@ def _candidate_addresses(port: int) -> list[str]:
   return [f"[{h}]:{port}" if ":" in h else f"{h}:{port}" for h in hosts]
 
 
-def initialize_through_jax(jax_state, initialization_timeout: float = 300,
-                           heartbeat_timeout_seconds: float = 100) -> None:
+def initialize_through_jax(jax_state, initialization_timeout: float = DEFAULTS["initialization_timeout"],
+                           heartbeat_timeout_seconds: float = DEFAULTS["heartbeat_timeout"]) -> None:
   """The job was started with jax.distributed.initialize: process 0 starts
   our service on a free port and publishes where it is (with a fresh token)
   in jax's own key-value store; the others read it there."""
@@ -262,8 +283,9 @@ def initialize_from_environment() -> bool:
   spec = cluster.from_myplugin_env(os.environ) or cluster.from_kubernetes(os.environ)
   if spec is None or is_initialized() or _departed:
     return False
-  _initialize(None, None, None, None, spec.method, float(os.environ.get("MYPLUGIN_INITIALIZATION_TIMEOUT", 300)),
-              float(os.environ.get("MYPLUGIN_HEARTBEAT_TIMEOUT", 100)), None, True)
+  _initialize(None, None, None, None, spec.method,
+              seconds_setting("MYPLUGIN_INITIALIZATION_TIMEOUT", "initialization_timeout"),
+              seconds_setting("MYPLUGIN_HEARTBEAT_TIMEOUT", "heartbeat_timeout"), None, True)
   return True
 
 
@@ -274,7 +296,7 @@ def shutdown(timeout: float | None = None) -> None:
   jax_client.uninstall()
   _departed = True
   if timeout is None:
-    timeout = float(os.environ.get("MYPLUGIN_SHUTDOWN_TIMEOUT", _DEFAULT_SHUTDOWN_TIMEOUT))
+    timeout = seconds_setting("MYPLUGIN_SHUTDOWN_TIMEOUT", "shutdown_timeout")
   _finish_dispatched_work()
   try:
     _myplugin.distributed_shutdown(float(timeout))

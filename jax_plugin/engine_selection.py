@@ -112,6 +112,13 @@ def nccl_library(env=None, find=package_file) -> str | None:
   return None
 
 
+def shadow_engine(env=None, find=package_file) -> str | None:
+  """The CPU engine that partitions multi-process programs (whatever engine
+  runs them): MYPLUGIN_SHADOW_ENGINE_PATH if set, else the installed one."""
+  env = os.environ if env is None else env
+  return env.get("MYPLUGIN_SHADOW_ENGINE_PATH", "").strip() or find(CPU_PACKAGE, CPU_FILE)
+
+
 def select(env=None, probe=probe_gpus, find=package_file, version=distribution_version) -> Engine:
   env = os.environ if env is None else env
   requested = env.get("MYPLUGIN_ENGINE", "").strip()

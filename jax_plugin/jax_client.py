@@ -26,6 +26,9 @@ from typing import Sequence
 
 from jax_plugin import _myplugin
 
+# jax.distributed.initialize's defaults, as our service's (C++: coordination/defaults.h).
+_DEFAULTS = _myplugin.DEFAULTS
+
 _JAX_DISTRIBUTED = "jax._src.distributed"
 _JAX_BRIDGE = "jax._src.xla_bridge"
 # jax's keys live apart from the ones our runtime uses (Gloo rendezvous...).
@@ -313,8 +316,9 @@ def patch_jax_distributed() -> None:
   jax_initialize, jax_shutdown = state.initialize, state.shutdown
 
   def initialize(coordinator_address=None, num_processes=None, process_id=None, local_device_ids=None,
-                 cluster_detection_method=None, initialization_timeout=300, coordinator_bind_address=None,
-                 heartbeat_timeout_seconds=100, shutdown_timeout_seconds=300, partition_index=None, **more):
+                 cluster_detection_method=None, initialization_timeout=_DEFAULTS["initialization_timeout"],
+                 coordinator_bind_address=None, heartbeat_timeout_seconds=_DEFAULTS["heartbeat_timeout"],
+                 shutdown_timeout_seconds=_DEFAULTS["shutdown_timeout"], partition_index=None, **more):
     args = (coordinator_address, num_processes, process_id, local_device_ids, cluster_detection_method,
             initialization_timeout, coordinator_bind_address)
     kwargs = dict(heartbeat_timeout_seconds=heartbeat_timeout_seconds,

@@ -78,9 +78,10 @@ def main(argv: list[str] | None = None) -> int:
                       help="MYPLUGIN_NUM_DEVICES for every process (default: the environment's, else 1)")
   parser.add_argument("--timeout", type=float, default=None, help="end the whole job after this many seconds")
   parser.add_argument("--port", type=int, default=0, help="coordinator port (default: a free one)")
-  parser.add_argument("--heartbeat-timeout", type=float, default=float(os.environ.get("MYPLUGIN_HEARTBEAT_TIMEOUT", 100)))
-  parser.add_argument("--initialization-timeout", type=float,
-                      default=float(os.environ.get("MYPLUGIN_INITIALIZATION_TIMEOUT", 300)))
+  parser.add_argument("--heartbeat-timeout", type=float, default=None,
+                      help="seconds (default: MYPLUGIN_HEARTBEAT_TIMEOUT, else the service's default)")
+  parser.add_argument("--initialization-timeout", type=float, default=None,
+                      help="seconds (default: MYPLUGIN_INITIALIZATION_TIMEOUT, else the service's default)")
   parser.add_argument("--max-restarts", type=int, default=0,
                       help="when a rank fails, end every rank and start the job again, up to this many times "
                            "(MYPLUGIN_RESTART_COUNT tells the program which attempt it is)")
@@ -103,8 +104,13 @@ def main(argv: list[str] | None = None) -> int:
   if not 1 <= args.min_processes <= args.num_processes:
     parser.error("--min-processes must be between 1 and -n")
 
-  from jax_plugin import _myplugin
+  from jax_plugin import _myplugin, distributed
 
+  if args.heartbeat_timeout is None:
+    args.heartbeat_timeout = distributed.seconds_setting("MYPLUGIN_HEARTBEAT_TIMEOUT", "heartbeat_timeout")
+  if args.initialization_timeout is None:
+    args.initialization_timeout = distributed.seconds_setting("MYPLUGIN_INITIALIZATION_TIMEOUT",
+                                                              "initialization_timeout")
   token = secrets.token_hex(16)
   try:
     service = _myplugin.CoordinationService.start("127.0.0.1", args.port, args.num_processes, token,

@@ -56,24 +56,19 @@ def _initialize() -> None:
   lib = library_path()
   if not os.path.exists(lib):
     raise RuntimeError(f"the myplugin PJRT library is missing: {lib} (reinstall the package)")
-  from jax_plugin import engine_selection
+  from jax_plugin import _myplugin, engine_selection
   engine = engine_selection.select()
   kind = engine.kind
-  if kind == "cuda":
-    nccl = engine_selection.nccl_library()
-    if nccl is not None:
-      os.environ["MYPLUGIN_NCCL_LIBRARY"] = nccl
+  nccl = engine_selection.nccl_library() if kind == "cuda" else None
   if engine.path is None:
     logger.warning("myplugin: no XLA engine found: install lammps-jax-pjrt-cpu or set MYPLUGIN_ENGINE")
   else:
-    # The C++ side reads the engine from here when it first needs it.
-    os.environ["MYPLUGIN_ENGINE_PATH"] = engine.path
-    os.environ["MYPLUGIN_ENGINE_KIND"] = engine.kind
-    # Multi-process programs are partitioned on XLA's CPU engine, whatever runs them.
-    cpu = engine_selection.package_file(engine_selection.CPU_PACKAGE, engine_selection.CPU_FILE)
-    if cpu is not None:
-      os.environ.setdefault("MYPLUGIN_SHADOW_ENGINE_PATH", cpu)
     logger.info("myplugin: engine %s (%s): %s", engine.kind, engine.reason, engine.path)
+  # The PJRT library loads these when it first needs them (plugin
+  # initialization, FFI registration): before register_plugin.
+  _myplugin.set_library_choice(engine_path=engine.path or "", engine_kind=kind,
+                               shadow_engine_path=engine_selection.shadow_engine() or "",
+                               nccl_library=nccl or "")
 
   # jax warns that every plugin outside this list is "experimental"; myplugin
   # is tested against jax's CPU backend, so it asks to be left out of that.
@@ -89,10 +84,11 @@ def _initialize() -> None:
   if _c_api is None:
     raise RuntimeError("jax refused to register the myplugin PJRT library (see jax's log)")
 
-  from jax_plugin import _myplugin, cost_analysis, lowering
+  from jax_plugin import cost_analysis, lowering
   from jax_plugin.spmd import compile_hooks
   _install_custom_call_handler(_c_api)
-  _myplugin.set_program_hooks(compile_hooks.shadow_options, compile_hooks.local_program)
+  _myplugin.set_program_hooks(compile_hooks.shadow_options, compile_hooks.local_program,
+                              compile_hooks.UnsupportedProgram)
   _myplugin.set_cost_analysis_hook(cost_analysis.analyze)
   lowering.enable_donation()
   from jax_plugin import persistent_cache
@@ -111,7 +107,8 @@ def _client_options() -> dict:
   """Joins the job before the client exists: from MYPLUGIN_* variables (the
   launcher's), or through jax.distributed's key-value store when jax's own
   service runs the job. Our client gets no node_id/num_nodes: it reads the
-  job from our runtime (and jax's client, if any, is never handed to it)."""
+  job from our runtime (and jax's client, if any, is never handed to it),
+  and the local devices this process registered with it."""
   from jax._src import distributed as jax_distributed
   from jax._src import xla_bridge
   from jax_plugin import distributed, jax_client
@@ -123,12 +120,17 @@ def _client_options() -> dict:
         if state.client is not None and not jax_client.is_ours(state.client) and (state.num_processes or 1) > 1:
           distributed.initialize_through_jax(state)
   distributed.finish_dispatched_work_at_exit()
+  options = distributed.client_options()
+  visible = os.environ.get("MYPLUGIN_VISIBLE_DEVICES", "").strip()
+  if visible and "visible_devices" not in options:
+    # The user's choice of GPUs (CUDA ordinals, as CUDA_VISIBLE_DEVICES counts them).
+    options["visible_devices"] = [int(i) for i in visible.split(",") if i.strip()]
   # jax's distributed state gets our client once the backend exists (it
   # must not see it while jaxlib creates the backend).
   hooks = getattr(xla_bridge, "_backend_initialization_hooks", None)
   if isinstance(hooks, list) and _sync_after_backend_init not in hooks:
     hooks.append(_sync_after_backend_init)
-  return {}
+  return options
 
 
 def _sync_after_backend_init(backend) -> None:

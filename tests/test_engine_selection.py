@@ -86,6 +86,12 @@ def test_nccl_library_explicit_path_wins_then_the_wheels(tmp_path):
     es.nccl_library({"MYPLUGIN_NCCL_PATH": str(tmp_path)}, find=from_wheel)  # a folder is not the library
 
 
+def test_shadow_engine_is_the_users_then_the_installed_cpu_engine():
+  assert es.shadow_engine({}, find=find_both) == CPU
+  assert es.shadow_engine({"MYPLUGIN_SHADOW_ENGINE_PATH": "/opt/cpu.so"}, find=find_both) == "/opt/cpu.so"
+  assert es.shadow_engine({"MYPLUGIN_SHADOW_ENGINE_PATH": " "}, find=lambda p, n: None) is None
+
+
 def test_gpu_probe_never_initializes_cuda(tmp_path):
   """The probe counts the driver's GPUs and only dlopen()s libcuda."""
   gpus = tmp_path / "gpus"

@@ -134,3 +134,45 @@ def test_library_exports_only_get_pjrt_api():
 def test_untyped_custom_calls_are_refused_clearly():
   with pytest.raises(ValueError, match="untyped custom-call API"):
     _myplugin.register_custom_call_target(jax_plugin.registration.c_api(), "legacy_target", object(), "myplugin", 0, 0)
+
+
+def test_defaults_are_defined_once():
+  """Every default timeout and size is C++'s (_myplugin.DEFAULTS): Python's
+  signatures, the launcher and the CLI take it from there, and the README's
+  configuration table states the same numbers."""
+  import inspect
+  import os
+  from jax_plugin import distributed
+  d = _myplugin.DEFAULTS
+  params = inspect.signature(distributed.initialize).parameters
+  assert params["heartbeat_timeout_seconds"].default == d["heartbeat_timeout"]
+  assert params["initialization_timeout"].default == d["initialization_timeout"]
+  assert distributed.seconds_setting("MYPLUGIN_NO_SUCH_VARIABLE", "shutdown_timeout") == d["shutdown_timeout"]
+
+  readme = open(os.path.join(os.path.dirname(__file__), "..", "README.md")).read()
+  rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
+          for line in readme.splitlines() if line.startswith("| `")}
+  fmt = lambda v: f"{v:g}"
+  timeouts = "`MYPLUGIN_HEARTBEAT_TIMEOUT`, `MYPLUGIN_INITIALIZATION_TIMEOUT`, `MYPLUGIN_SHUTDOWN_TIMEOUT`"
+  assert rows[timeouts][-1] == ", ".join(fmt(d[k]) for k in ("heartbeat_timeout", "initialization_timeout",
+                                                             "shutdown_timeout"))
+  assert rows["`MYPLUGIN_COLLECTIVE_TIMEOUT_SECONDS`"][-1] == fmt(d["collective_timeout"])
+  assert rows["`MYPLUGIN_PEER_EXIT_GRACE_SECONDS`"][-1] == fmt(d["peer_exit_grace"])
+  assert rows["`MYPLUGIN_STRAGGLER_SECONDS`"][-1] == fmt(d["straggler_seconds"])
+  assert rows["`MYPLUGIN_TRACE_BUFFER`"][-1] == str(d["trace_buffer"])
+  assert f"({d['min_trace_buffer']} to {d['max_trace_buffer']})" in rows["`MYPLUGIN_TRACE_BUFFER`"][0]
+
+
+def test_python_hands_its_library_choice_to_cpp():
+  """The engine, its kind, the shadow engine and libnccl reach C++ through
+  _myplugin.set_library_choice, not environment variables."""
+  import os
+  from jax_plugin import engine_selection
+  engine = engine_selection.select()
+  choice = _myplugin.library_choice()
+  assert choice["engine_path"] == engine.path and choice["engine_kind"] == engine.kind == "cpu"
+  assert choice["shadow_engine_path"] == engine_selection.shadow_engine()
+  assert choice["nccl_library"] == ""  # the CPU engine loads no NCCL
+  assert "MYPLUGIN_NCCL_LIBRARY" not in os.environ
+  with pytest.raises(ValueError, match="engine_kind"):
+    _myplugin.set_library_choice(engine_path="", engine_kind="tpu", shadow_engine_path="", nccl_library="")

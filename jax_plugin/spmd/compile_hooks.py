@@ -18,6 +18,7 @@ import os
 
 import numpy as np
 
+from jax_plugin.spmd.hlo_text import UnsupportedProgram  # noqa: F401 (handed to C++ with the hooks)
 from jax_plugin.spmd.rewrite import rewrite_module
 
 _PASS = "spmd-partitioning"
@@ -65,7 +66,8 @@ def local_program(dump_dir: str, options: bytes, assignment: list[list[int]], nu
   # jax numbers a program's devices replica-major (logical id r * P + p) and
   # hands this process's arguments over in that order.
   order = [int(d) for d in np.asarray(assignment).reshape(-1) if int(d) in local_engine_ids]
-  host = os.environ.get("MYPLUGIN_ENGINE_KIND", "cpu") != "cuda"
+  from jax_plugin import _myplugin
+  host = _myplugin.library_choice()["engine_kind"] != "cuda"
   # On the host engine our partition-id/replica-id handlers make the module
   # the same on every process, so one compilation-cache entry serves them all.
   text = rewrite_module(_partitioned_text(dump_dir), assignment, num_devices, order, fences=host,

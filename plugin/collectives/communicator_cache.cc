@@ -31,13 +31,13 @@ double SecondsFromEnv(const char* name, double fallback) {
 
 }  // namespace
 
-double CommunicatorCache::TimeoutSeconds() { return SecondsFromEnv("MYPLUGIN_COLLECTIVE_TIMEOUT_SECONDS", 300); }
+double CommunicatorCache::TimeoutSeconds() { return SecondsFromEnv("MYPLUGIN_COLLECTIVE_TIMEOUT_SECONDS", kDefaultCollectiveTimeoutSeconds); }
 
-double CommunicatorCache::PeerExitGraceSeconds() { return SecondsFromEnv("MYPLUGIN_PEER_EXIT_GRACE_SECONDS", 5); }
+double CommunicatorCache::PeerExitGraceSeconds() { return SecondsFromEnv("MYPLUGIN_PEER_EXIT_GRACE_SECONDS", kDefaultPeerExitGraceSeconds); }
 
 StatusOr<double> CommunicatorCache::StragglerSeconds() {
   const char* env = std::getenv("MYPLUGIN_STRAGGLER_SECONDS");
-  if (env == nullptr || *env == '\0') return 15.0;
+  if (env == nullptr || *env == '\0') return kDefaultStragglerSeconds;
   char* end = nullptr;
   const double v = std::strtod(env, &end);
   if (end == env || *end != '\0' || !(v >= 0) || v > kMaxWaitSeconds) {
@@ -52,9 +52,11 @@ StatusOr<size_t> CommunicatorCache::TraceBufferSize() {
   if (env == nullptr || *env == '\0') return kDefaultTraceBuffer;
   char* end = nullptr;
   const long long v = std::strtoll(env, &end, 10);
-  if (end == env || *end != '\0' || v < 16 || v > (1LL << 24)) {
+  if (end == env || *end != '\0' || v < static_cast<long long>(kMinTraceBuffer) ||
+      v > static_cast<long long>(kMaxTraceBuffer)) {
     return InvalidArgument(std::string("MYPLUGIN_TRACE_BUFFER='") + env +
-                           "' is not a whole number from 16 to 16777216 (the calls each flight recorder keeps)");
+                           "' is not a whole number from " + std::to_string(kMinTraceBuffer) + " to " +
+                           std::to_string(kMaxTraceBuffer) + " (the calls each flight recorder keeps)");
   }
   return static_cast<size_t>(v);
 }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "collectives/communicator.h"
+#include "collectives/defaults.h"
 #include "collectives/made_once.h"
 #include "common/status.h"
 
@@ -23,18 +24,18 @@ class CommunicatorCache {
   // for process-level calls). Every process of the clique must ask for it.
   StatusOr<std::shared_ptr<Communicator>> ForClique(std::vector<int> clique, const std::vector<int>& devices = {});
 
-  // MYPLUGIN_COLLECTIVE_TIMEOUT_SECONDS, default 300.
+  // The settings below come from the environment; their defaults are in
+  // collectives/defaults.h.
+  // MYPLUGIN_COLLECTIVE_TIMEOUT_SECONDS.
   static double TimeoutSeconds();
-  // MYPLUGIN_PEER_EXIT_GRACE_SECONDS, default 5: how long a call may still
-  // wait for a process that has finished before the call counts as stuck.
+  // MYPLUGIN_PEER_EXIT_GRACE_SECONDS: how long a call may still wait for a
+  // process that has finished before the call counts as stuck.
   static double PeerExitGraceSeconds();
-  // MYPLUGIN_STRAGGLER_SECONDS, default 15: how long a process may wait in a
-  // collective or barrier before the job prints a straggler report; 0 is off.
+  // MYPLUGIN_STRAGGLER_SECONDS: how long a process may wait in a collective
+  // or barrier before the job prints a straggler report; 0 is off.
   // INVALID_ARGUMENT for a value that is not a number of seconds.
   static StatusOr<double> StragglerSeconds();
-  // MYPLUGIN_TRACE_BUFFER, default kDefaultTraceBuffer: the calls each flight
-  // recorder keeps (at least 16: the watchdog finds calls in flight there).
-  static constexpr size_t kDefaultTraceBuffer = 2000;
+  // MYPLUGIN_TRACE_BUFFER: the calls each flight recorder keeps.
   static StatusOr<size_t> TraceBufferSize();
   // MYPLUGIN_TRACE_DIR: where flight recorders are written; empty means a
   // per-job folder under the temp dir.

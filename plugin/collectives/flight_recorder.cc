@@ -145,7 +145,7 @@ FlightRecorder& FlightRecorder::Get() {
   // A bad MYPLUGIN_TRACE_BUFFER is refused by StartWatch, at initialization.
   static FlightRecorder* recorder = new FlightRecorder(
       CommunicatorCache::TraceBufferSize().ok() ? CommunicatorCache::TraceBufferSize().value()
-                                                : CommunicatorCache::kDefaultTraceBuffer);
+                                                : kDefaultTraceBuffer);
   return *recorder;
 }
 

@@ -13,6 +13,7 @@
 #include "collectives/flight_recorder.h"
 #include "common/deadline.h"
 #include "coordination/runtime.h"
+#include "engine/library_choice.h"
 
 namespace ffi = xla::ffi;
 
@@ -75,8 +76,8 @@ void NcclCliques::AbortAll(const Status& why) {
 
 namespace {
 
-// The process's cliques: libnccl from MYPLUGIN_NCCL_LIBRARY (jax_plugin
-// points it at MYPLUGIN_NCCL_PATH or an NCCL wheel), the unique ids through our
+// The process's cliques: libnccl as jax_plugin chose it (MYPLUGIN_NCCL_PATH
+// or an NCCL wheel; engine/library_choice.h), the unique ids through our
 // key-value store (or in memory for a job of one process), and every
 // communicator aborted when the coordination service reports a failure.
 StatusOr<NcclCliques*> Cliques() {
@@ -84,8 +85,8 @@ StatusOr<NcclCliques*> Cliques() {
   static NcclCliques* cliques = nullptr;
   static Status* error = new Status();
   std::call_once(once, [] {
-    const char* path = std::getenv("MYPLUGIN_NCCL_LIBRARY");
-    StatusOr<NcclApi> api = NcclApi::Load(path != nullptr && *path ? path : "libnccl.so.2");
+    const std::string path = CurrentLibraryChoice().nccl_library;
+    StatusOr<NcclApi> api = NcclApi::Load(path.empty() ? "libnccl.so.2" : path);
     if (!api.ok()) {
       *error = api.status();
       return;

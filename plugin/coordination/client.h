@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "coordination/defaults.h"
 #include "coordination/messages.h"
 #include "coordination/socket.h"
 
@@ -37,7 +38,7 @@ struct ClientOptions {
   int process_id = 0;
   int num_processes = 1;
   // How long to keep trying to reach the service, and to wait for everyone to register.
-  double initialization_timeout_s = 300;
+  double initialization_timeout_s = kDefaultInitializationTimeoutSeconds;
   // Exit the process when the job fails (after the callbacks ran).
   bool fate_sharing = true;
   // Time between the failure notice and the exit: long enough for a Python

@@ -12,6 +12,7 @@
 
 #include "common/status.h"
 #include "coordination/client.h"
+#include "coordination/defaults.h"
 #include "coordination/process_info.h"
 
 namespace myplugin::coordination {
@@ -22,7 +23,7 @@ struct RuntimeOptions {
   int num_processes = 1;
   int process_id = 0;
   std::string token;
-  double initialization_timeout_s = 300;
+  double initialization_timeout_s = kDefaultInitializationTimeoutSeconds;
   bool fate_sharing = true;
   // The address peers reach this process at (local.address): the one given,
   // else the first address of `network_interface`, else this end of the

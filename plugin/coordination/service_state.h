@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "coordination/defaults.h"
 #include "coordination/limits.h"
 #include "coordination/wire.h"
 
@@ -28,8 +29,8 @@ struct ServiceOptions {
   // Every connection must present it. Empty means "no token", which the
   // callers only allow on a loopback address.
   std::string token;
-  double heartbeat_timeout_s = 100;
-  double initialization_timeout_s = 300;
+  double heartbeat_timeout_s = kDefaultHeartbeatTimeoutSeconds;
+  double initialization_timeout_s = kDefaultInitializationTimeoutSeconds;
   int max_connections = kDefaultMaxConnections;
   // The launcher's restarts: this is attempt `attempt` of the job, and
   // `earlier_tokens` are the tokens of the attempts before it (index =

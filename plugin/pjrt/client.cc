@@ -102,15 +102,7 @@ StatusOr<std::unique_ptr<Client>> Client::Create(const ClientOptions& options) {
   EngineClientOptions engine_options;
   engine_options.num_devices = job.value().processes[job.value().process_index].num_devices;
   engine_options.cpu = CurrentEngineKind() == EngineKind::kCpu;
-  if (const char* visible = std::getenv("MYPLUGIN_VISIBLE_DEVICES")) {  // local_device_ids, on GPUs
-    std::string list(visible);
-    for (size_t start = 0; start < list.size();) {
-      size_t end = list.find(',', start);
-      if (end == std::string::npos) end = list.size();
-      if (end > start) engine_options.visible_devices.push_back(std::atoll(list.substr(start, end - start).c_str()));
-      start = end + 1;
-    }
-  }
+  engine_options.visible_devices = options.visible_devices;  // local_device_ids, on GPUs
   // One process on GPUs, no count asked for: every GPU the engine sees.
   const bool engine_decides = !engine_options.cpu && job.value().processes.size() == 1 && !options.num_devices_given;
   if (engine_decides) engine_options.num_devices = 0;

@@ -7,7 +7,7 @@
 namespace myplugin {
 namespace {
 
-const char kAccepted[] = "num_devices, node_id, num_nodes, partition_index";
+const char kAccepted[] = "num_devices, node_id, num_nodes, partition_index, visible_devices";
 
 // Parses a whole decimal integer; rejects trailing junk and overflow.
 bool ParseInt64(const std::string& text, int64_t* out) {
@@ -59,6 +59,17 @@ StatusOr<ClientOptions> ParseClientOptions(const PJRT_NamedValue* values, size_t
       StatusOr<int64_t> n = IntValue(v, name);
       if (!n.ok()) return n.status();
       (name == "node_id" ? options.node_id : options.num_nodes) = static_cast<int>(n.value());
+    } else if (name == "visible_devices") {
+      if (v.type != PJRT_NamedValue_kInt64List) {
+        return InvalidArgument("myplugin client option 'visible_devices' must be a list of integers");
+      }
+      options.visible_devices.assign(v.int64_array_value, v.int64_array_value + v.value_size);
+      for (int64_t id : options.visible_devices) {
+        if (id < 0) {
+          return InvalidArgument("myplugin client option 'visible_devices' holds a negative device id: " +
+                                 std::to_string(id));
+        }
+      }
     } else if (name == "partition_index") {
       // Accepted for jax.distributed's sake; one partition per process is all we run.
     } else {

@@ -1,10 +1,14 @@
 // What a client is asked to be: the create options that jax hands to
-// PJRT_Client_Create (register options, jax_pjrt_client_create_options,
-// and jax.distributed's node_id/num_nodes) merged with our environment.
+// PJRT_Client_Create (jax_plugin's, which register_plugin passes: the
+// devices of this process in its job; jax_pjrt_client_create_options; and
+// jax.distributed's node_id/num_nodes) merged with MYPLUGIN_NUM_DEVICES,
+// which the user sets for the process.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "pjrt_c_api.h"
@@ -18,6 +22,9 @@ struct ClientOptions {
   // From jax.distributed, when it ran. -1 when absent.
   int node_id = -1;
   int num_nodes = -1;
+  // The engine devices this process runs on (local_device_ids: CUDA
+  // ordinals, as CUDA_VISIBLE_DEVICES counts them); empty: all.
+  std::vector<int64_t> visible_devices;
 };
 
 using EnvLookup = std::function<const char*(const char*)>;

@@ -1,9 +1,10 @@
 #include "pjrt/engine_instance.h"
 
-#include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <string>
+
+#include "engine/library_choice.h"
 
 namespace myplugin {
 namespace {
@@ -18,8 +19,7 @@ LoadedEngine& Instance() {
   // might still hold an engine object.
   static LoadedEngine* engine = [] {
     auto* e = new LoadedEngine;
-    const char* path = std::getenv("MYPLUGIN_ENGINE_PATH");
-    StatusOr<std::unique_ptr<EngineLibrary>> lib = EngineLibrary::Load(path != nullptr ? path : "");
+    StatusOr<std::unique_ptr<EngineLibrary>> lib = EngineLibrary::Load(CurrentLibraryChoice().engine_path);
     if (lib.ok()) {
       e->library = lib.take();
     } else {
@@ -37,8 +37,7 @@ Status EnsureEngineLoaded() { return Instance().status; }
 const EngineLibrary& Engine() { return *Instance().library; }
 
 EngineKind CurrentEngineKind() {
-  const char* kind = std::getenv("MYPLUGIN_ENGINE_KIND");
-  return kind != nullptr && std::string(kind) == "cuda" ? EngineKind::kCuda : EngineKind::kCpu;
+  return CurrentLibraryChoice().engine_kind == "cuda" ? EngineKind::kCuda : EngineKind::kCpu;
 }
 
 StatusOr<const EngineLibrary*> ShadowEngine() {
@@ -48,8 +47,8 @@ StatusOr<const EngineLibrary*> ShadowEngine() {
   }
   static LoadedEngine* shadow = [] {
     auto* e = new LoadedEngine;
-    const char* path = std::getenv("MYPLUGIN_SHADOW_ENGINE_PATH");
-    if (path == nullptr || *path == '\0') {
+    const std::string path = CurrentLibraryChoice().shadow_engine_path;
+    if (path.empty()) {
       e->status = FailedPrecondition("multi-process programs on the CUDA engine are partitioned on XLA's CPU "
                                      "engine: install lammps-jax-pjrt-cpu (or set MYPLUGIN_SHADOW_ENGINE_PATH)");
       return e;

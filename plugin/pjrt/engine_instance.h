@@ -1,7 +1,7 @@
 // The process's one engine library. Loaded on first need (plugin
-// initialization, client creation or FFI registration) from
-// MYPLUGIN_ENGINE_PATH, which jax_plugin sets to the installed engine unless
-// the user set it. A failed load is remembered and reported every time.
+// initialization, client creation or FFI registration) from the library
+// jax_plugin chose (engine/library_choice.h), which it hands over before it
+// registers the plugin. A failed load is remembered and reported every time.
 #pragma once
 
 #include "common/status.h"
@@ -16,13 +16,13 @@ Status EnsureEngineLoaded();
 // take engine objects can only be reached through objects made after that.
 const EngineLibrary& Engine();
 
-// What the engine is (MYPLUGIN_ENGINE_KIND, set by jax_plugin's engine
-// selection): it decides the client options and the FFI platform.
+// What the engine is (jax_plugin's engine selection): it decides the client
+// options and the FFI platform.
 enum class EngineKind { kCpu, kCuda };
 EngineKind CurrentEngineKind();
 
 // The CPU engine that partitions multi-process programs: the engine itself
-// when it is the CPU one, else MYPLUGIN_SHADOW_ENGINE_PATH, loaded once.
+// when it is the CPU one, else the shadow engine jax_plugin chose, loaded once.
 StatusOr<const EngineLibrary*> ShadowEngine();
 
 }  // namespace myplugin

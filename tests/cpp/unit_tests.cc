@@ -99,6 +99,27 @@ void TestOptions() {
 
 namespace wire = myplugin::coordination;
 
+// local_device_ids reach the client as the create option visible_devices
+// (jax_plugin.distributed.client_options), never through the environment.
+void TestVisibleDevices() {
+  const int64_t ids[] = {2, 0};
+  PJRT_NamedValue list = Int("visible_devices", 0);
+  list.type = PJRT_NamedValue_kInt64List;
+  list.int64_array_value = ids;
+  list.value_size = 2;
+  auto r = Parse({list}, {{"MYPLUGIN_VISIBLE_DEVICES", "5"}});
+  CHECK(r.ok());
+  CHECK((r.value().visible_devices == std::vector<int64_t>{2, 0}));
+  CHECK(Parse({}, {{"MYPLUGIN_VISIBLE_DEVICES", "5"}}).value().visible_devices.empty());
+  auto wrong = Parse({Int("visible_devices", 1)});
+  CHECK(!wrong.ok() && wrong.status().code() == Code::kInvalidArgument && Mentions(wrong, "list of integers"));
+  const int64_t negative[] = {-1};
+  list.int64_array_value = negative;
+  list.value_size = 1;
+  auto bad = Parse({list});
+  CHECK(!bad.ok() && bad.status().code() == Code::kInvalidArgument && Mentions(bad, "negative device id: -1"));
+}
+
 void TestWireRoundTrip() {
   std::string frame = wire::Writer(wire::MessageType::kKeyValueSet, 77)
                           .Bytes(std::string("k\0ey", 4))
@@ -197,6 +218,7 @@ int main() {
   TestDefaults();
   TestEnvironment();
   TestOptions();
+  TestVisibleDevices();
   TestWireRoundTrip();
   TestWireRejectsMalformed();
   TestProcessInfo();

@@ -1,0 +1,25 @@
+// The defaults of the collectives' settings, defined here once: the
+// environment overrides them (communicator_cache.cc reads it), jax_plugin
+// reads them as _myplugin.DEFAULTS, and the README's "Configuration" table
+// states them (a test compares).
+#pragma once
+
+#include <cstddef>
+
+namespace myplugin::collectives {
+
+// The bound on every collective wait (MYPLUGIN_COLLECTIVE_TIMEOUT_SECONDS).
+inline constexpr double kDefaultCollectiveTimeoutSeconds = 300;
+// How long a call may still wait for a process that has finished
+// (MYPLUGIN_PEER_EXIT_GRACE_SECONDS).
+inline constexpr double kDefaultPeerExitGraceSeconds = 5;
+// A wait longer than this makes process 0 print a straggler report
+// (MYPLUGIN_STRAGGLER_SECONDS; 0 is off).
+inline constexpr double kDefaultStragglerSeconds = 15;
+// The calls each flight recorder keeps (MYPLUGIN_TRACE_BUFFER), and the range
+// accepted: at least 16, because the watchdog finds calls in flight there.
+inline constexpr size_t kDefaultTraceBuffer = 2000;
+inline constexpr size_t kMinTraceBuffer = 16;
+inline constexpr size_t kMaxTraceBuffer = size_t{1} << 24;
+
+}  // namespace myplugin::collectives

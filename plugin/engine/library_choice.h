@@ -1,0 +1,34 @@
+// The shared libraries this process loads, as jax_plugin chose them
+// (jax_plugin/engine_selection.py: the user's MYPLUGIN_ENGINE, MYPLUGIN_NCCL_PATH
+// and MYPLUGIN_SHADOW_ENGINE_PATH, else the installed packages). Python hands
+// its choice over once, through _myplugin.set_library_choice(), before it
+// registers the PJRT library with jax; the PJRT library and the collectives
+// read it here. It lives in libmyplugin_runtime, which both the Python
+// module and the PJRT library link, so that both see the one copy.
+#pragma once
+
+#include <string>
+
+namespace myplugin {
+
+struct LibraryChoice {
+  // The XLA engine (a PJRT plugin .so); empty: none found.
+  std::string engine_path;
+  // "cpu" or "cuda": what the engine is, which decides the client options
+  // and the FFI platform.
+  std::string engine_kind = "cpu";
+  // The CPU engine that partitions multi-process programs when the engine
+  // is not itself the CPU one; empty: none installed.
+  std::string shadow_engine_path;
+  // The libnccl.so.2 the NCCL collectives load; empty: the system's.
+  std::string nccl_library;
+};
+
+// Replaces the choice. Libraries already loaded stay loaded.
+void SetLibraryChoice(LibraryChoice choice);
+
+// The choice made, or the default one (no engine, CPU, no shadow engine,
+// the system's NCCL) when jax_plugin has not registered the plugin.
+LibraryChoice CurrentLibraryChoice();
+
+}  // namespace myplugin

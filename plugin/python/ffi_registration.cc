@@ -1,0 +1,100 @@
+// The custom-call handler that jax_plugin installs for platform "myplugin":
+// jax hands it every FFI target registered for the platform, and it passes
+// each to the engine through our PJRT_Api's FFI extension. It reaches the
+// engine only through that capsule, never by linking to the PJRT library.
+#include <Python.h>
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/string.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "pjrt/ffi_extension.h"
+#include "pjrt_c_api.h"
+#include "python/bindings.h"
+
+namespace nb = nanobind;
+
+namespace myplugin::python {
+namespace {
+
+const PJRT_Api* ApiFromCapsule(nb::handle capsule) {
+  void* p = PyCapsule_GetPointer(capsule.ptr(), "pjrt_c_api");
+  if (p == nullptr) {
+    PyErr_Clear();
+    throw nb::type_error("expected the 'pjrt_c_api' capsule that jax's register_plugin returns");
+  }
+  return static_cast<const PJRT_Api*>(p);
+}
+
+std::string TakeError(const PJRT_Api* api, PJRT_Error* error) {
+  PJRT_Error_Message_Args msg{};
+  msg.struct_size = PJRT_Error_Message_Args_STRUCT_SIZE;
+  msg.error = error;
+  api->PJRT_Error_Message(&msg);
+  std::string text(msg.message, msg.message_size);
+  PJRT_Error_Destroy_Args destroy{};
+  destroy.struct_size = PJRT_Error_Destroy_Args_STRUCT_SIZE;
+  destroy.error = error;
+  api->PJRT_Error_Destroy(&destroy);
+  return text;
+}
+
+void* HandlerFromPython(const std::string& name, nb::handle fn) {
+  nb::handle capsule = fn;
+  if (PyDict_Check(fn.ptr())) {
+    // {stage: capsule}: the engine's FFI extension takes one execute handler.
+    PyObject* execute = PyDict_GetItemString(fn.ptr(), "execute");
+    if (execute == nullptr || PyDict_Size(fn.ptr()) != 1) {
+      throw nb::value_error(("FFI target '" + name +
+                             "' has stages other than 'execute'; myplugin's engine registers "
+                             "single-stage handlers only")
+                                .c_str());
+    }
+    capsule = execute;
+  }
+  if (!PyCapsule_CheckExact(capsule.ptr())) {
+    throw nb::type_error(("FFI target '" + name + "': expected a PyCapsule holding an XLA_FFI_Handler").c_str());
+  }
+  void* handler = PyCapsule_GetPointer(capsule.ptr(), PyCapsule_GetName(capsule.ptr()));
+  if (handler == nullptr) throw nb::python_error();
+  return handler;
+}
+
+// Signature of jax's custom-call handlers: (name, fn, platform, api_version, traits).
+void RegisterCustomCallTarget(nb::handle c_api, const std::string& name, nb::handle fn,
+                              const std::string& platform, int api_version, unsigned traits) {
+  if (api_version != 1) {
+    throw nb::value_error(("custom call target '" + name +
+                           "' uses the untyped custom-call API (api_version=" + std::to_string(api_version) +
+                           "); myplugin runs typed XLA FFI handlers (api_version=1) only")
+                              .c_str());
+  }
+  const PJRT_Api* api = ApiFromCapsule(c_api);
+  const FfiExtension* ffi = nullptr;
+  for (PJRT_Extension_Base* ext = api->extension_start; ext != nullptr; ext = ext->next) {
+    if (ext->type == PJRT_Extension_Type_FFI) ffi = reinterpret_cast<const FfiExtension*>(ext);
+  }
+  if (ffi == nullptr) throw std::runtime_error("this PJRT plugin has no FFI extension");
+  FfiRegisterHandlerArgs args{};
+  args.struct_size = kFfiRegisterHandlerArgsSize;
+  args.target_name = name.data();
+  args.target_name_size = name.size();
+  args.handler = HandlerFromPython(name, fn);
+  args.platform_name = platform.data();
+  args.platform_name_size = platform.size();
+  args.traits = traits;
+  if (PJRT_Error* error = ffi->register_handler(&args)) {
+    throw std::runtime_error("registering FFI target '" + name + "' on myplugin failed: " + TakeError(api, error));
+  }
+}
+
+}  // namespace
+
+void BindFfiRegistration(nb::module_& m) {
+  m.def("register_custom_call_target", &RegisterCustomCallTarget, nb::arg("c_api"), nb::arg("name"),
+        nb::arg("fn"), nb::arg("platform"), nb::arg("api_version") = 1, nb::arg("traits") = 0,
+        "Registers a typed XLA FFI handler with the engine behind a myplugin PJRT_Api capsule.");
+}
+
+}  // namespace myplugin::python

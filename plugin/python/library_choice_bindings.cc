@@ -1,0 +1,39 @@
+// set_library_choice: jax_plugin's choice of the engine, the shadow engine
+// and the NCCL library, handed to the PJRT library and the collectives
+// (engine/library_choice.h) before the plugin is registered with jax.
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/string.h>
+
+#include <string>
+
+#include "engine/library_choice.h"
+#include "python/bindings.h"
+
+namespace nb = nanobind;
+
+namespace myplugin::python {
+
+void BindLibraryChoice(nb::module_& m) {
+  m.def("set_library_choice",
+        [](const std::string& engine_path, const std::string& engine_kind, const std::string& shadow_engine_path,
+           const std::string& nccl_library) {
+          if (engine_kind != "cpu" && engine_kind != "cuda") {
+            throw nb::value_error(("engine_kind must be 'cpu' or 'cuda', got '" + engine_kind + "'").c_str());
+          }
+          SetLibraryChoice(LibraryChoice{engine_path, engine_kind, shadow_engine_path, nccl_library});
+        },
+        nb::arg("engine_path"), nb::arg("engine_kind"), nb::arg("shadow_engine_path"), nb::arg("nccl_library"),
+        "Which engine (and of which kind), shadow engine and libnccl this process loads ('' for none or the "
+        "system's); call before the plugin is registered.");
+  m.def("library_choice", [] {
+    LibraryChoice c = CurrentLibraryChoice();
+    nb::dict d;
+    d["engine_path"] = c.engine_path;
+    d["engine_kind"] = c.engine_kind;
+    d["shadow_engine_path"] = c.shadow_engine_path;
+    d["nccl_library"] = c.nccl_library;
+    return d;
+  }, "The choice the PJRT library and the collectives read.");
+}
+
+}  // namespace myplugin::python
