@@ -25,6 +25,7 @@ bool RunNcclTests();
 // Defined in serialized_executable_tests.cc.
 void RunSerializedExecutableTests();
 void RunCoordinationTests();
+void RunCoordinationStressTests();
 void RunFlightRecorderTests();
 
 namespace {
@@ -204,6 +205,7 @@ int main() {
   TestNetworkAddress();
   RunSerializedExecutableTests();
   RunCoordinationTests();
+  RunCoordinationStressTests();
   RunFlightRecorderTests();
   bool nccl = RunNcclTests();
   std::printf("NCCL backend tests: %s\n", nccl ? "ran" : "not built (no NCCL headers)");

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Sanitizer builds (clang 16, CMake option MYPLUGIN_SANITIZE), in CI after
+# the test command:
+#  1. ASan+UBSan: the C++ unit tests (tests/cpp), then the coordination,
+#     collectives and bad-input Python tests against an instrumented module
+#     installed in a virtual environment of its own;
+#  2. TSan: the C++ unit tests, among them the coordination service with 32
+#     concurrent clients over real sockets (coordination_stress_tests.cc).
+# Every finding aborts the process that made it (no recovery), so the script
+# exits non-zero on any. Build folders: build-sanitizers/ (ccache).
+#
+#   bash ci/sanitizers.sh        # CXX=clang++-16 PYTHON=python3 by default
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+cxx=${CXX:-clang++-16}
+python=${PYTHON:-python3}
+out=${SANITIZER_BUILD_DIR:-$root/build-sanitizers}
+runtime_dir=$("$cxx" -print-runtime-dir)
+asan_runtime=$runtime_dir/libclang_rt.asan-x86_64.so
+[ -f "$asan_runtime" ] || { echo "no ASan runtime at $asan_runtime: apt-get install libclang-rt-16-dev" >&2; exit 1; }
+generator=(); command -v ninja >/dev/null && generator=(-G Ninja)
+
+# Every report names its stack; a finding is fatal. Python and the XLA
+# engine are not instrumented and keep memory until exit by design (interned
+# objects, caches): leak checking of the interpreter would report those, so
+# it is off there (detect_leaks=0) and on for the C++ unit tests.
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+asan_common=abort_on_error=1:strict_string_checks=1:detect_stack_use_after_return=0
+suppressions=$root/ci/tsan.supp
+export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$suppressions"
+
+unit_tests() {  # $1: sanitizers, $2: build folder
+  cmake -S "$root" -B "$2" "${generator[@]}" -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DMYPLUGIN_SANITIZE="$1" -DMYPLUGIN_BUILD_TESTS=ON -DPython_EXECUTABLE="$(command -v "$python")" >/dev/null
+  nice cmake --build "$2" --target myplugin_unit_tests -j2
+  echo "+ [$1] myplugin_unit_tests"
+  ASAN_OPTIONS=$asan_common:detect_leaks=1 timeout 300 "$2/myplugin_unit_tests"
+}
+
+start=$SECONDS
+unit_tests address,undefined "$out/asan"
+
+# The Python tests on a module, runtime and PJRT library built with
+# ASan+UBSan. The interpreter is not instrumented: the ASan runtime is
+# preloaded (it must come first among the libraries), and every process the
+# tests start inherits it through the environment.
+venv=$out/venv-asan
+[ -x "$venv/bin/python" ] || "$python" -m venv --system-site-packages "$venv"
+CXX=$cxx nice "$venv/bin/pip" install -q --no-deps --disable-pip-version-check \
+  --config-settings=cmake.define.MYPLUGIN_SANITIZE=address,undefined \
+  --config-settings=cmake.define.CMAKE_CXX_COMPILER="$cxx" \
+  --config-settings=build-dir="$out/asan-python" "$root"
+echo "+ [address,undefined] pytest (coordination, collectives, bad input)"
+(cd "$out" && LD_PRELOAD=$asan_runtime ASAN_OPTIONS=$asan_common:detect_leaks=0 \
+  timeout 420 "$venv/bin/python" -m pytest -q -p no:cacheprovider --rootdir "$root" \
+  "$root/tests/test_coordination.py" "$root/tests/test_coordination_bad_input.py" \
+  "$root/tests/test_collectives.py" "$root/tests/test_bad_input.py")
+
+unit_tests thread "$out/tsan"
+echo "sanitizers: clean ($((SECONDS - start)) s)"
