@@ -329,7 +329,8 @@ _REDUCE = "  ROOT %r = f32[4,2]{1,0} all-reduce(%p), channel_id=1, use_global_de
     (_P + _GATHER + "dimensions={1}x", "num_partitions=8", r"dimensions=\{1\}x is not one dimension"),
     (_P + _GATHER + "dimensions={\u00b9}", "num_partitions=8", "is not one dimension"),  # int() reads no '¹'
     (_P + _GATHER + "dimensions={5}", "num_partitions=8", "along dimension 5 of f32"),
-    (_P + "  ROOT %r = f32[4,2]{1,0} all-reduce(), channel_id=1, replica_groups=[1,8]<=[8], to_apply=%add",
+    (_P + "  ROOT %r = f32[4,2]{1,0} all-reduce(), channel_id=1, replica_groups=[1,8]<=[8], "
+     "use_global_device_ids=true, to_apply=%add",
      "num_partitions=8", "has 0 operands"),
     (_P + "  ROOT %r = (f32[4,2]{1,0}, f32[4,2]{1,0}) all-reduce(%p), channel_id=1, replica_groups=[1,8]<=[8], "
      "use_global_device_ids=true, to_apply=%add", "num_partitions=8", "has 1 operands and a result of"),
@@ -378,7 +379,7 @@ def test_new_names_are_fresh_and_never_a_tuple_element():
                 "  %t = (f32[4,2]{1,0}) tuple(%r)\n"
                 "  ROOT %w = f32[4,2]{1,0} while(%t#0), condition=%cond, body=%body", comps=ADD + loop)
   out = rewrite_module(text, [list(range(8))], 8)
-  names = [l.split("=")[0].replace("ROOT", "").strip() for l in out.splitlines() if " = " in l and "%" in l]
+  names = [l.split("=")[0].replace("ROOT", "").strip() for l in entry_lines(out) if " = " in l]
   assert not any("#" in n for n in names), names
   assert len(names) == len(set(names)), names
   fence = next(l for l in entry_lines(out) if "myplugin_order_fence" in l)
