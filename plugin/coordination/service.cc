@@ -127,7 +127,12 @@ void CoordinationService::Reap() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto it = connections_.begin(); it != connections_.end();) {
-      if (it->second->finished) {
+      // Once stopping, a connection whose reader ended may still have replies
+      // queued, and its writer waits for them until Stop aborts the queue:
+      // joining it here, on the thread Stop joins first, would deadlock.
+      // Stop closes those. (finished first: a reader that ended because of
+      // the stop set it after it saw stopping_, so stopping_ reads true here.)
+      if (it->second->finished.load() && !stopping_.load()) {
         --finished_;
         finished.push_back(it->second);
         it = connections_.erase(it);
