@@ -39,10 +39,10 @@ run() {
   mkdir -p "$work/$name"
   if timeout $((seconds + 120)) "$@" -max_total_time="$seconds" -timeout=60 -print_final_stats=1 \
        -artifact_prefix="$artifacts/$name-" "$work/$name" "$root/fuzz/corpus/$name" >"$work/$name.log" 2>&1; then
-    echo "fuzz: $name: $(grep -m1 'stat::number_of_executed_units' "$work/$name.log" | awk '{print $2}') runs, no crash"
+    echo "fuzz: $name: $(grep -a -m1 'stat::number_of_executed_units' "$work/$name.log" | awk '{print $2}') runs, no crash"
   else
     echo "fuzz: $name FAILED (the input is in $artifacts/):" >&2
-    grep -v -E '^#[0-9]+.*(NEW|REDUCE|pulse)' "$work/$name.log" | tail -60 >&2
+    grep -a -v -E '^#[0-9]+.*(NEW|REDUCE|pulse)' "$work/$name.log" | tail -60 >&2
     return 1
   fi
 }
