@@ -30,32 +30,32 @@ asan_common=abort_on_error=1:strict_string_checks=1:detect_stack_use_after_retur
 suppressions=$root/ci/tsan.supp
 export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$suppressions"
 
-unit_tests() {  # $1: sanitizers, $2: build folder
-  cmake -S "$root" -B "$2" "${generator[@]}" -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    -DMYPLUGIN_SANITIZE="$1" -DMYPLUGIN_BUILD_TESTS=ON -DPython_EXECUTABLE="$(command -v "$python")" >/dev/null
-  nice cmake --build "$2" --target myplugin_unit_tests -j2
-  echo "+ [$1] myplugin_unit_tests"
-  ASAN_OPTIONS=$asan_common:detect_leaks=1 timeout 300 "$2/myplugin_unit_tests"
-}
-
 start=$SECONDS
-unit_tests address,undefined "$out/asan"
-
-# The Python tests on a module, runtime and PJRT library built with
-# ASan+UBSan. The interpreter is not instrumented: the ASan runtime is
-# preloaded (it must come first among the libraries), and every process the
-# tests start inherits it through the environment.
+# ASan+UBSan: one build serves both the Python module (installed into a
+# virtual environment of its own) and the unit tests (built beside it).
 venv=$out/venv-asan
 [ -x "$venv/bin/python" ] || "$python" -m venv --system-site-packages "$venv"
 CXX=$cxx nice "$venv/bin/pip" install -q --no-deps --disable-pip-version-check \
   --config-settings=cmake.define.MYPLUGIN_SANITIZE=address,undefined \
+  --config-settings=cmake.define.MYPLUGIN_BUILD_TESTS=ON \
   --config-settings=cmake.define.CMAKE_CXX_COMPILER="$cxx" \
-  --config-settings=build-dir="$out/asan-python" "$root"
-echo "+ [address,undefined] pytest (coordination, collectives, bad input)"
+  --config-settings=build-dir="$out/asan" "$root"
+echo "+ [address,undefined] myplugin_unit_tests ($((SECONDS - start)) s)"
+ASAN_OPTIONS=$asan_common:detect_leaks=1 timeout 300 "$out/asan/myplugin_unit_tests"
+
+# The Python tests on that module. The interpreter is not instrumented: the
+# ASan runtime is preloaded (it must come first among the libraries), and
+# every process the tests start inherits it through the environment.
+echo "+ [address,undefined] pytest: coordination, collectives, bad input ($((SECONDS - start)) s)"
 (cd "$out" && LD_PRELOAD=$asan_runtime ASAN_OPTIONS=$asan_common:detect_leaks=0 \
   timeout 420 "$venv/bin/python" -m pytest -q -p no:cacheprovider --rootdir "$root" \
   "$root/tests/test_coordination.py" "$root/tests/test_coordination_bad_input.py" \
   "$root/tests/test_collectives.py" "$root/tests/test_bad_input.py")
 
-unit_tests thread "$out/tsan"
+# TSan: the unit tests alone.
+echo "+ [thread] myplugin_unit_tests ($((SECONDS - start)) s)"
+cmake -S "$root" -B "$out/tsan" "${generator[@]}" -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_BUILD_TYPE=Release \
+  -DMYPLUGIN_SANITIZE=thread -DMYPLUGIN_BUILD_TESTS=ON -DPython_EXECUTABLE="$(command -v "$python")" >/dev/null
+nice cmake --build "$out/tsan" --target myplugin_unit_tests -j2
+timeout 300 "$out/tsan/myplugin_unit_tests"
 echo "sanitizers: clean ($((SECONDS - start)) s)"

@@ -12,6 +12,7 @@
 #include "coordination/process_info.h"
 #include "coordination/socket.h"
 #include "coordination/wire.h"
+#include "engine/engine_library.h"
 #include "pjrt/client_options.h"
 #include "check.h"
 
@@ -192,6 +193,23 @@ void TestHostPort() {
   CHECK(!wire::ParseHostPort("h:12ab").ok());
 }
 
+// Found by UBSan in the Python tests: the engine (newer than our
+// pjrt_c_api.h) lists an extension of type 24, which the lookup loaded as
+// the enum. Types past ours are skipped, the one asked for is found.
+void TestExtensionTypesPastOurHeader() {
+  PJRT_Extension_Base ffi{}, newer{}, older{};
+  ffi.type = PJRT_Extension_Type_FFI;
+  const int unknown = 24;
+  std::memcpy(&newer.type, &unknown, sizeof(unknown));
+  newer.next = &ffi;
+  older.type = PJRT_Extension_Type_Custom_Partitioner;
+  older.next = &newer;
+  CHECK(myplugin::FindExtensionIn(&older, PJRT_Extension_Type_FFI) == &ffi);
+  CHECK(myplugin::FindExtensionIn(&older, PJRT_Extension_Type_Custom_Partitioner) == &older);
+  CHECK(myplugin::FindExtensionIn(&older, PJRT_Extension_Type_Layouts) == nullptr);
+  CHECK(myplugin::FindExtensionIn(nullptr, PJRT_Extension_Type_FFI) == nullptr);
+}
+
 }  // namespace
 
 int main() {
@@ -203,6 +221,7 @@ int main() {
   TestProcessInfo();
   TestHostPort();
   TestNetworkAddress();
+  TestExtensionTypesPastOurHeader();
   RunSerializedExecutableTests();
   RunCoordinationTests();
   RunCoordinationStressTests();
