@@ -46,11 +46,18 @@ ASAN_OPTIONS=$asan_common:detect_leaks=1 timeout 300 "$out/asan/myplugin_unit_te
 # The Python tests on that module. The interpreter is not instrumented: the
 # ASan runtime is preloaded (it must come first among the libraries), and
 # every process the tests start inherits it through the environment.
+# One test is left out: test_descriptor_exhaustion_does_not_wedge_the_service
+# exhausts the service's descriptors on purpose, and UBSan's vptr check
+# probes memory through a pipe (compiler-rt's IsAccessibleMemoryRange): with
+# no descriptor free, every virtual call then reports "invalid vptr" (seen:
+# a shared_ptr's control block, "memory cannot be printed"). It runs in the
+# normal test command.
 echo "+ [address,undefined] pytest: coordination, collectives, bad input ($((SECONDS - start)) s)"
 (cd "$out" && LD_PRELOAD=$asan_runtime ASAN_OPTIONS=$asan_common:detect_leaks=0 \
   timeout 420 "$venv/bin/python" -m pytest -q -p no:cacheprovider --rootdir "$root" \
   "$root/tests/test_coordination.py" "$root/tests/test_coordination_bad_input.py" \
-  "$root/tests/test_collectives.py" "$root/tests/test_bad_input.py")
+  "$root/tests/test_collectives.py" "$root/tests/test_bad_input.py" \
+  --deselect "$root/tests/test_coordination_bad_input.py::test_descriptor_exhaustion_does_not_wedge_the_service")
 
 # TSan: the unit tests alone.
 echo "+ [thread] myplugin_unit_tests ($((SECONDS - start)) s)"
