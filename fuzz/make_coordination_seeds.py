@@ -1,6 +1,7 @@
 """Writes the seed corpora of the coordination fuzz targets:
 fuzz/corpus/coordination_messages_fuzzer/ (one encoded message payload per
-file, every message type) and fuzz/corpus/coordination_service_fuzzer/ (event
+file, every message type), fuzz/corpus/coordination_frame_fuzzer/ (streams
+of frames) and fuzz/corpus/coordination_service_fuzzer/ (event
 scripts in the format coordination_service_fuzzer.cc reads: a job that says
 Hello, registers, uses the store and barriers, and fails or shuts down).
 
@@ -104,6 +105,22 @@ SCRIPTS = {
 }
 
 
+def frame(p: bytes) -> bytes:
+  return struct.pack("<I", len(p)) + p
+
+
+# coordination_frame_fuzzer: a cap byte (odd: the Hello cap; even: 64 bytes),
+# then a stream of frames, as a connection carries them.
+FRAMES = {
+    "handshake": b"\x01" + frame(MESSAGES["hello"]) + frame(MESSAGES["register"]) + frame(MESSAGES["kv_set"]),
+    "replies": b"\x01" + b"".join(frame(MESSAGES[k]) for k in ("hello_ok", "topology", "ok", "error")),
+    "small_cap": b"\x00" + frame(MESSAGES["kv_get"]) + frame(MESSAGES["hello"]),
+    "truncated": b"\x01" + frame(MESSAGES["barrier"])[:-3],
+    "too_short": b"\x01" + struct.pack("<I", 4) + b"\x10\x00\x00\x00",
+    "too_long": b"\x01" + struct.pack("<I", 0xFFFFFFFF) + MESSAGES["hello"],
+}
+
+
 def write(directory, items):
   os.makedirs(directory, exist_ok=True)
   for name, data in items.items():
@@ -114,3 +131,4 @@ def write(directory, items):
 if __name__ == "__main__":
   write(os.path.join(HERE, "corpus", "coordination_messages_fuzzer"), MESSAGES)
   write(os.path.join(HERE, "corpus", "coordination_service_fuzzer"), SCRIPTS)
+  write(os.path.join(HERE, "corpus", "coordination_frame_fuzzer"), FRAMES)

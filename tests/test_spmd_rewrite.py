@@ -333,3 +333,78 @@ def test_tuple_element_operand_of_a_collective():
   assert any("xla_ffi_python_cpu_callback" in l and "callback_id = 1" in l for l in lines)
   call = next(l for l in lines if "myplugin_all_reduce" in l)
   assert "custom-call(%cb#0)" in call and "operand_layout_constraints={f32[4,2]{1,0}}" in call
+
+
+# Findings of fuzz/hlo_rewrite_fuzzer.py (mutated partitioned modules): each
+# ended in an IndexError, ValueError, AttributeError, MemoryError,
+# ZeroDivisionError or OverflowError, or in text that jaxlib cannot parse or
+# that names devices the job lacks. Each is now a refusal of the rewrite's own.
+_P = "  %p = f32[4,2]{1,0} parameter(0)\n"
+_GATHER = "  ROOT %g = f32[4,16]{1,0} all-gather(%p), channel_id=1, replica_groups=[1,8]<=[8], use_global_device_ids=true, "
+_REDUCE = "  ROOT %r = f32[4,2]{1,0} all-reduce(%p), channel_id=1, use_global_device_ids=true, to_apply=%add, replica_groups="
+
+
+@pytest.mark.parametrize("body, header, what", [
+    (_P + _GATHER + "dimensions={1}x", "num_partitions=8", r"dimensions=\{1\}x is not one dimension"),
+    (_P + _GATHER + "dimensions={\u00b9}", "num_partitions=8", "is not one dimension"),  # int() reads no '¹'
+    (_P + _GATHER + "dimensions={5}", "num_partitions=8", "along dimension 5 of f32"),
+    (_P + "  ROOT %r = f32[4,2]{1,0} all-reduce(), channel_id=1, replica_groups=[1,8]<=[8], "
+     "use_global_device_ids=true, to_apply=%add",
+     "num_partitions=8", "has 0 operands"),
+    (_P + "  ROOT %r = (f32[4,2]{1,0}, f32[4,2]{1,0}) all-reduce(%p), channel_id=1, replica_groups=[1,8]<=[8], "
+     "use_global_device_ids=true, to_apply=%add", "num_partitions=8", "has 1 operands and a result of"),
+    (_P + "  ROOT %r = (f32[4,2]{1,0}) all-to-all(%p), channel_id=1, replica_groups=[1,8]<=[8], dimensions={0}",
+     "num_partitions=8", r"has a result of \(f32\[4,2\]\{1,0\}\), not an array"),
+    (_P + "  ROOT %r = f32[4,2]{1,0} collective-permute(%p), channel_id=1, source_target_pairs={{0,9},{1,0}}",
+     "num_partitions=8", r"names an id outside 0\.\.7"),
+    (_P + "  ROOT %r = f32[4,2]{1,0} collective-permute(%p), channel_id=1, source_target_pairs={{0,1},{2,1}}",
+     "num_partitions=8", "a source or target twice"),
+    ("  ROOT %i = s32[] partition-id()", "num_partitions=8", "XLA's partition-id is u32"),
+    (_P + _REDUCE + "[100000,100000]<=[100000,100000]", "num_partitions=8", "more than 65536 ids"),
+    (_P + _REDUCE + "mesh['a'=8] {'a':(0)2}", "num_partitions=8", "has a size of 0"),
+    (_P + _REDUCE + "mesh['a'=2], device_ids=(99999999999999999999999,0) {'a'}", "num_partitions=8",
+     "is not a permutation of the mesh's 2 devices"),
+    (_P + "  ROOT %r = f32[4,2]{1,0} all-reduce(%p), replica_groups={{}}, to_apply=%add", "replica_count=8",
+     "replica groups that are empty"),
+    ("  %p = f32[" + "9" * 5000 + "]{0} parameter(0)\n  ROOT %r = f32[4,2]{1,0} all-reduce(%p), replica_groups={}, "
+     "to_apply=%add", "replica_count=8", "an operand that is not an array"),
+], ids=["dimensions-garbage", "dimensions-unicode-digit", "dimension-past-rank", "no-operand", "tuple-for-one-operand",
+        "all-to-all-tuple", "permute-outside-clique", "permute-target-twice", "partition-id-s32", "iota-too-many",
+        "mesh-sub-axis-0", "mesh-id-past-int64", "empty-group", "5000-digit-dimension"])
+def test_mutated_modules_are_refused_with_the_rewrites_error(body, header, what):
+  text = module(body, header=header)
+  assignment = [list(range(8))] if "num_partitions" in header else [[d] for d in range(8)]
+  for runtime_device_ids in (False, True):
+    with pytest.raises(UnsupportedProgram, match=what):
+      rewrite_module(text, assignment, 8, runtime_device_ids=runtime_device_ids)
+
+
+def test_new_names_are_fresh_and_never_a_tuple_element():
+  """A fence before a loop whose first operand is a tuple element `%t#0`
+  took the name `%t#0.myplugin.N` (not a name jaxlib reads); and a new name
+  must not be one the module already has."""
+  loop = """%cond (c: f32[4,2]) -> pred[] {
+  %c = f32[4,2]{1,0} parameter(0)
+  ROOT %f = pred[] constant(false)
+}
+%body (b: f32[4,2]) -> f32[4,2] {
+  %b = f32[4,2]{1,0} parameter(0)
+  ROOT %s = f32[4,2]{1,0} all-reduce(%b), channel_id=2, replica_groups=[1,8]<=[8], use_global_device_ids=true, to_apply=%add
+}
+"""
+  text = module(_P + "  %p.myplugin.1 = f32[4,2]{1,0} copy(%p)\n"
+                "  %r = f32[4,2]{1,0} all-reduce(%p.myplugin.1), channel_id=1, replica_groups=[1,8]<=[8], "
+                "use_global_device_ids=true, to_apply=%add\n"
+                "  %t = (f32[4,2]{1,0}) tuple(%r)\n"
+                "  ROOT %w = f32[4,2]{1,0} while(%t#0), condition=%cond, body=%body", comps=ADD + loop)
+  out = rewrite_module(text, [list(range(8))], 8)
+  names = [l.split("=")[0].replace("ROOT", "").strip() for l in entry_lines(out) if " = " in l]
+  assert not any("#" in n for n in names), names
+  assert len(names) == len(set(names)), names
+  fence = next(l for l in entry_lines(out) if "myplugin_order_fence" in l)
+  assert "custom-call(%t#0, %r)" in fence
+  try:
+    parses(text)
+  except Exception:
+    return  # this jaxlib's parser predates the `#index` shorthand
+  parses(out)

@@ -32,6 +32,15 @@ class UnsupportedProgram(HloTextError):
   (the compile reports it as UNIMPLEMENTED, by this class's name)."""
 
 
+def to_int(digits: str) -> int:
+  """A number of the text, refused past Python's limit on the digits of
+  int() (ValueError there, not ours)."""
+  try:
+    return int(digits)
+  except ValueError:
+    raise HloTextError(f"cannot read the number {digits[:40]!r}") from None
+
+
 def _outside_strings(text: str, start: int = 0):
   """(index, character, bracket depth after it) of every character of
   `text` from `start` that is not inside a string literal."""
@@ -95,7 +104,7 @@ def parse_shape(text: str) -> ArrayShape | list[ArrayShape]:
   if not m:
     raise UnsupportedProgram(f"a collective of shape {text!r}: myplugin rewrites collectives of static arrays and "
                              f"tuples of them, not dynamic or nested shapes")
-  dims = tuple(int(d) for d in m.group(2).split(",") if d)
+  dims = tuple(to_int(d) for d in m.group(2).split(",") if d)
   return ArrayShape(m.group(1), dims)
 
 

@@ -30,7 +30,7 @@ import re
 
 import numpy as np
 
-from jax_plugin.spmd.hlo_text import HloTextError, UnsupportedProgram, split_top_level
+from jax_plugin.spmd.hlo_text import HloTextError, UnsupportedProgram, split_top_level, to_int
 
 _IOTA = re.compile(r"^\[([0-9,]+)\]<=\[([0-9,]+)\](?:T\(([0-9,]+)\))?$")
 _MESH = re.compile(r"^mesh\[(.*?)\]\s*(?:,\s*device_ids=\((.*)\))?\s*\{(.*)\}$", re.S)
@@ -40,8 +40,24 @@ _MESH_AXIS = re.compile(rf"^{_NAME}\s*=\s*([0-9]+)$")
 _AXIS_REF = re.compile(rf"^{_NAME}(?::\(([0-9]+)\)([0-9]+))?$")
 
 
+# More ids than any job has devices: a form that names more is refused before
+# numpy is asked to build it (a mutated count could ask for terabytes).
+MAX_IDS = 1 << 16
+
+
 def _ints(text: str) -> list[int]:
-  return [int(x) for x in text.split(",") if x.strip()]
+  return [to_int(x) for x in text.split(",") if x.strip()]
+
+
+def _count(sizes: list[int], whole: str) -> int:
+  """The number of ids of an array of these sizes, refused past MAX_IDS or
+  with a size of 0."""
+  total = 1
+  for n in sizes:
+    if n == 0 or total * n > MAX_IDS:
+      raise _unsupported(whole, f"sizes {sizes}: empty, or more than {MAX_IDS} ids")
+    total *= n
+  return total
 
 
 def _unsupported(text: str, why: str) -> UnsupportedProgram:
@@ -53,10 +69,10 @@ def _iota(text: str, whole: str) -> np.ndarray | None:
   if not m:
     return None
   shape, reshape = _ints(m.group(1)), _ints(m.group(2))
-  if int(np.prod(shape)) != int(np.prod(reshape)):
-    raise _unsupported(whole, f"the iota list's shape {shape} does not hold the {int(np.prod(reshape))} ids "
-                       f"of {reshape}")
-  ids = np.arange(int(np.prod(reshape))).reshape(reshape)
+  total = _count(reshape, whole)
+  if _count(shape, whole) != total:
+    raise _unsupported(whole, f"the iota list's shape {shape} does not hold the {total} ids of {reshape}")
+  ids = np.arange(total).reshape(reshape)
   if m.group(3):
     perm = _ints(m.group(3))
     if sorted(perm) != list(range(len(reshape))):
@@ -72,8 +88,10 @@ def _mesh(axes_text: str, ids_text: str | None, refs_text: str, whole: str) -> l
     if not am:
       raise _unsupported(whole, f"cannot read the mesh axis {a!r}")
     names.append(am.group(1) or am.group(2))
-    sizes.append(int(am.group(3)))
-  total = int(np.prod(sizes))
+    sizes.append(to_int(am.group(3)))
+  if len(set(names)) != len(names):
+    raise _unsupported(whole, f"the mesh names an axis twice: {names}")
+  total = _count(sizes, whole)
   if ids_text is None:
     ids = np.arange(total)
   else:
@@ -85,7 +103,11 @@ def _mesh(axes_text: str, ids_text: str | None, refs_text: str, whole: str) -> l
       ids = iota.reshape(-1)
     else:
       # An explicit list, possibly after its dimensions: "[4,2]0,2,4,6,..."
-      ids = np.array(_ints(re.sub(r"^\[[0-9,]*\]", "", ids_text)), dtype=np.int64)
+      try:
+        listed = _ints(re.sub(r"^\[[0-9,]*\]", "", ids_text))
+      except ValueError:
+        listed = []
+      ids = np.array(listed if sorted(listed) == list(range(total)) else [], dtype=np.int64)
     if ids.size != total or sorted(ids.tolist()) != list(range(total)):
       raise _unsupported(whole, f"device_ids=({ids_text}) is not a permutation of the mesh's {total} devices")
 
@@ -97,7 +119,9 @@ def _mesh(axes_text: str, ids_text: str | None, refs_text: str, whole: str) -> l
     if not rm or (rm.group(1) or rm.group(2)) not in names:
       raise _unsupported(whole, f"{r!r} is not an axis of the mesh {names}")
     axis = names.index(rm.group(1) or rm.group(2))
-    sub = None if rm.group(3) is None else (int(rm.group(3)), int(rm.group(4)))
+    sub = None if rm.group(3) is None else (to_int(rm.group(3)), to_int(rm.group(4)))
+    if sub is not None and 0 in sub:
+      raise _unsupported(whole, f"the sub-axis {r!r} has a size of 0")
     refs.append((axis, sub))
   factors: list[tuple[int, int | None]] = []
   for axis, size in enumerate(sizes):
@@ -154,7 +178,7 @@ def parse(text: str | None) -> list[list[int]] | None:
     return _mesh(m.group(1), m.group(2), m.group(3), text)
   m = _MAXIMAL.match(text)
   if m:
-    return [[int(m.group(1))]]
+    return [[to_int(m.group(1))]]
   raise _unsupported(text, "a form of replica groups that myplugin does not know")
 
 

@@ -18,11 +18,13 @@ collective-permute, groups of partition ids.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from jax_plugin.spmd import replica_groups as rg
 from jax_plugin.spmd.hlo_text import (ArrayShape, HloTextError, Instruction, UnsupportedProgram, callees,
-                                      computation_header, computations, parse_instruction, split_top_level)
+                                      computation_header, computations, parse_instruction, split_top_level, to_int)
 
 _REDUCTIONS = {"add": "sum", "multiply": "product", "maximum": "max", "minimum": "min", "and": "and", "or": "or"}
 
@@ -35,6 +37,9 @@ _REFUSED = {
 }
 
 
+# ASCII digits only: str.isdigit() also takes digits that int() does not read.
+_DIGITS = re.compile(r"[0-9]+")
+
 _COLLECTIVES = {"all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute"}
 
 
@@ -46,6 +51,21 @@ def _function_name(lines: list[str]) -> str:
   header = next((l for l in lines if l.startswith("HloModule")), "")
   name = header[len("HloModule"):].strip().split(",")[0].strip()
   return "".join(c if c.isascii() and (c.isalnum() or c in "_.-") else "_" for c in name)
+
+
+def _dimension(inst: Instruction, text: str) -> int:
+  """The one dimension a collective works along (`dimensions={1}`)."""
+  digits = text.strip().removeprefix("{").removesuffix("}").strip()
+  if not _DIGITS.fullmatch(digits):
+    raise UnsupportedProgram(f"{inst.opcode} {inst.name}: dimensions={text} is not one dimension")
+  return to_int(digits)
+
+
+def _array_result(inst: Instruction) -> ArrayShape:
+  shape = inst.shape
+  if not isinstance(shape, ArrayShape):
+    raise UnsupportedProgram(f"{inst.opcode} {inst.name} has a result of {inst.shape_text}, not an array")
+  return shape
 
 
 def _dense(values) -> str:
@@ -66,6 +86,7 @@ class _Rewriter:
     self.function = _function_name(lines)
     self.computations = computations(lines)
     self.counter = 0
+    self.names = {inst.name for inst in map(parse_instruction, lines) if inst is not None}
     self.communicates = {name: self._communicates(name, set()) for name in self.computations}
     self.last: str | None = None  # the latest collective of the current computation
     self.shapes: dict[str, ArrayShape | list[ArrayShape]] = {}  # of the instructions read so far
@@ -116,15 +137,20 @@ class _Rewriter:
       for g in groups if groups is not None else [list(range(replicas))]:
         out.append([int(da[r, p]) for r in g for p in range(partitions)])
     sizes = {len(g) for g in out}
-    if len(sizes) != 1:
-      raise UnsupportedProgram(f"{inst.opcode} {inst.name} has replica groups of different sizes")
+    if len(sizes) != 1 or 0 in sizes:
+      raise UnsupportedProgram(f"{inst.opcode} {inst.name} has replica groups that are empty or of different sizes")
     return out
 
   # -- emitting -----------------------------------------------------------
 
   def fresh(self, base: str) -> str:
-    self.counter += 1
-    return f"{base}.myplugin.{self.counter}"
+    """A new instruction name. Never one the module has, and never with the
+    `#index` of a tuple element operand (not part of a name)."""
+    while True:
+      self.counter += 1
+      name = f"{base.split('#')[0]}.myplugin.{self.counter}"
+      if name not in self.names:
+        return name
 
   def custom_call(self, indent, name, shape: ArrayShape, dims, operand, operand_shape: ArrayShape, target,
                   config: dict[str, str], root=False) -> str:
@@ -155,6 +181,10 @@ class _Rewriter:
   def along_dim(self, inst, operand, operand_shape: ArrayShape, result_shape: ArrayShape, dim: int, target,
                 config, name, root) -> list[str]:
     """A handler that works on axis 0, applied along `dim`: transpose there and back."""
+    if not isinstance(result_shape, ArrayShape) or len(result_shape.dims) != len(operand_shape.dims) or \
+        not 0 <= dim < max(len(operand_shape.dims), 1):
+      raise UnsupportedProgram(f"{inst.opcode} {inst.name} along dimension {dim} of {operand_shape.text()} "
+                               f"with a result of {inst.shape_text}: not a collective myplugin can rewrite")
     if dim == 0 or len(operand_shape.dims) <= 1:
       return [self.custom_call(inst.indent, name, result_shape, None, operand, operand_shape, target, config, root)]
     rank = len(operand_shape.dims)
@@ -174,6 +204,11 @@ class _Rewriter:
   def per_operand(self, inst: Instruction, emit) -> list[str]:
     """Variadic collectives: one call per operand, then a tuple of the results."""
     shape = inst.shape
+    results = len(shape) if isinstance(shape, list) else 1
+    if len(inst.operands) != results or any(not isinstance(r, ArrayShape) for r in (
+        shape if isinstance(shape, list) else [shape])):
+      raise UnsupportedProgram(f"{inst.opcode} {inst.name} has {len(inst.operands)} operands and a result of "
+                               f"{inst.shape_text}: myplugin rewrites one array result per operand")
     if not isinstance(shape, list):
       return emit(inst.operands[0], self.operand_shape(inst, 0), shape, inst.name, inst.root)
     lines, names = [], []
@@ -192,9 +227,9 @@ class _Rewriter:
     base, *indices = name.split("#")
     shape = self.shapes.get(base)
     for index in indices:
-      if not isinstance(shape, list) or not index.isdigit() or int(index) >= len(shape):
+      if not isinstance(shape, list) or not _DIGITS.fullmatch(index) or to_int(index) >= len(shape):
         return None
-      shape = shape[int(index)]
+      shape = shape[to_int(index)]
     return shape
 
   def operand_shape(self, inst: Instruction, i: int) -> ArrayShape:
@@ -231,7 +266,7 @@ class _Rewriter:
       if op == "reduce-scatter":
         config["reduction"] = f'"{self.reduction(inst)}"'
         target = "myplugin_reduce_scatter"
-      dim = int((inst.attr("dimensions") or "{0}").strip("{}"))
+      dim = _dimension(inst, inst.attr("dimensions") or "{0}")
       return self.per_operand(inst, lambda x, xs, ys, name, root: self.along_dim(
           inst, x, xs, ys, dim, target, config, name, root))
     if op == "all-to-all":
@@ -239,8 +274,8 @@ class _Rewriter:
       if dims is None or len(inst.operands) != 1:
         raise UnsupportedProgram(f"all-to-all {inst.name} is the tuple form, which myplugin does not rewrite")
       config = self.grouped_config(inst)
-      dim = int(dims.strip("{}"))
-      shape = inst.shape
+      dim = _dimension(inst, dims)
+      shape = _array_result(inst)
       return self.along_dim(inst, inst.operands[0], self.operand_shape(inst, 0), shape, dim,
                             "myplugin_all_to_all", config, inst.name, inst.root)
     if op == "collective-permute":
@@ -257,6 +292,9 @@ class _Rewriter:
     with runtime_device_ids, our handler's lookup by the device's global id,
     which keeps the module the same on every process."""
     axis = 1 if inst.opcode == "partition-id" else 0
+    if inst.operands or inst.shape_text.split("{")[0] != "u32[]":
+      raise UnsupportedProgram(f"{inst.opcode} {inst.name} = {inst.shape_text} with {len(inst.operands)} operands: "
+                               f"XLA's {inst.opcode} is u32[] of none")
     where = {int(d): index[axis] for index, d in np.ndenumerate(self.assignment)}
     if self.runtime_device_ids:
       ids = [where.get(d, -1) for d in range(self.num_devices)]
@@ -286,8 +324,14 @@ class _Rewriter:
     else:
       raise UnsupportedProgram(f"collective-permute {inst.name} over {replicas} replicas x {partitions} partitions")
     pairs = rg.parse_pairs(inst.attr("source_target_pairs"))
+    sources, targets = [s for s, _ in pairs], [t for _, t in pairs]
+    if any(not 0 <= i < len(clique) for i in sources + targets) or len(set(sources)) != len(sources) or \
+        len(set(targets)) != len(targets):
+      raise UnsupportedProgram(
+          f"collective-permute {inst.name}: source_target_pairs={inst.attr('source_target_pairs')} names an id "
+          f"outside 0..{len(clique) - 1} or a source or target twice")
     config = {"clique": _dense(clique), "pairs": _dense([i for p in pairs for i in p])}
-    shape = inst.shape
+    shape = _array_result(inst)
     return self.custom_call(inst.indent, inst.name, shape, None, inst.operands[0], self.operand_shape(inst, 0),
                             "myplugin_collective_permute", config, inst.root)
 

@@ -205,7 +205,7 @@ void CoordinationService::Reap() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto it = connections_.begin(); it != connections_.end();) {
-      if (it->second->finished) {
+      if (it->second->finished.load()) {
         --finished_;
         finished.push_back(it->second);
         it = connections_.erase(it);

@@ -3,6 +3,8 @@
 #include <dlfcn.h>
 #include <sys/stat.h>
 
+#include <cstring>
+
 namespace myplugin {
 
 DlHandle::~DlHandle() {
@@ -85,11 +87,21 @@ Status EngineLibrary::Consume(PJRT_Error* error) const {
   return status;
 }
 
-PJRT_Extension_Base* EngineLibrary::FindExtension(PJRT_Extension_Type type) const {
-  for (PJRT_Extension_Base* ext = api_->extension_start; ext != nullptr; ext = ext->next) {
-    if (ext->type == type) return ext;
+PJRT_Extension_Base* FindExtensionIn(PJRT_Extension_Base* first, PJRT_Extension_Type type) {
+  // Loading a value outside the enum's range (e.g. 24 from a newer engine)
+  // as PJRT_Extension_Type is undefined behaviour (UBSan: "not a valid
+  // value"): read the stored int instead.
+  static_assert(sizeof(PJRT_Extension_Type) == sizeof(int), "PJRT_Extension_Type is stored as an int");
+  for (PJRT_Extension_Base* ext = first; ext != nullptr; ext = ext->next) {
+    int stored;
+    std::memcpy(&stored, &ext->type, sizeof(stored));
+    if (stored == static_cast<int>(type)) return ext;
   }
   return nullptr;
+}
+
+PJRT_Extension_Base* EngineLibrary::FindExtension(PJRT_Extension_Type type) const {
+  return FindExtensionIn(api_->extension_start, type);
 }
 
 }  // namespace myplugin

@@ -33,6 +33,11 @@ class DlHandle {
   void* handle_ = nullptr;
 };
 
+// The extension of `type` in the chain that starts at `first`, or nullptr.
+// An engine newer than our pjrt_c_api.h has extension types our enum lacks:
+// each type is compared as the int it is stored as, never loaded as the enum.
+PJRT_Extension_Base* FindExtensionIn(PJRT_Extension_Base* first, PJRT_Extension_Type type);
+
 class EngineLibrary {
  public:
   // Loads the library at `path`, resolves GetPjrtApi and runs the engine's

@@ -161,17 +161,21 @@ void TestCalls() {
   fake = FakeLog();
   auto comm = coll::NcclCommunicator::Create(FakeApi(), 0, 3, Store(), "nccl/y", 1.0).take();
   cudaStream_t stream = reinterpret_cast<cudaStream_t>(0x77);
+  // Device buffers the fake never touches. Not null: the communicator offsets
+  // them per peer, and an offset from a null pointer is undefined (UBSan).
+  void* const send = reinterpret_cast<void*>(0x10000);
+  void* const recv = reinterpret_cast<void*>(0x20000);
   fake = FakeLog();
   CHECK(comm->AllReduce(nullptr, nullptr, 10, coll::DataType::kC64, coll::Reduction::kSum, stream).ok());
   CHECK(fake.count == 20 && fake.type == ncclFloat32 && fake.op == ncclSum && fake.stream == stream);
   CHECK(comm->AllGather(nullptr, nullptr, 4, coll::DataType::kF64, stream).ok());
   CHECK(fake.count == 32 && fake.type == ncclUint8);
   fake = FakeLog();
-  CHECK(comm->AllToAll(nullptr, nullptr, 2, coll::DataType::kF32, stream).ok());
+  CHECK(comm->AllToAll(send, recv, 2, coll::DataType::kF32, stream).ok());
   std::vector<std::string> want = {"GroupStart", "Send0", "Recv0", "Send1", "Recv1", "Send2", "Recv2", "GroupEnd"};
   CHECK(fake.calls == want);
   fake = FakeLog();
-  CHECK(comm->CollectivePermute(nullptr, nullptr, 2, coll::DataType::kF32, 1, -1, stream).ok());
+  CHECK(comm->CollectivePermute(send, recv, 2, coll::DataType::kF32, 1, -1, stream).ok());
   CHECK((fake.calls == std::vector<std::string>{"GroupStart", "Send1", "GroupEnd"}));
 
   fake.fail_all_reduce = ncclSystemError;

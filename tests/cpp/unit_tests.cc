@@ -12,6 +12,7 @@
 #include "coordination/process_info.h"
 #include "coordination/socket.h"
 #include "coordination/wire.h"
+#include "engine/engine_library.h"
 #include "pjrt/client_options.h"
 #include "check.h"
 
@@ -25,6 +26,7 @@ bool RunNcclTests();
 // Defined in serialized_executable_tests.cc.
 void RunSerializedExecutableTests();
 void RunCoordinationTests();
+void RunCoordinationStressTests();
 void RunFlightRecorderTests();
 
 namespace {
@@ -212,6 +214,23 @@ void TestHostPort() {
   CHECK(!wire::ParseHostPort("h:12ab").ok());
 }
 
+// Found by UBSan in the Python tests: the engine (newer than our
+// pjrt_c_api.h) lists an extension of type 24, which the lookup loaded as
+// the enum. Types past ours are skipped, the one asked for is found.
+void TestExtensionTypesPastOurHeader() {
+  PJRT_Extension_Base ffi{}, newer{}, older{};
+  ffi.type = PJRT_Extension_Type_FFI;
+  const int unknown = 24;
+  std::memcpy(&newer.type, &unknown, sizeof(unknown));
+  newer.next = &ffi;
+  older.type = PJRT_Extension_Type_Custom_Partitioner;
+  older.next = &newer;
+  CHECK(myplugin::FindExtensionIn(&older, PJRT_Extension_Type_FFI) == &ffi);
+  CHECK(myplugin::FindExtensionIn(&older, PJRT_Extension_Type_Custom_Partitioner) == &older);
+  CHECK(myplugin::FindExtensionIn(&older, PJRT_Extension_Type_Layouts) == nullptr);
+  CHECK(myplugin::FindExtensionIn(nullptr, PJRT_Extension_Type_FFI) == nullptr);
+}
+
 }  // namespace
 
 int main() {
@@ -224,8 +243,10 @@ int main() {
   TestProcessInfo();
   TestHostPort();
   TestNetworkAddress();
+  TestExtensionTypesPastOurHeader();
   RunSerializedExecutableTests();
   RunCoordinationTests();
+  RunCoordinationStressTests();
   RunFlightRecorderTests();
   bool nccl = RunNcclTests();
   std::printf("NCCL backend tests: %s\n", nccl ? "ran" : "not built (no NCCL headers)");
