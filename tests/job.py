@@ -25,7 +25,22 @@ def free_port() -> int:
     return s.getsockname()[1]
 
 
-class Job:
+class WaitsForEvents:
+  """wait_event for a job class with procs, event(rank, name) and all_output()."""
+
+  def wait_event(self, name: str, ranks=None, timeout: float = 120) -> None:
+    ranks = range(len(self.procs)) if ranks is None else ranks
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+      if all(self.event(r, name) for r in ranks):
+        return
+      if any(self.procs[r].poll() is not None and not self.event(r, name) for r in ranks):
+        break
+      time.sleep(0.05)
+    raise AssertionError(f"event {name!r} not seen on ranks {list(ranks)}\n{self.all_output()}")
+
+
+class Job(WaitsForEvents):
 
   def __init__(self, n: int, args: list[str], *, env: dict[str, str] | None = None, per_rank_env=None,
                program: str = "coord_worker.py", identity: bool = True):
@@ -92,17 +107,6 @@ class Job:
 
   def all_output(self) -> str:
     return "\n".join(f"--- rank {r} (exit {self.procs[r].poll()}) ---\n{self.output(r)}" for r in range(self.n))
-
-  def wait_event(self, name: str, ranks=None, timeout: float = 120):
-    ranks = range(self.n) if ranks is None else ranks
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-      if all(self.event(r, name) for r in ranks):
-        return
-      if any(self.procs[r].poll() is not None and not self.event(r, name) for r in ranks):
-        break
-      time.sleep(0.05)
-    raise AssertionError(f"event {name!r} not seen on ranks {list(ranks)}\n{self.all_output()}")
 
   def wait(self, ranks=None, timeout: float = 120) -> dict[int, int]:
     """Exit codes; AssertionError (the job is then killed) past the deadline."""

@@ -400,10 +400,7 @@ void ServiceState::ArriveAtBarrier(const std::string& name, int pid, const Waite
 void ServiceState::CheckBarrier(const std::string& name, Outbox& out) {
   auto it = barriers_.find(name);
   if (it == barriers_.end() || static_cast<int>(it->second.arrived.size()) < options_.num_processes) return;
-  for (const Waiter& w : it->second.waiters) {
-    ReplyOk(w, out);
-    DropWaiter(w.conn);
-  }
+  AnswerBarrier(it->second, OkStatus(), out);
   if (name == kShutdownBarrier) {
     for (Process& p : processes_) p.state = ProcessState::kDeparted;
   }
@@ -416,10 +413,7 @@ void ServiceState::FailBarriersWaitingFor(int process_id, const std::string& why
     if (it->first != kShutdownBarrier && !b.arrived.count(process_id)) {
       Status st(Code::kFailedPrecondition, "barrier '" + it->first + "' cannot complete: " + why +
                                                " and will never arrive (arrived: " + ProcessList(b.arrived) + ")");
-      for (const Waiter& w : b.waiters) {
-        ReplyError(w, st, out);
-        DropWaiter(w.conn);
-      }
+      AnswerBarrier(b, st, out);
       it = barriers_.erase(it);
     } else {
       ++it;
@@ -567,10 +561,7 @@ void ServiceState::ExpireDeadlines(Clock::time_point now, Outbox& out) {
       Status st(Code::kDeadlineExceeded, what + " timed out after " + Seconds(b.timeout_s) + ": processes " +
                                              ProcessList(Missing(b.arrived)) + " did not arrive (arrived: " +
                                              ProcessList(b.arrived) + ")");
-      for (const Waiter& w : b.waiters) {
-        ReplyError(w, st, out);
-        DropWaiter(w.conn);
-      }
+      AnswerBarrier(b, st, out);
       it = barriers_.erase(it);
     } else {
       ++it;
@@ -600,6 +591,17 @@ void ServiceState::ReplyOk(const Waiter& w, Outbox& out) {
 size_t ServiceState::Waiting() const { return key_waiters_.size() + barriers_.size(); }
 
 void ServiceState::AddWaiter(ConnectionId conn) { ++waiting_of_[conn]; }
+
+void ServiceState::AnswerBarrier(const Barrier& b, const Status& st, Outbox& out) {
+  for (const Waiter& w : b.waiters) {
+    if (st.ok()) {
+      ReplyOk(w, out);
+    } else {
+      ReplyError(w, st, out);
+    }
+    DropWaiter(w.conn);
+  }
+}
 
 void ServiceState::DropWaiter(ConnectionId conn) {
   auto it = waiting_of_.find(conn);

@@ -144,6 +144,9 @@ class ServiceState {
   // with every waiter added or answered (bounded per process).
   void AddWaiter(ConnectionId conn);
   void DropWaiter(ConnectionId conn);
+  // Every waiter of `b` gets `st` (an Ok reply when it is OK) and stops
+  // counting against its process's waiting limit.
+  void AnswerBarrier(const Barrier& b, const Status& st, Outbox& out);
   size_t WaitingOf(ConnectionId conn) const;
   // RESOURCE_EXHAUSTED naming `what` when conn's process is at its cap.
   Status CheckWaitingOf(ConnectionId conn, const std::string& what) const;

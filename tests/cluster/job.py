@@ -15,10 +15,11 @@ import numpy as np
 
 from cluster.hosts import Cluster, Host, wait_all
 
+from job import WaitsForEvents
 from proc import child_env
 
 
-class ClusterJob:
+class ClusterJob(WaitsForEvents):
 
   def __init__(self, cluster: Cluster, hosts: list[Host], argv: list[str], out_dir, *, port: int = 29500,
                coordinator: Host | None = None, devices: int = 1, heartbeat: float = 3.0, hostnames=None,
@@ -72,17 +73,6 @@ class ClusterJob:
 
   def event(self, rank: int, name: str) -> dict | None:
     return next((r for r in self.results(rank) if r.get("event") == name), None)
-
-  def wait_event(self, name: str, ranks=None, timeout: float = 60) -> None:
-    ranks = range(len(self.procs)) if ranks is None else ranks
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-      if all(self.event(r, name) for r in ranks):
-        return
-      if any(self.procs[r].poll() is not None and not self.event(r, name) for r in ranks):
-        break
-      time.sleep(0.05)
-    raise AssertionError(f"event {name!r} not seen on ranks {list(ranks)}\n{self.all_output()}")
 
   def wait(self, timeout: float) -> list[float | None]:
     """Exit times (monotonic); AssertionError naming the ranks still running."""
