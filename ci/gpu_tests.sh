@@ -237,7 +237,8 @@ always python3 - "$cuda" <<'PY'
 import subprocess, sys
 want = "0.10.2" if sys.version_info < (3, 12) else "0.11.2"
 name = f"jax-cuda{sys.argv[1]}-pjrt"
-out = subprocess.run([sys.executable, "-m", "pip", "index", "versions", name], capture_output=True, text=True)
+out = subprocess.run([sys.executable, "-m", "pip", "index", "versions", name], capture_output=True, text=True,
+                     timeout=300)
 if out.returncode != 0 or want not in out.stdout:
   sys.exit(f"{name} {want} is not on the package index: " + (out.stdout + out.stderr)[-500:])
 print(f"{name} {want}: available")

@@ -17,8 +17,11 @@ table lookup of half the devices, no fences. Invariants:
     python fuzz/hlo_rewrite_fuzzer.py -dict=fuzz/hlo_rewrite.dict \
         -max_total_time=45 fuzz/corpus/hlo_rewrite_fuzzer
 """
+import atexit
 import os
 import re
+import select
+import signal
 import struct
 import subprocess
 import sys
@@ -70,8 +73,22 @@ class _ParseChecker:
             "    ok = b'0'\n"
             "  w.write(ok); w.flush()\n")
 
+  # Per input: jaxlib parses a module of this size in milliseconds; a
+  # child that takes longer is stuck, and the input counts as rejected.
+  _DEADLINE_S = 60
+
   def __init__(self):
     self.proc = None
+    atexit.register(self.close)
+
+  def close(self) -> None:
+    """Ends the child and its process group (it has its own session)."""
+    if self.proc is not None and self.proc.poll() is None:
+      try:
+        os.killpg(self.proc.pid, signal.SIGKILL)
+      except ProcessLookupError:
+        pass
+      self.proc.wait()
 
   def __call__(self, text: str) -> bool:
     if self.proc is None or self.proc.poll() is not None:
@@ -81,11 +98,12 @@ class _ParseChecker:
     try:
       self.proc.stdin.write(struct.pack("<I", len(data)) + data)
       self.proc.stdin.flush()
-      answer = self.proc.stdout.read(1)
+      ready, _, _ = select.select([self.proc.stdout], [], [], self._DEADLINE_S)
+      answer = self.proc.stdout.read(1) if ready else b""
     except BrokenPipeError:
       answer = b""
-    if answer != b"1" and self.proc.poll() is None and answer == b"":
-      self.proc.kill()
+    if answer == b"":
+      self.close()  # died or stuck: the next input gets a fresh child
     return answer == b"1"
 
 
