@@ -40,6 +40,15 @@ def reports(job, rank):
   return [(t, line) for t, line, _ in list(job.lines[rank]) if "myplugin: straggler report #" in line]
 
 
+def first_report_on_time(job, out):
+  """Process 0's reports, the first of them within the bound of its wait."""
+  waiting = line_time(job, 0, '"event": "waiting"')
+  first = reports(job, 0)
+  assert waiting is not None and first, out
+  assert first[0][0] - waiting <= STRAGGLER_S + SLACK_S, (first[0][0] - waiting, out)
+  return first
+
+
 def check_sum(job, n):
   for rank in range(n):
     done = job.event(rank, "done")
@@ -57,11 +66,8 @@ def test_report_names_the_laggard_with_its_stack(tmp_path, mode, marker, frame):
     out = job.all_output()
     assert codes == {0: 0, 1: 0}, out
     check_sum(job, 2)
-    waiting = line_time(job, 0, '"event": "waiting"')
-    first = reports(job, 0)
-    assert waiting is not None and first, out
+    first = first_report_on_time(job, out)
     assert first[0][1].endswith("straggler report #1"), out
-    assert first[0][0] - waiting <= STRAGGLER_S + SLACK_S, (first[0][0] - waiting, out)
     text = job.output(0)
     # The call, named with the jitted function it belongs to (jax's own name for the program).
     function = job.event(1, "warm")["function"]
@@ -92,10 +98,7 @@ def test_report_says_the_laggard_is_inside_a_compile(tmp_path):
     out = job.all_output()
     assert codes == {0: 0, 1: 0}, out
     check_sum(job, 2)
-    waiting = line_time(job, 0, '"event": "waiting"')
-    first = reports(job, 0)
-    assert waiting is not None and first, out
-    assert first[0][0] - waiting <= STRAGGLER_S + SLACK_S, (first[0][0] - waiting, out)
+    first_report_on_time(job, out)
     text = job.output(0)
     function = job.event(0, "warm")["function"]
     assert f"all-reduce sum f32[4] (call #1) on processes [0, 1] in {function} has waited" in text, out
@@ -119,10 +122,7 @@ def test_report_covers_a_barrier_of_some_processes(tmp_path):
     codes = job.wait(timeout=90)
     out = job.all_output()
     assert codes == {0: 0, 1: 0, 2: 0}, out
-    waiting = line_time(job, 0, '"event": "waiting"')
-    first = reports(job, 0)
-    assert waiting is not None and first, out
-    assert first[0][0] - waiting <= STRAGGLER_S + SLACK_S, (first[0][0] - waiting, out)
+    first_report_on_time(job, out)
     text = job.output(0)
     assert "barrier 'jax/pair' of processes [0, 2] has waited" in text, out
     assert "arrived: processes [0]; not arrived: processes [2]" in text, out

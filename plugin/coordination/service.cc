@@ -45,6 +45,12 @@ struct CoordinationService::Connection {
   std::thread reader;
   std::thread writer;
   std::atomic<bool> finished{false};
+
+  // Nothing more is sent (the writer ends) and the reader wakes.
+  void Close() {
+    queue.Abort();
+    socket.ShutdownBoth();
+  }
 };
 
 struct CoordinationService::Loop {
@@ -144,8 +150,7 @@ void CoordinationService::Stop() {
     for (auto& [id, c] : conns) wait_until([&c = c] { return c->finished.load(); });
   }
   for (auto& [id, c] : conns) {
-    c->queue.Abort();
-    c->socket.ShutdownBoth();
+    c->Close();
   }
   for (auto& [id, c] : conns) {
     if (c->reader.joinable()) c->reader.join();
@@ -173,8 +178,7 @@ Status CoordinationService::Restart(const std::string& token, int num_processes)
   }
   // Their readers then report to the new state, which does not know them.
   for (auto& c : earlier) {
-    c->queue.Abort();
-    c->socket.ShutdownBoth();
+    c->Close();
   }
   return OkStatus();
 }
@@ -218,8 +222,7 @@ void CoordinationService::Reap() {
     // Its reader is done, so nobody reads the peer's side any more: what is
     // still queued cannot matter, and the writer must not wait for more
     // (a reader that ends while the service stops leaves the queue open).
-    c->queue.Abort();
-    c->socket.ShutdownBoth();
+    c->Close();
     if (c->reader.joinable()) c->reader.join();
     if (c->writer.joinable()) c->writer.join();
     --open_;
@@ -368,18 +371,20 @@ void CoordinationService::ServeMember(const std::shared_ptr<Connection>& conn) {
     // Out of threads (a pids limit): this member is dropped (and so
     // failed), the service goes on with the ones it has.
     accept_errors_.Log("cannot serve process connection from " + conn->peer + ": no thread (" + e.what() + ")");
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      Outbox out;
-      state_.OnDisconnect(conn->id, Status(Code::kUnavailable, std::string("no thread to serve it (") + e.what() + ")"),
-                          out);
-      Deliver(out);
-    }
-    conn->queue.Abort();
-    conn->socket.ShutdownBoth();
+    Disconnect(conn, Status(Code::kUnavailable, std::string("no thread to serve it (") + e.what() + ")"));
     conn->finished = true;
     ++finished_;
   }
+}
+
+void CoordinationService::Disconnect(const std::shared_ptr<Connection>& conn, const Status& why) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    Outbox out;
+    state_.OnDisconnect(conn->id, why, out);
+    Deliver(out);
+  }
+  conn->Close();
 }
 
 void CoordinationService::ReadLoop(const std::shared_ptr<Connection>& conn) {
@@ -395,15 +400,8 @@ void CoordinationService::ReadLoop(const std::shared_ptr<Connection>& conn) {
     st = state_.OnFrame(conn->id, frame, out);
     Deliver(out);
   }
-  if (!stopping_) {
-    std::lock_guard<std::mutex> lock(mu_);
-    Outbox out;
-    state_.OnDisconnect(conn->id, st, out);
-    Deliver(out);
-    conn->queue.Abort();
-    conn->socket.ShutdownBoth();
-  }
   // Stopping: Stop closes the connection once its last replies are out.
+  if (!stopping_) Disconnect(conn, st);
   conn->finished = true;
   ++finished_;
 }

@@ -77,6 +77,9 @@ class CoordinationService {
   void Reap();
   void ReadLoop(const std::shared_ptr<Connection>& conn);
   void WriteLoop(const std::shared_ptr<Connection>& conn);
+  // The member on `conn` is gone (`why`): the state hears of it, and the
+  // connection is closed.
+  void Disconnect(const std::shared_ptr<Connection>& conn, const Status& why);
   // mu_ held: hands the state's frames to the connections' queues.
   void Deliver(Outbox& out);
 
