@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
   previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
   deadline = time.monotonic() + args.timeout if args.timeout else None
   num_processes = args.num_processes
-  previous_culprit = None
+  failed_before_joining = None  # the rank that did, in the attempt before
   try:
     for attempt in range(args.max_restarts + 1):
       # jax's own coordinator (hosted by rank 0 of each attempt) moves to a
@@ -148,23 +148,26 @@ def main(argv: list[str] | None = None) -> int:
       env = dict(base_env, MYPLUGIN_RESTART_COUNT=str(attempt), MYPLUGIN_NUM_PROCESSES=str(num_processes),
                  MYPLUGIN_JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{_free_port()}")
       result = _run_attempt(command, env, num_processes, service, deadline, interrupted, args.timeout)
-      if result.status or result.culprit is None or attempt == args.max_restarts:
-        return result.status if result.status else (failure_exit_code(result.culprit) if result.culprit is not None else 0)
-      # A rank that fails again before it even joined the job (its host is
-      # gone, its device broken) is left out of the next attempt, while
+      if result.status:
+        return result.status
+      if result.culprit is None:
+        return 0
+      if attempt == args.max_restarts:
+        return failure_exit_code(result.culprit)
+      # A rank that fails twice in a row before it joined the job (its host
+      # is gone, its device broken) is left out of the next attempt, while
       # --min-processes allows it.
-      drop = (result.culprit == previous_culprit and not result.culprit_joined and num_processes > args.min_processes)
-      previous_culprit = result.culprit
+      unjoined = None if result.culprit_joined else result.culprit
+      drop = unjoined is not None and unjoined == failed_before_joining and num_processes > args.min_processes
+      failed_before_joining = None if drop else unjoined
       if drop:
         num_processes -= 1
-        previous_culprit = None
       print(f"myplugin-run: restarting the job (restart {attempt + 1} of {args.max_restarts})"
             + (f" without a rank: rank {result.culprit} failed twice in a row before it joined; "
                f"{num_processes} processes now" if drop else ""), file=sys.stderr)
       token = secrets.token_hex(16)
       service.restart(token, num_processes)
       base_env["MYPLUGIN_COORDINATOR_TOKEN"] = token
-    return 0
   finally:
     service.stop()
     for s, h in previous.items():

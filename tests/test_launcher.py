@@ -96,10 +96,14 @@ attempt = int(os.environ["MYPLUGIN_RESTART_COUNT"])
 n, me = int(os.environ["MYPLUGIN_NUM_PROCESSES"]), int(os.environ["MYPLUGIN_PROCESS_ID"])
 if n == 3 and me == 2 and "--broken-host" in sys.argv:
   sys.exit(5)  # before it joins: its host is gone
+if attempt == 1 and me == 2 and "--fail-late-then-early" in sys.argv:
+  sys.exit(5)  # before it joins, but it had joined the attempt before
 import jax, numpy as np
 x = jax.pmap(lambda v: jax.lax.psum(v, "i"), axis_name="i")(np.ones(jax.local_device_count(), np.float32))
 if attempt == 0 and me == 1 and "--fail-first" in sys.argv:
   os._exit(3)
+if attempt == 0 and me == 2 and "--fail-late-then-early" in sys.argv:
+  os._exit(3)  # after it joined
 print("attempt", attempt, "of", jax.process_count(), "psum", float(x[0]), flush=True)
 """
 
@@ -132,6 +136,18 @@ def test_a_rank_that_keeps_failing_before_it_joins_is_left_out():
   assert "rank 2 failed twice in a row before it joined; 2 processes now" in r.stderr, r.output
   for rank in range(2):
     assert f"[{rank}] attempt 2 of 2 psum 2.0" in r.stdout, r.output
+
+
+def test_a_rank_that_had_joined_before_is_not_left_out():
+  # Rank 2 fails after joining in attempt 0 and before joining in attempt 1:
+  # not twice in a row before joining, so attempt 2 still runs 3 processes.
+  r = run_python(LAUNCHER + ["-n", "3", "--max-restarts", "2", "--min-processes", "2", "--", sys.executable, "-c",
+                             RESTARTED, "--fail-late-then-early"], child_env(), timeout=240)
+  assert r.returncode == 0, r.output
+  assert r.stderr.count("myplugin-run: rank 2 failed first") == 2, r.output
+  assert "processes now" not in r.stderr, r.output
+  for rank in range(3):
+    assert f"[{rank}] attempt 2 of 3 psum 3.0" in r.stdout, r.output
 
 
 def test_restart_usage_errors():
