@@ -81,7 +81,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     uint32_t rid;
     const uint8_t t = static_cast<uint8_t>(payload[0]);
     const bool known = t >= static_cast<uint8_t>(coord::MessageType::kHello) &&
-                       t <= static_cast<uint8_t>(coord::MessageType::kPeerShutdown);
+                       t <= static_cast<uint8_t>(coord::kLastMessageType);
     const bool peeked = msg::PeekType(payload, &type, &rid).ok();
     Require(peeked == known, "a header of five bytes parsed exactly when its type is known: not so");
     if (peeked) {

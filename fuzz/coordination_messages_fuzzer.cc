@@ -61,6 +61,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Try<msg::Failure>(payload);
   Try<msg::ReportError>(payload);
   Try<msg::PeerShutdown>(payload);
+  Try<msg::Agree>(payload);
+  Try<msg::Membership>(payload);
   // The dispatcher agrees with the decoder its header names.
   coord::MessageType type;
   uint32_t rid;

@@ -7,6 +7,13 @@ registered and the global topology is agreed. From then on the service
 watches every process: if one dies, exits without shutting down, or stops
 responding, every other process is told which one and why, and exits
 (fate-sharing) unless ``fate_sharing=False``.
+
+With ``fate_sharing=False`` a job may go on through failures (in-place
+recovery, README "In-place recovery"): every pending and later collective,
+barrier and key-value call of the survivors raises an error naming the
+failed process; the survivors then call :func:`recover`, which agrees on
+the new membership through the service (:func:`agree_membership`) and
+rebuilds the backend over the members' devices.
 """
 
 from __future__ import annotations
@@ -16,6 +23,8 @@ import ipaddress
 import os
 import sys
 import socket
+
+from typing import NamedTuple
 
 from jax_plugin import _myplugin, cluster
 
@@ -436,3 +445,59 @@ def barrier(name: str, timeout: float = 60) -> None:
 def failure() -> str | None:
   """Why the job failed, once it has."""
   return _myplugin.failure()
+
+
+class Membership(NamedTuple):
+  """A membership agreement's verdict, the same on every member."""
+  epoch: int          # changes with every change of the members
+  members: list[int]  # the members' ids as they started (the launcher's ranks), ascending
+  process_id: int     # this process's index in `members`: its jax.process_index() from now on
+  num_processes: int  # len(members): jax.process_count() from now on
+  changed: bool       # the epoch moved: the backend must be rebuilt (recover does it)
+
+
+def agree_membership(timeout: float = DEFAULTS["agreement_timeout"]) -> Membership:
+  """Every live member calls it at the same point of its program (after an
+  error that names a failed process, or at a step boundary to let a
+  restarted process back in); all get the same verdict, or all get an
+  error (a member that does not ask within `timeout` seconds of the first
+  one, a failure of the agreement itself). A process the launcher started
+  again joins in its own initialize, answered by the same verdict."""
+  before = _myplugin.epoch()
+  _myplugin.distributed_agree(float(timeout))
+  return _membership(changed=_myplugin.epoch() != before)
+
+
+def membership() -> Membership:
+  """The current members, as the last verdict (or the start) made them."""
+  return _membership(changed=False)
+
+
+def _membership(changed: bool) -> Membership:
+  return Membership(epoch=_myplugin.epoch(), members=list(_myplugin.member_ids()),
+                    process_id=_myplugin.process_id(), num_processes=_myplugin.num_processes(), changed=changed)
+
+
+def recover(timeout: float = DEFAULTS["agreement_timeout"]) -> Membership:
+  """agree_membership, then, if the members changed, the backend rebuilt
+  over theirs devices: jax's backends and caches are cleared (every array
+  of the old backend is gone: restore from your own checkpoint), and the
+  next computation creates our client for the new membership, with new
+  communicators. Process ids are the members' indices (dense, as jax wants
+  them); the original ids stay in ``members``."""
+  verdict = agree_membership(timeout)
+  if verdict.changed:
+    rebuild_backend()
+  return verdict
+
+
+def rebuild_backend() -> None:
+  """Drops jax's backends and compiled code, so the next computation
+  creates them again over the current membership."""
+  from jax_plugin import jax_client
+  jax = sys.modules.get("jax")
+  if jax is not None:
+    import jax.extend.backend
+    jax.clear_caches()
+    jax.extend.backend.clear_backends()
+  jax_client.sync()  # jax.process_index()/process_count() from the new membership

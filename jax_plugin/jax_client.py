@@ -231,7 +231,8 @@ def install(process_id: int, num_processes: int, coordinator_address: str | None
     hide_during_backend_init()
     if _in_backend_init or (state.client is not None and not is_ours(state.client)):
       return
-    if is_ours(state.client) and state.client._process_id == process_id:
+    if (is_ours(state.client) and state.client._process_id == process_id and
+        state.client._num_processes == num_processes):
       return
     state.client = Client(process_id, num_processes)
     state.process_id = process_id

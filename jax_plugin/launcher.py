@@ -1,7 +1,7 @@
 """myplugin-run: start a multi-process job on this host.
 
   myplugin-run -n 4 [--devices-per-process 2] [--timeout S] [--max-restarts K [--min-processes M]]
-               -- python train.py args
+               [--recover R] -- python train.py args
 
 It hosts the coordination service itself, starts the processes with the
 MYPLUGIN_* variables set (JAX_PLATFORMS=myplugin unless set), prefixes each
@@ -18,6 +18,14 @@ which attempt it is (0 first). The service lives on across attempts with a
 new token each time, so a process left over from an earlier attempt is
 refused with an error that says so. A rank that fails twice in a row before
 it joins the job is left out of the next attempt, down to --min-processes.
+
+With --recover R (in-place recovery: the program initializes with
+fate_sharing=False and calls jax_plugin.distributed.recover) a failed rank
+ends alone: the others go on, and the launcher starts that rank again with
+the same rank id (up to R times in all), with MYPLUGIN_REJOIN=1; it joins
+the job at the survivors' next membership agreement. A failure that the
+job cannot recover from (the agreement failed) ends every rank as above.
+The job's exit code is 0 when every rank's last process exited 0.
 """
 
 from __future__ import annotations
@@ -88,6 +96,9 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument("--min-processes", type=int, default=None,
                       help="a rank that fails twice in a row before joining the job is left out of the next "
                            "attempt, down to this many processes (default: -n, never shrink)")
+  parser.add_argument("--recover", type=int, default=None, metavar="R",
+                      help="in-place recovery: a failed rank is started again alone (same rank id, "
+                           "MYPLUGIN_REJOIN=1), up to R times in all, while the others go on")
   parser.add_argument("command", nargs=argparse.REMAINDER)
   args = parser.parse_args(argv)
   command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -99,6 +110,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.error("--devices-per-process must be at least 1")
   if args.max_restarts < 0:
     parser.error("--max-restarts must be at least 0")
+  if args.recover is not None and (args.recover < 0 or args.max_restarts):
+    parser.error("--recover takes a number of restarts of single ranks (at least 0) and excludes --max-restarts")
   if args.min_processes is None:
     args.min_processes = args.num_processes
   if not 1 <= args.min_processes <= args.num_processes:
@@ -142,6 +155,10 @@ def main(argv: list[str] | None = None) -> int:
   num_processes = args.num_processes
   failed_before_joining = None  # the rank that did, in the attempt before
   try:
+    if args.recover is not None:
+      env = dict(base_env, MYPLUGIN_RESTART_COUNT="0", MYPLUGIN_JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{_free_port()}")
+      return _run_recovering(command, env, num_processes, service, deadline, interrupted, args.timeout,
+                             args.recover)
     for attempt in range(args.max_restarts + 1):
       # jax's own coordinator (hosted by rank 0 of each attempt) moves to a
       # fresh port: the one before may still be held by a dying process.
@@ -183,18 +200,73 @@ class _Attempt:
     self.culprit_joined = culprit_joined
 
 
+def _start_rank(command, env, rank, lock, pumps) -> subprocess.Popen:
+  p = subprocess.Popen(command, env=dict(env, MYPLUGIN_PROCESS_ID=str(rank)), stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, start_new_session=True)
+  for stream, out in ((p.stdout, sys.stdout), (p.stderr, sys.stderr)):
+    t = threading.Thread(target=_pump, args=(stream, out, f"[{rank}] ", lock), daemon=True)
+    t.start()
+    pumps.append(t)
+  return p
+
+
+# A rank's connection must be seen closed by the service before the rank's
+# new process claims its id: a moment after its exit.
+RESPAWN_DELAY_S = 0.5
+
+
+def _run_recovering(command, env, num_processes, service, deadline, interrupted, timeout, respawns) -> int:
+  """--recover: ranks fail alone; each failed one starts again while respawns last."""
+  lock = threading.Lock()
+  pumps = []
+  procs = [_start_rank(command, env, rank, lock, pumps) for rank in range(num_processes)]
+  status = None
+  try:
+    while status is None:
+      codes = [p.poll() for p in procs]
+      if all(c is not None for c in codes):
+        failed = [r for r, c in enumerate(codes) if c != 0]
+        if failed:
+          print(f"myplugin-run: ranks {failed} ended with an error", file=sys.stderr)
+        status = 1 if failed else 0
+        break
+      if interrupted:
+        print("myplugin-run: interrupted; ending all processes", file=sys.stderr)
+        status = EXIT_INTERRUPTED
+        break
+      if deadline is not None and time.monotonic() > deadline:
+        running = [r for r, c in enumerate(codes) if c is None]
+        print(f"myplugin-run: the job did not finish within {timeout:g} s; ending ranks {running}", file=sys.stderr)
+        status = EXIT_TIMEOUT
+        break
+      if service.failure() is not None and not service.recoverable():
+        culprit = service.failed_process()
+        print(f"myplugin-run: the job cannot recover ({service.failure()}); all ranks were ended", file=sys.stderr)
+        status = failure_exit_code(culprit if culprit is not None else 0)
+        break
+      for rank, code in enumerate(codes):
+        if code in (None, 0) or respawns == 0:
+          continue
+        respawns -= 1
+        print(f"myplugin-run: rank {rank} failed {_describe(code)}; starting it again to rejoin the job "
+              f"({respawns} restarts left)", file=sys.stderr)
+        time.sleep(RESPAWN_DELAY_S)
+        procs[rank] = _start_rank(command, dict(env, MYPLUGIN_REJOIN="1"), rank, lock, pumps)
+      time.sleep(0.02)
+  finally:
+    _kill_all(procs)
+    for p in procs:
+      p.wait()
+    for t in pumps:
+      t.join(timeout=5)
+  return status
+
+
 def _run_attempt(command, env, num_processes, service, deadline, interrupted, timeout) -> _Attempt:
   from jax_plugin import _myplugin
   lock = threading.Lock()
-  procs, pumps = [], []
-  for rank in range(num_processes):
-    p = subprocess.Popen(command, env=dict(env, MYPLUGIN_PROCESS_ID=str(rank)), stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, start_new_session=True)
-    procs.append(p)
-    for stream, out in ((p.stdout, sys.stdout), (p.stderr, sys.stderr)):
-      t = threading.Thread(target=_pump, args=(stream, out, f"[{rank}] ", lock), daemon=True)
-      t.start()
-      pumps.append(t)
+  pumps = []
+  procs = [_start_rank(command, env, rank, lock, pumps) for rank in range(num_processes)]
 
   first_exit = None  # (rank, code) of the first process seen to end with an error
   failure_seen_at = None

@@ -148,6 +148,8 @@ def test_defaults_are_defined_once():
   assert params["heartbeat_timeout_seconds"].default == d["heartbeat_timeout"]
   assert params["initialization_timeout"].default == d["initialization_timeout"]
   assert distributed.seconds_setting("MYPLUGIN_NO_SUCH_VARIABLE", "shutdown_timeout") == d["shutdown_timeout"]
+  assert inspect.signature(distributed.recover).parameters["timeout"].default == d["agreement_timeout"]
+  assert inspect.signature(distributed.agree_membership).parameters["timeout"].default == d["agreement_timeout"]
 
   readme = open(os.path.join(os.path.dirname(__file__), "..", "README.md")).read()
   rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]

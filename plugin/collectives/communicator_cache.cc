@@ -87,9 +87,13 @@ StatusOr<std::shared_ptr<Communicator>> CommunicatorCache::ForClique(std::vector
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (client_seen_ != client.get()) {  // a new job (initialize after shutdown): old communicators are dead
+    // A new job (initialize after shutdown) or a new membership (an
+    // agreement after a failure): the old communicators are dead.
+    const uint64_t epoch = runtime.epoch();
+    if (client_seen_ != client.get() || epoch_seen_ != epoch) {
       communicators_.Clear();
       client_seen_ = client.get();
+      epoch_seen_ = epoch;
     }
   }
   return communicators_.Get({clique, devices}, [&] { return Make(clique, devices, client); });
@@ -136,7 +140,8 @@ StatusOr<std::shared_ptr<Communicator>> CommunicatorCache::Make(
                              "advertised address or interface setting differs between them)");
     }
   }
-  std::string prefix = "myplugin/gloo/";
+  // The epoch keeps a new membership's rendezvous apart from the old one's.
+  std::string prefix = "myplugin/gloo/" + std::to_string(runtime.epoch()) + "/";
   for (int p : clique) prefix += std::to_string(p) + ",";
   prefix += "/";
   for (int d : devices) prefix += std::to_string(d) + ",";

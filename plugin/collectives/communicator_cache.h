@@ -48,6 +48,7 @@ class CommunicatorCache {
   MadeOnce<std::pair<std::vector<int>, std::vector<int>>, Communicator> communicators_;
   std::mutex mu_;
   const void* client_seen_ = nullptr;  // under mu_: the coordination client the cache belongs to
+  uint64_t epoch_seen_ = 0;            // under mu_: and the membership epoch
 };
 
 }  // namespace myplugin::collectives

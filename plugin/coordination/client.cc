@@ -133,11 +133,11 @@ Status CoordinationClient::Hello() {
 }
 
 StatusOr<std::string> CoordinationClient::Call(const std::string& what, std::string frame, uint32_t request_id,
-                                               double timeout_s) {
+                                               double timeout_s, bool during_failure) {
   Pending pending;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (failure_) return *failure_;
+    if (failure_ && !during_failure) return *failure_;
     if (shut_down_) return FailedPrecondition("the coordination client has shut down");
     pending_[request_id] = &pending;
   }
@@ -153,7 +153,9 @@ StatusOr<std::string> CoordinationClient::Call(const std::string& what, std::str
                                           sent.message());
   }
   auto deadline = Clock::now() + Millis(timeout_s + kReplyGraceSeconds);
-  cv_.wait_until(lock, deadline, [&] { return pending.done || failure_ || stopping_ || connection_lost_; });
+  cv_.wait_until(lock, deadline, [&] {
+    return pending.done || (failure_ && !during_failure) || stopping_ || connection_lost_;
+  });
   pending_.erase(request_id);
   if (pending.done) {
     if (!pending.status.ok()) return pending.status;
@@ -163,23 +165,45 @@ StatusOr<std::string> CoordinationClient::Call(const std::string& what, std::str
     return Status(Code::kUnavailable, "lost the connection to the myplugin coordinator at " + options_.address +
                                           " during " + what);
   }
-  if (failure_) return Status(failure_->code(), what + " was interrupted: " + failure_->message());
+  if (failure_ && !during_failure) return Status(failure_->code(), what + " was interrupted: " + failure_->message());
   if (stopping_) return FailedPrecondition("the coordination client is closing");
   return Status(Code::kDeadlineExceeded,
                 "the myplugin coordinator at " + options_.address + " did not answer within " +
                     std::to_string(static_cast<int>(timeout_s + kReplyGraceSeconds)) + " s");
 }
 
-StatusOr<std::vector<RegisteredProcess>> CoordinationClient::Register(const std::string& local_topology) {
+StatusOr<msg::Membership> CoordinationClient::Register(const std::string& local_topology) {
   msg::Register m;
   m.request_id = NextRequestId();
   m.num_processes = static_cast<uint32_t>(options_.num_processes);
   m.incarnation = incarnation_;
   m.topology = local_topology;
-  StatusOr<msg::Topology> t =
-      Reply<msg::Topology>(Call("registration", m.Encode(), m.request_id, options_.initialization_timeout_s));
+  StatusOr<std::string> reply = Call("registration", m.Encode(), m.request_id, options_.initialization_timeout_s);
+  MessageType type;
+  uint32_t rid;
+  if (reply.ok() && msg::PeekType(reply.value(), &type, &rid).ok() && type == MessageType::kMembership) {
+    return Reply<msg::Membership>(reply);  // a restarted process, let in by an agreement
+  }
+  StatusOr<msg::Topology> t = Reply<msg::Topology>(reply);
   if (!t.ok()) return t.status();
-  return std::move(t.value().processes);
+  msg::Membership all;
+  for (size_t i = 0; i < t.value().processes.size(); ++i) {
+    all.members.push_back({static_cast<uint32_t>(i), std::move(t.value().processes[i].topology)});
+  }
+  return all;
+}
+
+StatusOr<msg::Membership> CoordinationClient::Agree(double timeout_s) {
+  msg::Agree m;
+  m.request_id = NextRequestId();
+  m.timeout_ms = WireMillis(timeout_s);
+  return Reply<msg::Membership>(
+      Call("the membership agreement", m.Encode(), m.request_id, timeout_s, /*during_failure=*/true));
+}
+
+uint64_t CoordinationClient::epoch() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return epoch_;
 }
 
 Status CoordinationClient::KeyValueSet(const std::string& key, const std::string& value) {
@@ -368,6 +392,15 @@ void CoordinationClient::ReaderLoop() {
       continue;
     }
     std::lock_guard<std::mutex> lock(mu_);
+    if (type == MessageType::kMembership) {
+      // Ended here, in the order frames arrive: a failure of the new epoch
+      // that follows the verdict must not be cleared by it.
+      StatusOr<msg::Membership> verdict = msg::Membership::Decode(frame);
+      if (verdict.ok()) {
+        failure_.reset();
+        epoch_ = verdict.value().epoch;
+      }
+    }
     auto it = pending_.find(rid);
     if (it != pending_.end()) {
       it->second->done = true;
@@ -380,9 +413,10 @@ void CoordinationClient::ReaderLoop() {
 void CoordinationClient::HeartbeatLoop() {
   const std::string beat = msg::Heartbeat().Encode();
   std::unique_lock<std::mutex> lock(mu_);
-  while (!stopping_ && !shut_down_ && !failure_ && !connection_lost_) {
+  // It goes on after a peer's failure: the survivors may agree to go on.
+  while (!stopping_ && !shut_down_ && !connection_lost_) {
     cv_.wait_for(lock, Millis(heartbeat_interval_s_));
-    if (stopping_ || shut_down_ || failure_ || connection_lost_) break;
+    if (stopping_ || shut_down_ || connection_lost_) break;
     double silent = std::chrono::duration<double>(Clock::now() - last_heard_).count();
     if (silent > heartbeat_timeout_s_) {
       lock.unlock();

@@ -6,7 +6,8 @@
 // coordinator is gone), every pending and later call returns that error,
 // the failure callbacks run (the collectives layer aborts its operations
 // there), and, with fate-sharing on, the process exits shortly after with
-// an error line that names the failed process.
+// an error line that names the failed process. With it off, the survivors
+// may agree on a new membership (Agree), which ends the failure for them.
 #pragma once
 
 #include <atomic>
@@ -58,9 +59,16 @@ class CoordinationClient {
   int num_processes() const { return options_.num_processes; }
   uint64_t incarnation() const { return incarnation_; }
 
-  // Publishes this process's topology; returns every process's, in process
-  // order, once all have registered.
-  StatusOr<std::vector<RegisteredProcess>> Register(const std::string& local_topology);
+  // Publishes this process's topology; returns the members' (every
+  // process's, at epoch 0) once all have registered. A process that comes
+  // back after a failure is answered at the survivors' next agreement.
+  StatusOr<msg::Membership> Register(const std::string& local_topology);
+  // The membership agreement: every live member calls it; all hear the same
+  // verdict (the live members and the epoch, which changes with them), or
+  // the same error. A verdict ends the job's failure for this process.
+  StatusOr<msg::Membership> Agree(double timeout_s);
+  // The epoch of the last verdict this process heard (0 at the start).
+  uint64_t epoch();
 
   Status KeyValueSet(const std::string& key, const std::string& value);
   StatusOr<std::string> KeyValueGet(const std::string& key, double timeout_s);
@@ -104,7 +112,10 @@ class CoordinationClient {
   Status Hello();
   // `what` names the call in errors: a failure that interrupts it says what
   // this process was waiting for.
-  StatusOr<std::string> Call(const std::string& what, std::string frame, uint32_t request_id, double timeout_s);
+  // `during_failure`: the call is one that leads out of a failure (the
+  // agreement), so a failure neither refuses nor interrupts it.
+  StatusOr<std::string> Call(const std::string& what, std::string frame, uint32_t request_id, double timeout_s,
+                             bool during_failure = false);
   uint32_t NextRequestId() { return next_request_id_++; }
   void ReaderLoop();
   void HeartbeatLoop();
@@ -124,6 +135,7 @@ class CoordinationClient {
   std::condition_variable cv_;
   std::map<uint32_t, Pending*> pending_;
   std::optional<Status> failure_;
+  uint64_t epoch_ = 0;
   bool shut_down_ = false;
   bool stopping_ = false;
   // Once this process asked to shut down, the coordinator closing the

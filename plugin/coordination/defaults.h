@@ -12,5 +12,8 @@ inline constexpr double kDefaultHeartbeatTimeoutSeconds = 100;
 inline constexpr double kDefaultInitializationTimeoutSeconds = 300;
 // The shutdown barrier's bound (MYPLUGIN_SHUTDOWN_TIMEOUT).
 inline constexpr double kDefaultShutdownTimeoutSeconds = 300;
+// How long the survivors of a failure have, from the first that asks, to
+// all ask for the membership agreement (jax_plugin.distributed.recover).
+inline constexpr double kDefaultAgreementTimeoutSeconds = 120;
 
 }  // namespace myplugin::coordination

@@ -129,6 +129,27 @@ Status ReportError::Get(Reader& r) { return r.Bytes(&reason); }
 void PeerShutdown::Put(Writer& w) const { w.U32(process_id); }
 Status PeerShutdown::Get(Reader& r) { return r.U32(&process_id); }
 
+void Agree::Put(Writer& w) const { w.U64(timeout_ms); }
+Status Agree::Get(Reader& r) { return r.U64(&timeout_ms); }
+
+void Membership::Put(Writer& w) const {
+  w.U64(epoch).U32(static_cast<uint32_t>(members.size()));
+  for (const Member& m : members) w.U32(m.process_id).Bytes(m.topology);
+}
+Status Membership::Get(Reader& r) {
+  uint32_t n;
+  MYPLUGIN_RETURN_IF_ERROR(r.U64(&epoch));
+  MYPLUGIN_RETURN_IF_ERROR(r.U32(&n));
+  members.clear();
+  for (uint32_t i = 0; i < n; ++i) {
+    Member m;
+    MYPLUGIN_RETURN_IF_ERROR(r.U32(&m.process_id));
+    MYPLUGIN_RETURN_IF_ERROR(r.Bytes(&m.topology));
+    members.push_back(std::move(m));
+  }
+  return OkStatus();
+}
+
 namespace {
 template <typename M>
 StatusOr<std::string> Reencode(const std::string& payload) {
@@ -162,6 +183,8 @@ StatusOr<std::string> DecodeAndEncodeAny(const std::string& payload) {
     case MessageType::kFailure: return Reencode<Failure>(payload);
     case MessageType::kReportError: return Reencode<ReportError>(payload);
     case MessageType::kPeerShutdown: return Reencode<PeerShutdown>(payload);
+    case MessageType::kAgree: return Reencode<Agree>(payload);
+    case MessageType::kMembership: return Reencode<Membership>(payload);
   }
   return InvalidArgument("malformed coordination message: unknown type");
 }

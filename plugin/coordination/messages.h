@@ -23,6 +23,13 @@ struct RegisteredProcess {
   std::string topology;
 };
 
+// A live process of the job at some epoch: its coordination id (fixed for
+// the life of the job) and the topology it registered.
+struct Member {
+  uint32_t process_id = 0;
+  std::string topology;
+};
+
 namespace msg {
 
 // The type of a payload, read without decoding the rest.
@@ -180,6 +187,20 @@ struct ReportError : Message<ReportError, MessageType::kReportError> {
 
 struct PeerShutdown : Message<PeerShutdown, MessageType::kPeerShutdown> {
   uint32_t process_id = 0;
+  void Put(Writer& w) const;
+  Status Get(Reader& r);
+};
+
+struct Agree : Message<Agree, MessageType::kAgree> {
+  uint64_t timeout_ms = 0;
+  void Put(Writer& w) const;
+  Status Get(Reader& r);
+};
+
+// The verdict of an agreement: every member hears the same one.
+struct Membership : Message<Membership, MessageType::kMembership> {
+  uint64_t epoch = 0;
+  std::vector<Member> members;  // by process id
   void Put(Writer& w) const;
   Status Get(Reader& r);
 };

@@ -67,20 +67,48 @@ Status DistributedRuntime::Initialize(const RuntimeOptions& options) {
     return Status(Code::kUnavailable, "cannot tell the local address of the connection to the coordinator; name "
                                       "one (or a network interface) for this process's peers");
   }
-  StatusOr<std::vector<RegisteredProcess>> all = client.value()->Register(EncodeProcessInfo(local));
+  StatusOr<msg::Membership> all = client.value()->Register(EncodeProcessInfo(local));
   if (!all.ok()) return all.status();
+  client_ = client.take();
+  Status adopted = Adopt(all.value());
+  if (!adopted.ok()) client_.reset();
+  return adopted;
+}
+
+Status DistributedRuntime::Adopt(const msg::Membership& membership) {
   std::vector<ProcessInfo> processes;
-  for (size_t i = 0; i < all.value().size(); ++i) {
-    StatusOr<ProcessInfo> info = DecodeProcessInfo(all.value()[i].topology);
+  std::vector<int> ids;
+  int index = -1;
+  for (const Member& m : membership.members) {
+    StatusOr<ProcessInfo> info = DecodeProcessInfo(m.topology);
     if (!info.ok()) {
-      return Status(info.status().code(), "process " + std::to_string(i) + " published a bad topology: " +
+      return Status(info.status().code(), "process " + std::to_string(m.process_id) + " published a bad topology: " +
                                               info.status().message());
     }
+    if (static_cast<int>(m.process_id) == client_->process_id()) index = static_cast<int>(ids.size());
+    ids.push_back(static_cast<int>(m.process_id));
     processes.push_back(info.take());
   }
-  client_ = client.take();
+  if (index < 0) {
+    return Internal("the membership of epoch " + std::to_string(membership.epoch) + " does not include process " +
+                    std::to_string(client_->process_id()));
+  }
   processes_ = std::move(processes);
+  member_ids_ = std::move(ids);
+  index_ = index;
+  epoch_ = membership.epoch;
   return OkStatus();
+}
+
+StatusOr<msg::Membership> DistributedRuntime::Agree(double timeout_s) {
+  std::shared_ptr<CoordinationClient> c = client();
+  if (!c) return FailedPrecondition("myplugin's distributed runtime is not initialized");
+  StatusOr<msg::Membership> verdict = c->Agree(timeout_s);  // without the lock: it blocks
+  if (!verdict.ok()) return verdict.status();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (client_ != c) return FailedPrecondition("myplugin's distributed runtime shut down during the agreement");
+  MYPLUGIN_RETURN_IF_ERROR(Adopt(verdict.value()));
+  return verdict;
 }
 
 Status DistributedRuntime::Shutdown(double timeout_s) {
@@ -89,6 +117,9 @@ Status DistributedRuntime::Shutdown(double timeout_s) {
   Status st = client_->Shutdown(timeout_s);
   client_.reset();
   processes_.clear();
+  member_ids_.clear();
+  index_ = 0;
+  epoch_ = 0;
   return st;
 }
 
@@ -104,12 +135,22 @@ std::shared_ptr<CoordinationClient> DistributedRuntime::client() {
 
 int DistributedRuntime::process_id() {
   std::lock_guard<std::mutex> lock(mu_);
-  return client_ ? client_->process_id() : 0;
+  return client_ ? index_ : 0;
 }
 
 int DistributedRuntime::num_processes() {
   std::lock_guard<std::mutex> lock(mu_);
-  return client_ ? client_->num_processes() : 1;
+  return client_ ? static_cast<int>(member_ids_.size()) : 1;
+}
+
+std::vector<int> DistributedRuntime::member_ids() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return member_ids_;
+}
+
+uint64_t DistributedRuntime::epoch() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return epoch_;
 }
 
 std::vector<ProcessInfo> DistributedRuntime::processes() {

@@ -1,5 +1,11 @@
 // The process's distributed runtime: its coordination client and the global
-// topology agreed at startup. (The service, when this process hosts it, is
+// topology of the current members (all processes at startup; the survivors
+// and the processes let back in after a membership agreement).
+//
+// Process ids: the coordination service knows each process by the id it
+// started with, for the life of the job. Everything above it (the PJRT
+// client, collectives) sees a member's index in the current membership,
+// 0..members-1, as its process id: jax wants them dense. (The service, when this process hosts it, is
 // started separately, before: jax_plugin.distributed owns it.) One
 // per process, shared by the Python module and the PJRT library (both link
 // the same libmyplugin_runtime.so).
@@ -43,18 +49,31 @@ class DistributedRuntime {
   // The shutdown barrier, then the client goes away.
   Status Shutdown(double timeout_s);
 
+  // The membership agreement (CoordinationClient::Agree); on a verdict the
+  // members, ids and topology below are the new ones.
+  StatusOr<msg::Membership> Agree(double timeout_s);
+
   bool initialized();
   // Null when not initialized. Shared, so a call in flight survives Shutdown.
   std::shared_ptr<CoordinationClient> client();
+  // This process's index among the members, and their number.
   int process_id();
   int num_processes();
+  // The members' coordination ids (index = process id above).
+  std::vector<int> member_ids();
+  uint64_t epoch();
   std::vector<ProcessInfo> processes();
 
  private:
   DistributedRuntime() = default;
   std::mutex mu_;
+  // Under mu_: the verdict as the members' ids, topology and this process's index.
+  Status Adopt(const msg::Membership& membership);
   std::shared_ptr<CoordinationClient> client_;
   std::vector<ProcessInfo> processes_;
+  std::vector<int> member_ids_;
+  int index_ = 0;
+  uint64_t epoch_ = 0;
 };
 
 }  // namespace myplugin::coordination

@@ -203,6 +203,16 @@ bool CoordinationService::all_departed() {
   return state_.all_departed();
 }
 
+bool CoordinationService::recoverable() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return state_.recoverable();
+}
+
+uint64_t CoordinationService::epoch() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return state_.epoch();
+}
+
 void CoordinationService::Reap() {
   if (finished_.load() == 0) return;
   std::vector<std::shared_ptr<Connection>> finished;

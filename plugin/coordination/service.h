@@ -54,6 +54,10 @@ class CoordinationService {
   int failed_process();
   // True once every process has completed the shutdown barrier.
   bool all_departed();
+  // The current failure (if any) can still end in a membership agreement,
+  // and the epoch the last agreement reached (ServiceState says more).
+  bool recoverable();
+  uint64_t epoch();
   // Open connections (members and peers still saying Hello), and
   // connections refused for the limit so far.
   int connections() const { return open_.load(); }

@@ -56,13 +56,17 @@ double ServiceState::SendProgressTimeoutSeconds(double heartbeat_timeout_s) {
 
 ServiceState::ServiceState(const ServiceOptions& options) : options_(options) {
   processes_.resize(std::max(options.num_processes, 1));
+  for (int i = 0; i < options.num_processes; ++i) live_.insert(i);
   init_deadline_ = After(options.initialization_timeout_s);
   next_beat_ = Clock::now();
 }
 
 bool ServiceState::all_departed() const {
-  return std::all_of(processes_.begin(), processes_.end(),
-                     [](const Process& p) { return p.state == ProcessState::kDeparted; });
+  // A process left out of the membership by an agreement is not waited for.
+  for (size_t i = 0; i < processes_.size(); ++i) {
+    if (processes_[i].state != ProcessState::kDeparted && live_.count(static_cast<int>(i))) return false;
+  }
+  return !live_.empty();
 }
 
 int ServiceState::ProcessOf(ConnectionId conn) const {
@@ -110,10 +114,13 @@ Status ServiceState::OnHello(ConnectionId conn, const std::string& peer, const s
                                   std::to_string(options_.num_processes) + " processes (ids 0.." +
                                   std::to_string(options_.num_processes - 1) + ")"));
   }
-  if (failure_) return reject(*failure_);
+  if (failure_ && !recoverable()) return reject(*failure_);
   if (members_.count(conn)) return reject(FailedPrecondition("a second hello on one connection"));
   Process& p = processes_[h.process_id];
-  if (p.state != ProcessState::kAbsent) {
+  // A failed process whose connection is gone may come back (the launcher
+  // started it again): it joins at the next agreement.
+  const bool rejoins = recoverable() && p.state == ProcessState::kFailed && p.conn == 0;
+  if (p.state != ProcessState::kAbsent && !rejoins) {
     return reject(Status(Code::kAlreadyExists, "process id " + std::to_string(h.process_id) + " is already taken (by " +
                                                    (p.conn ? p.peer : std::string("a process that left")) +
                                                    "): two processes were given the same id"));
@@ -142,7 +149,15 @@ Status ServiceState::OnFrame(ConnectionId conn, const std::string& payload, Outb
   Process& self = processes_[pid];
   self.last_heartbeat = Clock::now();  // any message proves liveness
   if (type == MessageType::kHeartbeat) return msg::Heartbeat::Decode(payload).status();
-  if (failure_ && type != MessageType::kReportError) {
+  if (self.state == ProcessState::kFailed && registration_complete_ && type != MessageType::kReportError) {
+    ReplyError(Waiter{conn, rid}, FailedPrecondition("process " + std::to_string(pid) +
+                                                     " was declared failed and is no longer a member of the job"), out);
+    return OkStatus();
+  }
+  // After a failure only what leads out of it is served: the agreement, and
+  // a restarted process's registration (it waits for that agreement).
+  const bool recovery = recoverable() && (type == MessageType::kAgree || type == MessageType::kRegister);
+  if (failure_ && type != MessageType::kReportError && !recovery) {
     ReplyError(Waiter{conn, rid}, *failure_, out);
     return OkStatus();
   }
@@ -161,6 +176,8 @@ Status ServiceState::OnFrame(ConnectionId conn, const std::string& payload, Outb
       return HandleShutdown(pid, payload, out);
     case MessageType::kReportError:
       return HandleReportError(pid, payload, out);
+    case MessageType::kAgree:
+      return HandleAgree(pid, payload, out);
     default:
       return InvalidArgument(std::string("unexpected ") + MessageTypeName(type) + " message from process " +
                              std::to_string(pid));
@@ -194,6 +211,10 @@ Status ServiceState::HandleRegister(int pid, const std::string& payload, Outbox&
   self.state = ProcessState::kRegistered;
   self.incarnation = m.value().incarnation;
   self.topology = std::move(m.value().topology);
+  if (registration_complete_) {
+    AddJoiner(pid, w);
+    return OkStatus();
+  }
   registration_waiters_.push_back(w);
   bool all = std::all_of(processes_.begin(), processes_.end(),
                          [](const Process& p) { return p.state == ProcessState::kRegistered; });
@@ -399,10 +420,11 @@ void ServiceState::ArriveAtBarrier(const std::string& name, int pid, const Waite
 
 void ServiceState::CheckBarrier(const std::string& name, Outbox& out) {
   auto it = barriers_.find(name);
-  if (it == barriers_.end() || static_cast<int>(it->second.arrived.size()) < options_.num_processes) return;
+  if (it == barriers_.end() || !Missing(it->second.arrived).empty()) return;
   AnswerBarrier(it->second, OkStatus(), out);
   if (name == kShutdownBarrier) {
-    for (Process& p : processes_) p.state = ProcessState::kDeparted;
+    for (int pid : live_) processes_[pid].state = ProcessState::kDeparted;
+    EndRecovery(FailedPrecondition("the job finished before this process could rejoin it"), out);
   }
   barriers_.erase(it);
 }
@@ -474,8 +496,21 @@ void ServiceState::OnStoppedReading(ConnectionId conn, const std::string& detail
 
 void ServiceState::DeclareFailure(int process_id, const std::string& reason_in, Outbox& out) {
   processes_[process_id].state = ProcessState::kFailed;
-  if (failure_) return;  // the first failure is the job's failure
   std::string reason = reason_in.size() > kMaxReasonBytes ? reason_in.substr(0, kMaxReasonBytes) + "..." : reason_in;
+  if (!live_.count(process_id)) {
+    // A restarted process that had not been let in yet: the members never
+    // depended on it.
+    joiners_.erase(process_id);
+    Log("process " + std::to_string(process_id) + " failed before it rejoined: " + reason);
+    return;
+  }
+  if (failure_) {
+    // The first failure is the job's failure; a later one only shrinks
+    // the agreement that may be under way.
+    if (agreement_) agreement_->arrived.erase(process_id);
+    CheckAgreement(out);
+    return;
+  }
   Status st(Code::kAborted, "process " + std::to_string(process_id) + " failed: " + reason);
   failure_ = st;
   failed_process_ = process_id;
@@ -485,6 +520,103 @@ void ServiceState::DeclareFailure(int process_id, const std::string& reason_in, 
   note.reason = reason;
   Broadcast(note.Encode(), process_id, out);
   FailAllWaiters(st, out);
+  if (!recoverable()) {
+    EndRecovery(st, out);
+    return;
+  }
+  if (agreement_) agreement_->arrived.erase(process_id);
+  CheckAgreement(out);
+}
+
+// --- membership agreement -----------------------------------------------------
+
+Status ServiceState::HandleAgree(int pid, const std::string& payload, Outbox& out) {
+  StatusOr<msg::Agree> m = msg::Agree::Decode(payload);
+  if (!m.ok()) return m.status();
+  Waiter w{processes_[pid].conn, m.value().request_id};
+  if (!recoverable()) {
+    ReplyError(w, failure_ ? *failure_ : FailedPrecondition("the job cannot agree on its membership before "
+                                                            "every process registered"), out);
+    return OkStatus();
+  }
+  if (!live_.count(pid)) {
+    ReplyError(w, FailedPrecondition("process " + std::to_string(pid) + " is not a member of the job"), out);
+    return OkStatus();
+  }
+  if (!agreement_) {
+    agreement_.emplace();
+    const double timeout_s = m.value().timeout_ms / 1000.0;
+    agreement_->deadline = After(timeout_s);
+    agreement_->timeout_s = SaturatedSeconds(timeout_s);
+  }
+  if (!agreement_->arrived.emplace(pid, w).second) {
+    ReplyError(w, FailedPrecondition("process " + std::to_string(pid) + " asked twice in one membership agreement"),
+               out);
+    return OkStatus();
+  }
+  CheckAgreement(out);
+  return OkStatus();
+}
+
+bool ServiceState::AwaitedInAgreement(int pid) const {
+  // A member that failed, or failed and is back (restarted, not yet let
+  // in), is not waited for.
+  const ProcessState state = processes_[pid].state;
+  return state != ProcessState::kFailed && state != ProcessState::kConnected && !joiners_.count(pid);
+}
+
+void ServiceState::AddJoiner(int pid, const Waiter& w) {
+  joiners_[pid] = w;
+  Log("process " + std::to_string(pid) + " is back and joins at the next membership agreement");
+}
+
+void ServiceState::CheckAgreement(Outbox& out) {
+  if (!agreement_) return;
+  std::set<int> survivors;
+  for (int pid : live_) {
+    if (!AwaitedInAgreement(pid)) continue;
+    if (!agreement_->arrived.count(pid)) return;  // still waiting for it
+    survivors.insert(pid);
+  }
+  std::set<int> next = survivors;
+  for (const auto& [pid, w] : joiners_) next.insert(pid);
+  if (next.empty()) {
+    agreement_.reset();
+    return;
+  }
+  if (next != live_ || failure_) ++epoch_;
+  // The failed processes' ids are free again, for the launcher to restart
+  // them; one still connected (it reported its own error) stays excluded.
+  for (int pid : live_) {
+    Process& p = processes_[pid];
+    if (!next.count(pid) && p.state == ProcessState::kFailed && p.conn == 0) p.state = ProcessState::kAbsent;
+  }
+  live_ = next;
+  failure_.reset();
+  failed_process_ = -1;
+  msg::Membership verdict;
+  verdict.epoch = epoch_;
+  for (int pid : live_) verdict.members.push_back({static_cast<uint32_t>(pid), processes_[pid].topology});
+  Log("epoch " + std::to_string(epoch_) + ": members " + ProcessList(live_));
+  std::vector<Waiter> answer;
+  for (const auto& [pid, w] : agreement_->arrived) answer.push_back(w);
+  for (const auto& [pid, w] : joiners_) answer.push_back(w);
+  for (const Waiter& w : answer) {
+    verdict.request_id = w.request_id;
+    out.Send(w.conn, verdict.Encode());
+  }
+  agreement_.reset();
+  joiners_.clear();
+}
+
+void ServiceState::EndRecovery(const Status& why, Outbox& out) {
+  terminal_ = true;
+  if (agreement_) {
+    for (const auto& [pid, w] : agreement_->arrived) ReplyError(w, why, out);
+    agreement_.reset();
+  }
+  for (const auto& [pid, w] : joiners_) ReplyError(w, why, out);
+  joiners_.clear();
 }
 
 void ServiceState::FailAllWaiters(const Status& status, Outbox& out) {
@@ -514,7 +646,30 @@ void ServiceState::Tick(Clock::time_point now, Outbox& out) {
       if (p.conn && p.state != ProcessState::kDeparted && p.state != ProcessState::kFailed) out.Send(p.conn, beat);
     }
   }
-  if (failure_) return;
+  if (agreement_ && now > agreement_->deadline) {
+    std::set<int> asked, missing;
+    for (const auto& [pid, w] : agreement_->arrived) asked.insert(pid);
+    for (int pid : live_) {
+      if (AwaitedInAgreement(pid) && !asked.count(pid)) missing.insert(pid);
+    }
+    Status st(Code::kDeadlineExceeded, "the membership agreement timed out after " + Seconds(agreement_->timeout_s) +
+                                           ": processes " + ProcessList(missing) + " did not ask for it (asked: " +
+                                           ProcessList(asked) + "); the job cannot recover");
+    Log(st.message());
+    EndRecovery(st, out);
+    if (!failure_) {
+      failure_ = st;
+      failed_process_ = missing.empty() ? -1 : *missing.begin();
+    }
+    msg::Failure note;
+    note.process_id = static_cast<uint32_t>(std::max(failed_process_, 0));
+    note.reason = "the membership agreement failed: " + st.message();
+    Broadcast(note.Encode(), -1, out);
+    FailAllWaiters(*failure_, out);
+    return;
+  }
+  // While the survivors of a failure may still agree, they are watched too.
+  if (failure_ && !recoverable()) return;
   // Heartbeats: a process that stops talking is failed.
   for (size_t i = 0; i < processes_.size(); ++i) {
     Process& p = processes_[i];
@@ -540,6 +695,7 @@ void ServiceState::Tick(Clock::time_point now, Outbox& out) {
     FailAllWaiters(st, out);
     return;
   }
+  if (failure_) return;
   ExpireDeadlines(now, out);
 }
 
@@ -622,7 +778,7 @@ Status ServiceState::CheckWaitingOf(ConnectionId conn, const std::string& what) 
 
 std::set<int> ServiceState::Missing(const std::set<int>& present) const {
   std::set<int> missing;
-  for (int i = 0; i < options_.num_processes; ++i) {
+  for (int i : live_) {
     if (!present.count(i)) missing.insert(i);
   }
   return missing;

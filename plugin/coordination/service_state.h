@@ -1,6 +1,6 @@
 // The coordination service's state and message handling, with no sockets:
-// registration, the key-value store, barriers, heartbeats and the job's
-// failure. It takes (connection id, frame) and answers with frames to send,
+// registration, the key-value store, barriers, heartbeats, the job's
+// failure and the members' agreement on who is left after one. It takes (connection id, frame) and answers with frames to send,
 // so the service's network layer (service.h) is a thin shell around it, and
 // the unit tests and the fuzz target drive it in-process.
 //
@@ -79,6 +79,13 @@ class ServiceState {
   void Tick(Clock::time_point now, Outbox& out);
 
   const ServiceOptions& options() const { return options_; }
+  // The members of the current epoch (all processes until an agreement
+  // changes that) and the epoch's number.
+  const std::set<int>& live() const { return live_; }
+  uint64_t epoch() const { return epoch_; }
+  // A failure can still be recovered from: registration completed and no
+  // agreement has failed.
+  bool recoverable() const { return registration_complete_ && !terminal_; }
   std::optional<Status> failure() const { return failure_; }
   int failed_process() const { return failed_process_; }
   bool all_departed() const;
@@ -129,6 +136,16 @@ class ServiceState {
   Status HandleBarrier(int pid, const std::string& payload, Outbox& out);
   Status HandleShutdown(int pid, const std::string& payload, Outbox& out);
   Status HandleReportError(int pid, const std::string& payload, Outbox& out);
+  Status HandleAgree(int pid, const std::string& payload, Outbox& out);
+  // A process that registers after registration completed (a rank the
+  // launcher started again) waits for the next agreement to be let in.
+  void AddJoiner(int pid, const Waiter& w);
+  // A member of the current epoch the agreement must hear from.
+  bool AwaitedInAgreement(int pid) const;
+  // Answers the agreement once every live member asked for it.
+  void CheckAgreement(Outbox& out);
+  // No agreement is possible any more: everyone waiting for one hears why.
+  void EndRecovery(const Status& why, Outbox& out);
 
   void ReplyError(const Waiter& w, const Status& status, Outbox& out);
   void ReplyOk(const Waiter& w, Outbox& out);
@@ -167,6 +184,19 @@ class ServiceState {
   std::map<ConnectionId, size_t> waiting_of_;
   std::optional<Status> failure_;
   int failed_process_ = -1;
+
+  // Membership: the processes of the current epoch, and the agreement on
+  // the next one (members that asked; the deadline runs from the first).
+  std::set<int> live_;
+  uint64_t epoch_ = 0;
+  bool terminal_ = false;
+  struct Agreement {
+    std::map<int, Waiter> arrived;
+    Clock::time_point deadline;
+    double timeout_s = 0;
+  };
+  std::optional<Agreement> agreement_;
+  std::map<int, Waiter> joiners_;
 };
 
 }  // namespace myplugin::coordination

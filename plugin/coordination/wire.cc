@@ -23,6 +23,8 @@ const char* MessageTypeName(MessageType type) {
     case MessageType::kFailure: return "Failure";
     case MessageType::kReportError: return "ReportError";
     case MessageType::kPeerShutdown: return "PeerShutdown";
+    case MessageType::kAgree: return "Agree";
+    case MessageType::kMembership: return "Membership";
   }
   return "Unknown";
 }
@@ -79,7 +81,7 @@ Status Reader::Take(size_t n, const char** out) {
 Status Reader::Header(MessageType* type, uint32_t* request_id) {
   uint8_t t;
   MYPLUGIN_RETURN_IF_ERROR(U8(&t));
-  if (t < static_cast<uint8_t>(MessageType::kHello) || t > static_cast<uint8_t>(MessageType::kPeerShutdown)) {
+  if (t < static_cast<uint8_t>(MessageType::kHello) || t > static_cast<uint8_t>(kLastMessageType)) {
     return InvalidArgument("malformed coordination message: unknown type " + std::to_string(t));
   }
   *type = static_cast<MessageType>(t);

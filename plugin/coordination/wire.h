@@ -18,7 +18,8 @@
 namespace myplugin::coordination {
 
 inline constexpr uint32_t kMagic = 0x4d59504c;  // "MYPL"
-inline constexpr uint16_t kProtocolVersion = 1;
+// 2: membership agreement (kAgree, kMembership).
+inline constexpr uint16_t kProtocolVersion = 2;
 // Frames above this are refused before any allocation: a garbage or hostile
 // length prefix must not make the service allocate gigabytes.
 inline constexpr uint32_t kMaxFrameBytes = 64u << 20;
@@ -47,7 +48,10 @@ enum class MessageType : uint8_t {
   kFailure = 17,       // service -> client: failed process id, reason
   kReportError = 18,   // client -> service: this process is failing, and why (no reply)
   kPeerShutdown = 19,  // service -> client: process id has entered the shutdown barrier (it finished)
+  kAgree = 20,         // client -> service: timeout ms: agree on the live members (recovery)
+  kMembership = 21,    // reply to kAgree (and to a rejoining kRegister): epoch, n, (process id, topology) * n
 };
+inline constexpr MessageType kLastMessageType = MessageType::kMembership;
 
 const char* MessageTypeName(MessageType type);
 

@@ -92,6 +92,16 @@ void BindMembership(nb::module_& m) {
   m.def("process_id", [] { return coord::DistributedRuntime::Get().process_id(); });
   m.def("num_processes", [] { return coord::DistributedRuntime::Get().num_processes(); });
   m.def("global_processes", &GlobalProcesses);
+  m.def("member_ids", [] { return coord::DistributedRuntime::Get().member_ids(); });
+  m.def("epoch", [] { return coord::DistributedRuntime::Get().epoch(); });
+  m.def("distributed_agree", [](double timeout) {
+    ThrowIfError(WithoutGil([&] {
+      RecordedBarrier recorded("the membership agreement");
+      StatusOr<coord::msg::Membership> verdict = coord::DistributedRuntime::Get().Agree(timeout);
+      if (!verdict.ok()) recorded.Fail(verdict.status().message());
+      return verdict.status();
+    }));
+  });
   m.def("failure", []() -> std::optional<std::string> {
     auto client = coord::DistributedRuntime::Get().client();
     if (!client) return std::nullopt;

@@ -18,6 +18,7 @@ void BindDefaults(nb::module_& m) {
   d["heartbeat_timeout"] = coord::kDefaultHeartbeatTimeoutSeconds;
   d["initialization_timeout"] = coord::kDefaultInitializationTimeoutSeconds;
   d["shutdown_timeout"] = coord::kDefaultShutdownTimeoutSeconds;
+  d["agreement_timeout"] = coord::kDefaultAgreementTimeoutSeconds;
   d["collective_timeout"] = coll::kDefaultCollectiveTimeoutSeconds;
   d["peer_exit_grace"] = coll::kDefaultPeerExitGraceSeconds;
   d["straggler_seconds"] = coll::kDefaultStragglerSeconds;

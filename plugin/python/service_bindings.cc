@@ -76,6 +76,8 @@ void BindService(nb::module_& m) {
              return p;
            })
       .def("all_departed", &coord::CoordinationService::all_departed)
+      .def("recoverable", &coord::CoordinationService::recoverable)
+      .def("epoch", &coord::CoordinationService::epoch)
       .def(
           "restart",
           [](coord::CoordinationService& s, const std::string& token, int num_processes) {

@@ -57,7 +57,8 @@ void TestManyConcurrentClients() {
       int callback_calls = 0;
       c.AddFailureCallback([&](const myplugin::Status&) { ++callback_calls; });
       auto topo = c.Register("topology of " + std::to_string(p));
-      if (topo.ok() && topo.value().size() == kClients && topo.value()[(p + 1) % kClients].topology ==
+      if (topo.ok() && topo.value().members.size() == kClients &&
+          topo.value().members[(p + 1) % kClients].topology ==
                                                                 "topology of " + std::to_string((p + 1) % kClients)) {
         ++registered;
       }

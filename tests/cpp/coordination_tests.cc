@@ -30,6 +30,13 @@ M RoundTrip(const M& m) {
   return back.ok() ? back.value() : M();
 }
 
+msg::Agree AgreeWithin(uint64_t timeout_ms, uint32_t rid = 5) {
+  msg::Agree a;
+  a.request_id = rid;
+  a.timeout_ms = timeout_ms;
+  return a;
+}
+
 void TestEveryMessageRoundTrips() {
   msg::Hello h;
   h.request_id = 9;
@@ -54,6 +61,14 @@ void TestEveryMessageRoundTrips() {
   CHECK(!odd.ToStatus().ok());
   odd.code = 999;
   CHECK(odd.ToStatus().code() == Code::kUnknown);
+
+  msg::Membership verdict;
+  verdict.epoch = 3;
+  verdict.members = {{0, "a"}, {2, std::string("b\0", 2)}};
+  auto verdict2 = RoundTrip(verdict);
+  CHECK(verdict2.epoch == 3 && verdict2.members.size() == 2 && verdict2.members[1].process_id == 2 &&
+        verdict2.members[1].topology == verdict.members[1].topology);
+  CHECK(RoundTrip(AgreeWithin(1234)).timeout_ms == 1234);
 
   msg::Register reg;
   reg.num_processes = 2;
@@ -432,6 +447,140 @@ void TestWaitingIsBoundedPerProcess() {
   CHECK(job.state.CheckInvariants().empty());
 }
 
+// Every process of a FakeJob says Hello and registers (connection 10 + pid).
+void RegisterAll(FakeJob& job, int n) {
+  for (int p = 0; p < n; ++p) CHECK(job.Hello(10 + p, p).ok());
+  msg::Register r;
+  r.num_processes = static_cast<uint32_t>(n);
+  for (int p = 0; p < n; ++p) {
+    r.topology = "t" + std::to_string(p);
+    CHECK(job.Send(10 + p, r).ok());
+  }
+  job.out.frames.clear();
+}
+
+// The one Membership among the frames `conn` got (others: the failure notice).
+msg::Membership VerdictFor(FakeJob& job, ConnectionId conn) {
+  msg::Membership found;
+  int n = 0;
+  for (const std::string& p : job.Take(conn)) {
+    auto m = msg::Membership::Decode(p);
+    if (m.ok()) {
+      found = m.value();
+      ++n;
+    }
+  }
+  CHECK(n == 1);
+  return found;
+}
+
+std::vector<uint32_t> Ids(const msg::Membership& m) {
+  std::vector<uint32_t> ids;
+  for (const Member& member : m.members) ids.push_back(member.process_id);
+  return ids;
+}
+
+void TestSurvivorsAgreeOnOneVerdict() {
+  FakeJob job(4);
+  RegisterAll(job, 4);
+  // A pending barrier and a later key-value call both fail, naming process 2.
+  msg::Barrier b;
+  b.name = "step";
+  b.timeout_ms = 60000;
+  CHECK(job.Send(10, b).ok());
+  job.state.OnDisconnect(12, myplugin::Status(Code::kUnavailable, "reset"), job.out);
+  CHECK(job.ErrorFor(10).find("process 2 failed") != std::string::npos);
+  msg::KeyValueSet set;
+  set.key = "k";
+  CHECK(job.Send(11, set).ok());
+  Code code = Code::kOk;
+  CHECK(job.ErrorFor(11, &code).find("process 2 failed") != std::string::npos && code == Code::kAborted);
+  job.out.frames.clear();
+  // The survivors ask; nobody hears anything until the last one asks.
+  CHECK(job.Send(10, AgreeWithin(60000)).ok());
+  CHECK(job.Send(13, AgreeWithin(60000)).ok());
+  CHECK(job.Take(10).empty() && job.Take(13).empty());
+  CHECK(job.Send(11, AgreeWithin(60000)).ok());
+  msg::Membership v0 = VerdictFor(job, 10), v1 = VerdictFor(job, 11), v3 = VerdictFor(job, 13);
+  CHECK(Ids(v0) == (std::vector<uint32_t>{0, 1, 3}) && v0.epoch == 1);
+  CHECK(v1.Encode() == v0.Encode() && v3.epoch == v0.epoch && Ids(v3) == Ids(v0));
+  CHECK(v0.members[2].topology == "t3");
+  CHECK(!job.state.failure() && job.state.epoch() == 1);
+  // The job goes on with three: a barrier of the three completes.
+  for (ConnectionId c : {10, 11, 13}) CHECK(job.Send(c, b).ok());
+  for (ConnectionId c : {10, 11, 13}) CHECK(One<msg::Ok>(job.Take(c)).request_id == 0);
+  // Asking again with nobody changed keeps the epoch.
+  for (ConnectionId c : {10, 11, 13}) CHECK(job.Send(c, AgreeWithin(60000)).ok());
+  CHECK(VerdictFor(job, 13).epoch == 1);
+  job.out.frames.clear();
+  CHECK(job.state.CheckInvariants().empty());
+}
+
+void TestRestartedProcessRejoinsAtNextAgreement() {
+  FakeJob job(3);
+  RegisterAll(job, 3);
+  job.state.OnDisconnect(11, myplugin::Status(Code::kUnavailable, "reset"), job.out);
+  // Back before the survivors agreed: it says Hello on a new connection
+  // and its registration waits for the agreement, which lets it in.
+  CHECK(job.Hello(21, 1).ok());
+  msg::Register r;
+  r.num_processes = 3;
+  r.topology = "t1 again";
+  r.request_id = 3;
+  CHECK(job.Send(21, r).ok());
+  job.out.frames.clear();
+  CHECK(job.Send(10, AgreeWithin(60000)).ok());
+  CHECK(job.Send(12, AgreeWithin(60000)).ok());
+  msg::Membership joined = VerdictFor(job, 21);
+  CHECK(joined.request_id == 3 && Ids(joined) == (std::vector<uint32_t>{0, 1, 2}) && joined.epoch == 1);
+  CHECK(joined.members[1].topology == "t1 again");
+  msg::Membership v0 = VerdictFor(job, 10), v2 = VerdictFor(job, 12);
+  CHECK(v0.epoch == joined.epoch && Ids(v0) == Ids(joined) && v2.Encode() == v0.Encode());
+  // Failing again after the survivors agreed without it: it is let in at
+  // the agreement after it registers, and the epoch moves on each time.
+  job.state.OnDisconnect(21, myplugin::Status(Code::kUnavailable, "reset"), job.out);
+  for (ConnectionId c : {10, 12}) CHECK(job.Send(c, AgreeWithin(60000)).ok());
+  CHECK(Ids(VerdictFor(job, 10)) == (std::vector<uint32_t>{0, 2}) && job.state.epoch() == 2);
+  CHECK(job.Hello(31, 1).ok());
+  job.out.frames.clear();
+  CHECK(job.Send(31, r).ok());
+  CHECK(job.Take(31).empty());  // no failure now: it waits for the members' next agreement
+  for (ConnectionId c : {10, 12}) CHECK(job.Send(c, AgreeWithin(60000)).ok());
+  CHECK(Ids(VerdictFor(job, 31)) == (std::vector<uint32_t>{0, 1, 2}) && job.state.epoch() == 3);
+  job.out.frames.clear();
+  CHECK(job.state.CheckInvariants().empty());
+}
+
+void TestAgreementErrorReachesEveryone() {
+  FakeJob job(3);
+  RegisterAll(job, 3);
+  job.state.OnDisconnect(12, myplugin::Status(Code::kUnavailable, "reset"), job.out);
+  job.out.frames.clear();
+  // Process 1 never asks: when the time is up, the one that asked gets an
+  // error naming it, and process 1 hears that the job failed.
+  CHECK(job.Send(10, AgreeWithin(100)).ok());
+  job.state.Tick(std::chrono::steady_clock::now() + std::chrono::seconds(1), job.out);
+  Code code = Code::kOk;
+  const std::string why = job.ErrorFor(10, &code);
+  CHECK(code == Code::kDeadlineExceeded && why.find("processes [1] did not ask for it") != std::string::npos);
+  bool told = false;
+  for (const std::string& p : job.Take(11)) told |= msg::Failure::Decode(p).ok();
+  CHECK(told);
+  // Asking later gets an error too, never a verdict.
+  CHECK(job.Send(11, AgreeWithin(60000)).ok());
+  CHECK(!job.ErrorFor(11).empty());
+  CHECK(!job.state.recoverable());
+  CHECK(job.state.CheckInvariants().empty());
+}
+
+void TestNoAgreementBeforeRegistration() {
+  FakeJob job(2);
+  CHECK(job.Hello(10, 0).ok());
+  job.out.frames.clear();
+  CHECK(job.Send(10, AgreeWithin(60000)).ok());
+  CHECK(job.ErrorFor(10).find("before every process registered") != std::string::npos);
+}
+
 }  // namespace
 
 void RunCoordinationTests() {
@@ -443,4 +592,8 @@ void RunCoordinationTests() {
   TestStoppedReaderIsDeclaredFailed();
   TestWaitingIsBounded();
   TestWaitingIsBoundedPerProcess();
+  TestSurvivorsAgreeOnOneVerdict();
+  TestRestartedProcessRejoinsAtNextAgreement();
+  TestAgreementErrorReachesEveryone();
+  TestNoAgreementBeforeRegistration();
 }

@@ -1,0 +1,218 @@
+"""Data-parallel training that keeps going when a process dies.
+
+N processes train a small MLP (jit over a NamedSharding of every device)
+for S steps, keeping a checkpoint every C steps. One rank is SIGKILLed at a
+given step (it kills itself, so the example is repeatable). Two ways on:
+
+  in place (README "In-place recovery"): the survivors' next collective
+  raises an error naming the dead rank; they agree on the new membership
+  (jax_plugin.distributed.recover), rebuild the backend over their devices,
+  restore the checkpoint they keep in host memory and go on; the launcher
+  starts the dead rank again, and it is let back in at the next checkpoint,
+  where the members agree again and hand it the checkpoint.
+
+    myplugin-run -n 4 --recover 1 -- python examples/elastic_training.py
+
+  restart (torchrun's way): every rank ends and the launcher starts the job
+  again; it resumes from the checkpoint on disk.
+
+    myplugin-run -n 4 --max-restarts 1 -- python examples/elastic_training.py --mode restart --dir /tmp/ckpt
+
+The global batch of step s depends on s only, never on the membership, so
+any schedule of failures ends with the loss of an uninterrupted run (up to
+float rounding): `--reference` computes that on one process.
+Rank 0 (the lowest member) prints "final loss L" at the end.
+"""
+import argparse
+import io
+import os
+import signal
+import sys
+import time
+
+import numpy as np
+
+DIM, HIDDEN, BATCH = 16, 32, 120  # BATCH divides among 1..6 processes
+
+
+def batch(step: int):
+  rng = np.random.default_rng(1000 + step)
+  x = rng.normal(size=(BATCH, DIM)).astype(np.float32)
+  y = (np.sin(2 * x[:, :1]) + x[:, 1:2] ** 2).astype(np.float32)
+  return x, y
+
+
+def initial_params():
+  rng = np.random.default_rng(0)
+  return {"w1": (rng.normal(size=(DIM, HIDDEN)) / np.sqrt(DIM)).astype(np.float32),
+          "b1": np.zeros(HIDDEN, np.float32),
+          "w2": (rng.normal(size=(HIDDEN, 1)) / np.sqrt(HIDDEN)).astype(np.float32),
+          "b2": np.zeros(1, np.float32)}
+
+
+def make_step(lr: float):
+  import jax
+  import jax.numpy as jnp
+
+  def loss_fn(p, x, y):
+    h = jnp.tanh(x @ p["w1"] + p["b1"])
+    return jnp.mean((h @ p["w2"] + p["b2"] - y) ** 2)
+
+  @jax.jit
+  def step(p, x, y):
+    loss, grads = jax.value_and_grad(loss_fn)(p, x, y)
+    return jax.tree.map(lambda a, g: a - lr * g, p, grads), loss
+
+  return step
+
+
+def reference(steps: int, lr: float) -> float:
+  """The uninterrupted run, on this process alone (run it with JAX_PLATFORMS=cpu)."""
+  step = make_step(lr)
+  p = initial_params()
+  loss = None
+  for s in range(steps):
+    p, loss = step(p, *batch(s))
+  return float(loss)
+
+
+def encode(step: int, params) -> bytes:
+  buf = io.BytesIO()
+  np.savez(buf, __step__=np.array(step), **params)
+  return buf.getvalue()
+
+
+def decode(blob: bytes):
+  with np.load(io.BytesIO(blob)) as z:
+    return int(z["__step__"]), {k: z[k] for k in z.files if k != "__step__"}
+
+
+class Trainer:
+  """The loop of one process; the checkpoint (step, params as numpy) is its own."""
+
+  def __init__(self, args):
+    import jax
+    self.jax, self.args = jax, args
+    self.step_fn = None
+    self.checkpoint = (0, initial_params())
+
+  def place(self, params):
+    """Arrays of the current backend: the params replicated, the batch split over every device."""
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    jax = self.jax
+    mesh = Mesh(np.array(jax.devices()), ("batch",))
+    self.replicated, self.rows = NamedSharding(mesh, P()), NamedSharding(mesh, P("batch"))
+    self.step_fn = make_step(self.args.lr)
+    return {k: jax.make_array_from_callback(v.shape, self.replicated, lambda i, v=v: v[i]) for k, v in params.items()}
+
+  def train(self, start: int, params):
+    jax, args = self.jax, self.args
+    from jax_plugin import distributed
+    p = self.place(params)
+    s = start
+    loss = None
+    while s < args.steps:
+      if s % args.checkpoint_every == 0 and s != start:
+        host = {k: np.asarray(v) for k, v in p.items()}
+        self.checkpoint = (s, host)
+        if args.mode == "restart":
+          self.save_to_disk(s, host)
+        else:
+          # The members agree at every checkpoint: a restarted rank waiting
+          # to rejoin is let in here.
+          if distributed.recover(args.agreement_timeout).changed:
+            return self.share_checkpoint()
+      if (s == args.kill_step and distributed.membership().members[distributed.process_id()] == args.kill_rank
+          and os.environ.get("MYPLUGIN_REJOIN") != "1" and os.environ.get("MYPLUGIN_RESTART_COUNT", "0") == "0"):
+        print(f"rank {args.kill_rank} kills itself at step {s}", flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+      x, y = batch(s)
+      xs = jax.make_array_from_callback(x.shape, self.rows, lambda i: x[i])
+      ys = jax.make_array_from_callback(y.shape, self.rows, lambda i: y[i])
+      p, loss = self.step_fn(p, xs, ys)
+      loss = float(loss)  # waits for the step: a failure surfaces here
+      s += 1
+    return s, loss
+
+  def share_checkpoint(self):
+    """After a new membership: every member that kept a checkpoint offers
+    it, and all restore the latest (a rejoined rank has none of its own)."""
+    from jax_plugin import distributed
+    m = distributed.membership()
+    prefix = f"elastic/{m.epoch}/"
+    if os.environ.get("MYPLUGIN_REJOIN") != "1" or self.checkpoint[0] > 0:
+      distributed.key_value_set(prefix + str(m.members[m.process_id]), encode(*self.checkpoint))
+    distributed.barrier(f"elastic/{m.epoch}", timeout=self.args.agreement_timeout)
+    offered = [decode(v) for _, v in distributed.key_value_list(prefix)]
+    self.checkpoint = max(offered, key=lambda c: c[0])
+    print(f"epoch {m.epoch}: members {m.members}, resuming at step {self.checkpoint[0]}", flush=True)
+    return None
+
+  def save_to_disk(self, step, params):
+    from jax_plugin import distributed
+    if distributed.process_id() == 0:
+      tmp = os.path.join(self.args.dir, "ckpt.npz.tmp")
+      with open(tmp, "wb") as f:
+        f.write(encode(step, params))
+      os.replace(tmp, os.path.join(self.args.dir, "ckpt.npz"))
+    distributed.barrier(f"ckpt/{step}")
+
+  def run(self):
+    from jax_plugin import distributed
+    args = self.args
+    if args.mode == "restart":
+      path = os.path.join(args.dir, "ckpt.npz")
+      if os.path.exists(path):
+        with open(path, "rb") as f:
+          self.checkpoint = decode(f.read())
+        print(f"restart: resuming at step {self.checkpoint[0]}", flush=True)
+    elif os.environ.get("MYPLUGIN_REJOIN") == "1":
+      self.checkpoint = (0, initial_params())
+      self.share_checkpoint()  # initialize returned with the verdict that let this process in
+    while True:
+      try:
+        result = self.train(*self.checkpoint)
+      except Exception as e:  # the failure of a peer, named
+        if args.mode == "restart":
+          raise
+        print(f"error: {str(e).splitlines()[0][:300]}", flush=True)
+        result = None
+      else:
+        if result is not None:
+          return result[1]
+        continue  # a restarted rank was let in at a checkpoint
+      # Outside the except block: its traceback holds the old backend's arrays.
+      t0 = time.monotonic()
+      distributed.recover(args.agreement_timeout)
+      self.share_checkpoint()
+      print(f"recovered in {time.monotonic() - t0:.3f} s", flush=True)
+
+
+def main(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument("--steps", type=int, default=200)
+  parser.add_argument("--checkpoint-every", type=int, default=20)
+  parser.add_argument("--kill-rank", type=int, default=2)
+  parser.add_argument("--kill-step", type=int, default=50, help="-1: no rank is killed")
+  parser.add_argument("--lr", type=float, default=0.1)
+  parser.add_argument("--mode", choices=("recover", "restart"), default="recover")
+  parser.add_argument("--dir", default=None, help="the checkpoint folder (--mode restart)")
+  parser.add_argument("--agreement-timeout", type=float, default=60)
+  parser.add_argument("--reference", action="store_true", help="print the uninterrupted run's final loss")
+  args = parser.parse_args(argv)
+  if args.reference:
+    print(f"final loss {reference(args.steps, args.lr):.8f}")
+    return 0
+  if args.mode == "restart" and not args.dir:
+    parser.error("--mode restart needs --dir")
+  from jax_plugin import distributed
+  distributed.initialize(fate_sharing=args.mode == "restart")
+  started = time.monotonic()
+  loss = Trainer(args).run()
+  if distributed.process_id() == 0:
+    print(f"final loss {loss:.8f} after {time.monotonic() - started:.2f} s", flush=True)
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

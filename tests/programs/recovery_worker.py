@@ -1,0 +1,99 @@
+"""A process of an in-place recovery test job (tests/test_recovery.py).
+Identity from the MYPLUGIN_* variables, fate-sharing off; the scenario
+from argv[1]; rank VICTIM (argv[2]) SIGKILLs itself. RESULT lines for the
+test.
+
+  verdict      the survivors' pending barrier fails naming the victim, a
+               later key-value call too; they agree; a barrier of the
+               survivors completes; they leave.
+  no_agreement the survivors get the failure; survivor 1 asks for the
+               agreement late (after the timeout): everyone gets an error.
+  collective   a jit psum over every device; the victim dies before the
+               second one; the survivors' psum raises naming it; they
+               recover() and psum again over the three members.
+
+usage: python recovery_worker.py SCENARIO VICTIM
+"""
+import json
+import os
+import signal
+import sys
+import time
+
+from jax_plugin import distributed
+
+scenario, victim = sys.argv[1], int(sys.argv[2])
+pid = int(os.environ["MYPLUGIN_PROCESS_ID"])
+
+
+def result(**kv):
+  print("RESULT " + json.dumps(kv), flush=True)
+
+
+def die():
+  result(event="dying")
+  os.kill(os.getpid(), signal.SIGKILL)
+
+
+def verdict(m):
+  return dict(epoch=m.epoch, members=m.members, process_id=m.process_id, num_processes=m.num_processes,
+              changed=m.changed)
+
+
+distributed.initialize(heartbeat_timeout_seconds=5, initialization_timeout=60, fate_sharing=False)
+result(event="registered")
+
+if scenario in ("verdict", "no_agreement"):
+  distributed.barrier("start", timeout=30)
+  if pid == victim:
+    time.sleep(0.5)  # the others are waiting in the next barrier
+    die()
+  try:
+    distributed.barrier("after", timeout=60)
+    result(event="barrier_passed")  # must not happen
+  except RuntimeError as e:
+    result(event="barrier_error", error=str(e))
+  try:
+    distributed.key_value_get("never-set", timeout=60)
+  except RuntimeError as e:
+    result(event="kv_error", error=str(e))
+  if scenario == "no_agreement" and pid == 1:
+    time.sleep(4)  # past the others' agreement timeout
+  try:
+    m = distributed.agree_membership(timeout=2 if scenario == "no_agreement" else 60)
+    result(event="verdict", **verdict(m))
+  except RuntimeError as e:
+    result(event="agreement_error", error=str(e))
+    sys.exit(0)
+  distributed.barrier("survivors", timeout=30)
+  result(event="survivors_barrier")
+  sys.exit(0)
+
+if scenario == "collective":
+  import jax
+  import jax.numpy as jnp
+  import numpy as np
+  from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+  def total():
+    """Sum over every device of (the coordination id of its process + 1)."""
+    mesh = Mesh(np.array(jax.devices()), ("d",))
+    rows = NamedSharding(mesh, P("d"))
+    mine = distributed.membership().members[distributed.process_id()] + 1
+    local = np.full((1,), mine, np.float32)
+    x = jax.make_array_from_process_local_data(rows, local, (jax.device_count(),))
+    return float(jax.jit(jnp.sum, out_shardings=NamedSharding(mesh, P()))(x))
+
+  result(event="first", total=total(), process_count=jax.process_count())
+  if pid == victim:
+    die()
+  time.sleep(1.0)  # the victim is gone before the second sum starts
+  try:
+    result(event="second_passed", total=total())  # must not happen
+  except Exception as e:
+    result(event="collective_error", error=str(e), type=type(e).__name__)
+  m = distributed.recover(timeout=60)
+  result(event="verdict", **verdict(m))
+  result(event="third", total=total(), process_count=jax.process_count(), process_index=jax.process_index(),
+         device_count=jax.device_count())
+  sys.exit(0)
