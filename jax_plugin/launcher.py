@@ -22,8 +22,9 @@ it joins the job is left out of the next attempt, down to --min-processes.
 With --recover R (in-place recovery: the program initializes with
 fate_sharing=False and calls jax_plugin.distributed.recover) a failed rank
 ends alone: the others go on, and the launcher starts that rank again with
-the same rank id (up to R times in all), with MYPLUGIN_REJOIN=1; it joins
-the job at the survivors' next membership agreement. A failure that the
+the same rank id (up to R times in all), with MYPLUGIN_REJOIN=1; the
+survivors' next membership agreement waits for it to register and lets it
+in. A failure that the
 job cannot recover from (the agreement failed) ends every rank as above.
 The job's exit code is 0 when every rank's last process exited 0.
 """
@@ -220,6 +221,7 @@ def _run_recovering(command, env, num_processes, service, deadline, interrupted,
   lock = threading.Lock()
   pumps = []
   procs = [_start_rank(command, env, rank, lock, pumps) for rank in range(num_processes)]
+  given_up = set()
   status = None
   try:
     while status is None:
@@ -245,11 +247,19 @@ def _run_recovering(command, env, num_processes, service, deadline, interrupted,
         status = failure_exit_code(culprit if culprit is not None else 0)
         break
       for rank, code in enumerate(codes):
-        if code in (None, 0) or respawns == 0:
+        if code in (None, 0) or rank in given_up:
+          continue
+        if respawns == 0:
+          # Whatever agreement waited for it to come back waits no more.
+          given_up.add(rank)
+          service.expect_rejoin(rank, False)
+          print(f"myplugin-run: rank {rank} failed {_describe(code)}; no restarts left, the job goes on "
+                "without it", file=sys.stderr)
           continue
         respawns -= 1
         print(f"myplugin-run: rank {rank} failed {_describe(code)}; starting it again to rejoin the job "
               f"({respawns} restarts left)", file=sys.stderr)
+        service.expect_rejoin(rank, True)
         time.sleep(RESPAWN_DELAY_S)
         procs[rank] = _start_rank(command, dict(env, MYPLUGIN_REJOIN="1"), rank, lock, pumps)
       time.sleep(0.02)

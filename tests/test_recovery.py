@@ -73,3 +73,57 @@ def test_collective_fails_then_the_rebuilt_backend_computes_over_the_survivors()
       assert third["total"] == 1 + 2 + 4, third
       assert third["process_count"] == 3 and third["device_count"] == 3
       assert third["process_index"] == survivors.index(r)
+
+
+EXAMPLE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples",
+                       "elastic_training.py")
+# The issue's job is 4 processes, 200 steps, a checkpoint every 20, rank 2
+# killed at step 50; on a 2-core machine the test runs a smaller one.
+SMALL = ["--steps", "40", "--checkpoint-every", "10", "--kill-rank", "2", "--kill-step", "15"]
+
+
+def _final_loss(text):
+  import re
+  found = re.findall(r"final loss ([0-9.]+)", text)
+  assert found, text
+  return float(found[-1])
+
+
+def _reference_loss():
+  """The uninterrupted run on jax's CPU backend, one process: the global
+  batch of a step does not depend on the membership, so every schedule of
+  failures and rollbacks ends here."""
+  from proc import child_env, run_python
+  r = run_python([EXAMPLE, "--reference", *SMALL], child_env(JAX_PLATFORMS="cpu"), timeout=240)
+  assert r.returncode == 0, r.output
+  return _final_loss(r.stdout)
+
+
+def test_elastic_training_recovers_in_place_and_the_rank_rejoins():
+  from proc import child_env, run_python
+  r = run_python(["-m", "jax_plugin.launcher", "-n", "3", "--recover", "1", "--timeout", "400", "--", sys.executable,
+                  EXAMPLE, *SMALL], child_env(), timeout=480)
+  assert r.returncode == 0, r.output
+  assert "[2] rank 2 kills itself at step 15" in r.stdout, r.output
+  import re
+  for rank in (0, 1):
+    assert re.search(rf"\[{rank}\] error: .*process 2 failed", r.stdout), r.output
+  # The survivors agree without it or (when the launcher had already
+  # started it again) with it; it is a member again at the end.
+  epochs = {rank: re.findall(rf"\[{rank}\] epoch (\d+): members \[([0-9, ]+)\], resuming at step (\d+)", r.stdout)
+            for rank in (0, 1, 2)}
+  assert epochs[0] == epochs[1] and epochs[0], r.output
+  assert epochs[0][-1][1] == "0, 1, 2" and epochs[2] == [epochs[0][-1]], r.output
+  assert "myplugin-run: rank 2 failed" in r.stderr and "starting it again" in r.stderr, r.output
+  assert _final_loss(r.stdout) == pytest.approx(_reference_loss(), rel=1e-4)
+
+
+def test_elastic_training_restarts_from_its_checkpoint(tmp_path):
+  from proc import child_env, run_python
+  r = run_python(["-m", "jax_plugin.launcher", "-n", "3", "--max-restarts", "1", "--timeout", "400", "--",
+                  sys.executable, EXAMPLE, *SMALL, "--mode", "restart", "--dir", str(tmp_path)],
+                 child_env(), timeout=480)
+  assert r.returncode == 0, r.output
+  assert "restarting the job (restart 1 of 1)" in r.stderr, r.output
+  assert "[0] restart: resuming at step 10" in r.stdout, r.output
+  assert _final_loss(r.stdout) == pytest.approx(_reference_loss(), rel=1e-4)

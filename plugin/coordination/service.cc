@@ -208,6 +208,13 @@ bool CoordinationService::recoverable() {
   return state_.recoverable();
 }
 
+void CoordinationService::ExpectRejoin(int pid, bool expected) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Outbox out;
+  state_.ExpectRejoin(pid, expected, out);
+  Deliver(out);
+}
+
 uint64_t CoordinationService::epoch() {
   std::lock_guard<std::mutex> lock(mu_);
   return state_.epoch();

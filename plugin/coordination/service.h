@@ -58,6 +58,9 @@ class CoordinationService {
   // and the epoch the last agreement reached (ServiceState says more).
   bool recoverable();
   uint64_t epoch();
+  // The launcher started process `pid` again (or gave up on it): see
+  // ServiceState::ExpectRejoin.
+  void ExpectRejoin(int pid, bool expected);
   // Open connections (members and peers still saying Hello), and
   // connections refused for the limit so far.
   int connections() const { return open_.load(); }

@@ -501,6 +501,7 @@ void ServiceState::DeclareFailure(int process_id, const std::string& reason_in, 
     // A restarted process that had not been let in yet: the members never
     // depended on it.
     joiners_.erase(process_id);
+    expected_joiners_.erase(process_id);
     Log("process " + std::to_string(process_id) + " failed before it rejoined: " + reason);
     return;
   }
@@ -565,7 +566,18 @@ bool ServiceState::AwaitedInAgreement(int pid) const {
   return state != ProcessState::kFailed && state != ProcessState::kConnected && !joiners_.count(pid);
 }
 
+void ServiceState::ExpectRejoin(int pid, bool expected, Outbox& out) {
+  if (pid < 0 || pid >= options_.num_processes) return;
+  if (expected) {
+    expected_joiners_.insert(pid);
+  } else {
+    expected_joiners_.erase(pid);
+  }
+  CheckAgreement(out);
+}
+
 void ServiceState::AddJoiner(int pid, const Waiter& w) {
+  expected_joiners_.erase(pid);
   joiners_[pid] = w;
   Log("process " + std::to_string(pid) + " is back and joins at the next membership agreement");
 }
@@ -578,6 +590,7 @@ void ServiceState::CheckAgreement(Outbox& out) {
     if (!agreement_->arrived.count(pid)) return;  // still waiting for it
     survivors.insert(pid);
   }
+  if (!expected_joiners_.empty()) return;  // a restarted process is on its way
   std::set<int> next = survivors;
   for (const auto& [pid, w] : joiners_) next.insert(pid);
   if (next.empty()) {
@@ -617,6 +630,7 @@ void ServiceState::EndRecovery(const Status& why, Outbox& out) {
   }
   for (const auto& [pid, w] : joiners_) ReplyError(w, why, out);
   joiners_.clear();
+  expected_joiners_.clear();
 }
 
 void ServiceState::FailAllWaiters(const Status& status, Outbox& out) {
@@ -652,9 +666,13 @@ void ServiceState::Tick(Clock::time_point now, Outbox& out) {
     for (int pid : live_) {
       if (AwaitedInAgreement(pid) && !asked.count(pid)) missing.insert(pid);
     }
+    std::string late = missing.empty() ? "" : "processes " + ProcessList(missing) + " did not ask for it";
+    if (!expected_joiners_.empty()) {
+      late += (late.empty() ? "" : "; ") + std::string("restarted processes ") + ProcessList(expected_joiners_) +
+              " did not register";
+    }
     Status st(Code::kDeadlineExceeded, "the membership agreement timed out after " + Seconds(agreement_->timeout_s) +
-                                           ": processes " + ProcessList(missing) + " did not ask for it (asked: " +
-                                           ProcessList(asked) + "); the job cannot recover");
+                                           ": " + late + " (asked: " + ProcessList(asked) + "); the job cannot recover");
     Log(st.message());
     EndRecovery(st, out);
     if (!failure_) {

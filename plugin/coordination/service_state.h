@@ -75,6 +75,10 @@ class ServiceState {
   void OnDisconnect(ConnectionId conn, const Status& why, Outbox& out);
   // The member on `conn` stopped reading what the service sends it.
   void OnStoppedReading(ConnectionId conn, const std::string& detail, Outbox& out);
+  // The launcher started failed process `pid` again: the next agreement
+  // waits for it to register (within the agreement's timeout), so it is let
+  // in there. `expected` false: its new process ended before it registered.
+  void ExpectRejoin(int pid, bool expected, Outbox& out);
   // Heartbeats out; heartbeat, barrier, key and initialization deadlines.
   void Tick(Clock::time_point now, Outbox& out);
 
@@ -197,6 +201,7 @@ class ServiceState {
   };
   std::optional<Agreement> agreement_;
   std::map<int, Waiter> joiners_;
+  std::set<int> expected_joiners_;
 };
 
 }  // namespace myplugin::coordination

@@ -78,6 +78,8 @@ void BindService(nb::module_& m) {
       .def("all_departed", &coord::CoordinationService::all_departed)
       .def("recoverable", &coord::CoordinationService::recoverable)
       .def("epoch", &coord::CoordinationService::epoch)
+      .def("expect_rejoin", &coord::CoordinationService::ExpectRejoin, nb::arg("process_id"), nb::arg("expected"),
+           "The launcher started the process again: the next membership agreement waits for it to register.")
       .def(
           "restart",
           [](coord::CoordinationService& s, const std::string& token, int num_processes) {

@@ -1,0 +1,105 @@
+"""Time lost per failure: in-place recovery vs the launcher's restarts vs a
+full job restart by hand, on examples/elastic_training.py.
+
+Each run is one job under myplugin-run; the time lost is the job's wall
+time minus that of the same job with no failure (measured in the same
+round). The modes run interleaved, round after round; best and median of
+the rounds are reported.
+
+  python bench/recovery.py [--rounds 3] [-n 3] [--steps 60] [--every 10] [--kill-step 25]
+
+  in place   --recover 1: the survivors agree, rebuild, restore the
+             checkpoint they keep; the killed rank is started again and
+             rejoins at the next checkpoint.
+  restarts   --max-restarts 1: every rank ends, the job starts again and
+             resumes from the checkpoint on disk.
+  by hand    the job fails (exit 100 + rank), then a new myplugin-run is
+             started by hand and resumes from the checkpoint on disk.
+"""
+import argparse
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+EXAMPLE = os.path.join(HERE, "..", "examples", "elastic_training.py")
+JOB_TIMEOUT_S = 400
+
+
+def run_job(launcher_args, example_args) -> float:
+  """Wall seconds of one myplugin-run job; raises if it fails or outlives its deadline."""
+  argv = [sys.executable, "-m", "jax_plugin.launcher", *launcher_args, "--timeout", str(JOB_TIMEOUT_S), "--",
+          sys.executable, EXAMPLE, *example_args]
+  env = {k: v for k, v in os.environ.items() if not k.startswith("MYPLUGIN_")}
+  t0 = time.monotonic()
+  p = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                       start_new_session=True)
+  try:
+    out, _ = p.communicate(timeout=JOB_TIMEOUT_S + 30)
+  finally:
+    try:
+      os.killpg(p.pid, signal.SIGKILL)
+    except ProcessLookupError:
+      pass
+  elapsed = time.monotonic() - t0
+  return elapsed, p.returncode, out
+
+
+def must(result, what):
+  elapsed, code, out = result
+  if code != 0 or "final loss" not in out:
+    raise SystemExit(f"{what} failed (exit {code}):\n{out[-4000:]}")
+  return elapsed
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument("--rounds", type=int, default=3)
+  parser.add_argument("-n", type=int, default=3)
+  parser.add_argument("--steps", type=int, default=60)
+  parser.add_argument("--every", type=int, default=10)
+  parser.add_argument("--kill-step", type=int, default=25)
+  args = parser.parse_args()
+  common = ["--steps", str(args.steps), "--checkpoint-every", str(args.every), "--kill-rank", str(args.n - 1)]
+  n = ["-n", str(args.n)]
+  lost = {"in place": [], "restarts": [], "by hand": []}
+  for r in range(args.rounds):
+    base = must(run_job(n + ["--recover", "0"], common + ["--kill-step", "-1"]), "the run with no failure")
+    inplace = must(run_job(n + ["--recover", "1"], common + ["--kill-step", str(args.kill_step)]), "in place")
+    d = tempfile.mkdtemp(prefix="myplugin-bench-recovery-")
+    try:
+      restarts = must(run_job(n + ["--max-restarts", "1"],
+                              common + ["--kill-step", str(args.kill_step), "--mode", "restart", "--dir", d]),
+                      "restarts")
+    finally:
+      shutil.rmtree(d, ignore_errors=True)
+    d = tempfile.mkdtemp(prefix="myplugin-bench-recovery-")
+    try:
+      first = run_job(n, common + ["--kill-step", str(args.kill_step), "--mode", "restart", "--dir", d])
+      if first[1] == 0:
+        raise SystemExit("the job that should fail did not:\n" + first[2][-4000:])
+      # The second job is not killed: MYPLUGIN_RESTART_COUNT is set only by --max-restarts.
+      second = must(run_job(n, common + ["--kill-step", "-1", "--mode", "restart", "--dir", d]), "by hand")
+      by_hand = first[0] + second
+    finally:
+      shutil.rmtree(d, ignore_errors=True)
+    for k, v in (("in place", inplace), ("restarts", restarts), ("by hand", by_hand)):
+      lost[k].append(v - base)
+    print(f"round {r}: no failure {base:.2f} s; lost: in place {inplace - base:.2f} s, "
+          f"restarts {restarts - base:.2f} s, by hand {by_hand - base:.2f} s", flush=True)
+  print(f"\ntime lost per failure ({args.n} processes, {args.steps} steps, checkpoint every {args.every}, "
+        f"rank {args.n - 1} killed at step {args.kill_step}; {args.rounds} rounds):")
+  for k, v in lost.items():
+    print(f"  {k:9s} best {min(v):7.2f} s   median {statistics.median(v):7.2f} s")
+  ratio = [a / b for a, b in zip(lost["in place"], lost["by hand"]) if b > 0]
+  if ratio:
+    print(f"  in place / by hand: best {min(ratio):.2f}, median {statistics.median(ratio):.2f} (goal: < 0.33)")
+
+
+if __name__ == "__main__":
+  main()
