@@ -3,6 +3,7 @@ the survivors of a failure get an error naming the failed process from
 every pending and later call, agree on one membership verdict (or all get
 an error), and go on over the new membership. Every job here has hard
 deadlines and is killed on the way out (tests/job.py)."""
+import contextlib
 import os
 import sys
 
@@ -14,8 +15,18 @@ from job import Job  # noqa: E402
 VICTIM = 2
 
 
+@contextlib.contextmanager
 def _job(scenario, n=4):
-  return Job(n, [scenario, str(VICTIM)], program="recovery_worker.py")
+  """The service is hosted here, as the launcher hosts it: it outlives any rank."""
+  from jax_plugin import _myplugin
+  service = _myplugin.CoordinationService.start("127.0.0.1", 0, n, "", 5.0, 60.0)
+  try:
+    with Job(n, [scenario, str(VICTIM)], program="recovery_worker.py",
+             env={"MYPLUGIN_COORDINATOR_ADDRESS": f"127.0.0.1:{service.port}",
+                  "MYPLUGIN_COORDINATOR_STANDALONE": "1"}) as job:
+      yield job
+  finally:
+    service.stop()
 
 
 def test_survivors_get_the_failure_and_one_verdict():

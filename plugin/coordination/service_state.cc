@@ -156,7 +156,8 @@ Status ServiceState::OnFrame(ConnectionId conn, const std::string& payload, Outb
   }
   // After a failure only what leads out of it is served: the agreement, and
   // a restarted process's registration (it waits for that agreement).
-  const bool recovery = recoverable() && (type == MessageType::kAgree || type == MessageType::kRegister);
+  // (An agreement asked for after recovery became impossible hears why.)
+  const bool recovery = type == MessageType::kAgree || (recoverable() && type == MessageType::kRegister);
   if (failure_ && type != MessageType::kReportError && !recovery) {
     ReplyError(Waiter{conn, rid}, *failure_, out);
     return OkStatus();
@@ -536,7 +537,7 @@ Status ServiceState::HandleAgree(int pid, const std::string& payload, Outbox& ou
   if (!m.ok()) return m.status();
   Waiter w{processes_[pid].conn, m.value().request_id};
   if (!recoverable()) {
-    ReplyError(w, failure_ ? *failure_ : FailedPrecondition("the job cannot agree on its membership before "
+    ReplyError(w, recovery_failure_ ? *recovery_failure_ : failure_ ? *failure_ : FailedPrecondition("the job cannot agree on its membership before "
                                                             "every process registered"), out);
     return OkStatus();
   }
@@ -624,6 +625,7 @@ void ServiceState::CheckAgreement(Outbox& out) {
 
 void ServiceState::EndRecovery(const Status& why, Outbox& out) {
   terminal_ = true;
+  if (!recovery_failure_) recovery_failure_ = why;
   if (agreement_) {
     for (const auto& [pid, w] : agreement_->arrived) ReplyError(w, why, out);
     agreement_.reset();

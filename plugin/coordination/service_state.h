@@ -194,6 +194,7 @@ class ServiceState {
   std::set<int> live_;
   uint64_t epoch_ = 0;
   bool terminal_ = false;
+  std::optional<Status> recovery_failure_;  // why no agreement is possible any more
   struct Agreement {
     std::map<int, Waiter> arrived;
     Clock::time_point deadline;
