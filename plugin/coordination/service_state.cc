@@ -598,7 +598,8 @@ void ServiceState::CheckAgreement(Outbox& out) {
     agreement_.reset();
     return;
   }
-  if (next != live_ || failure_) ++epoch_;
+  const bool changed = next != live_ || failure_;
+  if (changed) ++epoch_;
   // The failed processes' ids are free again, for the launcher to restart
   // them; one still connected (it reported its own error) stays excluded.
   for (int pid : live_) {
@@ -611,7 +612,7 @@ void ServiceState::CheckAgreement(Outbox& out) {
   msg::Membership verdict;
   verdict.epoch = epoch_;
   for (int pid : live_) verdict.members.push_back({static_cast<uint32_t>(pid), processes_[pid].topology});
-  Log("epoch " + std::to_string(epoch_) + ": members " + ProcessList(live_));
+  if (changed) Log("epoch " + std::to_string(epoch_) + ": members " + ProcessList(live_));
   std::vector<Waiter> answer;
   for (const auto& [pid, w] : agreement_->arrived) answer.push_back(w);
   for (const auto& [pid, w] : joiners_) answer.push_back(w);
