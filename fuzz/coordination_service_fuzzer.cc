@@ -77,6 +77,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // helloed: members now; ever: every connection that was ever accepted.
   std::set<coord::ConnectionId> helloed, ever;
   int failed = -1;
+  uint64_t epoch = 0;
   for (int step = 0; step < 256 && !in.empty(); ++step) {
     coord::Outbox out;
     const uint8_t op = in.Byte();
@@ -114,7 +115,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         uint8_t kind = in.Byte();
         std::string frame;
         uint32_t rid = in.Byte();
-        switch (kind % 9) {
+        switch (kind % 10) {
           case 0: {
             msg::KeyValueSet m;
             m.key = in.Key();
@@ -177,6 +178,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             frame = m.Encode();
             break;
           }
+          case 8: {
+            msg::Agree m;
+            m.timeout_ms = in.U16();
+            m.request_id = rid;
+            frame = m.Encode();
+            break;
+          }
           default: {
             msg::ReportError m;
             m.reason = in.Bytes(in.Byte());
@@ -226,8 +234,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (auto it = helloed.begin(); it != helloed.end();) {
       it = state.ProcessOf(*it) < 0 ? helloed.erase(it) : std::next(it);
     }
-    if (failed >= 0) Require(state.failed_process() == failed, "the job's first failure changed");
+    // The first failure stays the job's until an agreement ends it (a new epoch).
+    if (failed >= 0 && state.epoch() == epoch) Require(state.failed_process() == failed, "the job's first failure changed");
+    Require(state.epoch() >= epoch, "the epoch went back");
     failed = state.failed_process();
+    epoch = state.epoch();
   }
   return 0;
 }

@@ -89,6 +89,10 @@ def shutdown(conn, rid):
   return request(conn, 7, rid, struct.pack("<H", 5000))
 
 
+def agree(conn, rid, ms):
+  return request(conn, 8, rid, struct.pack("<H", ms))
+
+
 def tick(tenths):
   return bytes([5]) + struct.pack("<H", tenths)
 
@@ -106,6 +110,10 @@ SCRIPTS = {
     "failure": JOB + barrier(1, 2, 1, 1000) + bytes([3 | 0 << 4]) + kv_set(1, 3, 1, 4),
     "stopped_reader": JOB + kv_get(2, 2, 0, 5000) + bytes([4 | 2 << 4]) + kv_set(0, 3, 0, 4),
     "heartbeat_timeout": JOB + bytes([6 | 0 << 4, 6 | 1 << 4]) + tick(150),
+    # Process 2 dies; the survivors agree; it comes back and is let in at the next agreement.
+    "recovery": JOB + barrier(0, 2, 1, 1000) + bytes([3 | 2 << 4]) + agree(0, 3, 5000) + agree(1, 3, 5000) +
+                hello(3, 2) + register(3, 1) + agree(0, 4, 5000) + agree(1, 4, 5000) + barrier(0, 5, 1, 1000),
+    "agreement_timeout": JOB + bytes([3 | 2 << 4]) + agree(0, 3, 100) + tick(20) + agree(1, 3, 100),
 }
 
 
