@@ -21,7 +21,7 @@ def frame(payload: bytes) -> bytes:
   return struct.pack("<I", len(payload)) + payload
 
 
-def hello(token=TOKEN, version=1, pid=0, magic=MAGIC) -> bytes:
+def hello(token=TOKEN, version=_myplugin.PROTOCOL_VERSION, pid=0, magic=MAGIC) -> bytes:
   t = token.encode()
   return frame(struct.pack("<BIIH", 1, 0, magic, version) + struct.pack("<I", len(t)) + t +
                struct.pack("<IQ", pid, 1234))
@@ -117,7 +117,8 @@ def test_duplicate_process_id(service):
 
 def test_service_still_serves_after_bad_input(service):
   # Everything above, then a real job on the same service.
-  for bad in (hello(token="nope"), b"\x00" * 3, struct.pack("<I", 1 << 31), hello(version=2)):
+  for bad in (hello(token="nope"), b"\x00" * 3, struct.pack("<I", 1 << 31),
+              hello(version=_myplugin.PROTOCOL_VERSION + 1)):
     with connect(service) as s:
       s.sendall(bad)
       s.shutdown(socket.SHUT_WR)
