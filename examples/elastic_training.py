@@ -11,7 +11,7 @@ given step (it kills itself, so the example is repeatable). Two ways on:
   starts the dead rank again, and it is let back in at the next checkpoint,
   where the members agree again and hand it the checkpoint.
 
-    myplugin-run -n 4 --recover 1 -- python examples/elastic_training.py
+    myplugin-run -n 4 --recover 1 [--rejoin-wait] -- python examples/elastic_training.py
 
   restart (torchrun's way): every rank ends and the launcher starts the job
   again; it resumes from the checkpoint on disk.
@@ -206,7 +206,13 @@ def main(argv=None):
   if args.mode == "restart" and not args.dir:
     parser.error("--mode restart needs --dir")
   from jax_plugin import distributed
-  distributed.initialize(fate_sharing=args.mode == "restart")
+  try:
+    distributed.initialize(fate_sharing=args.mode == "restart")
+  except RuntimeError as e:
+    if "finished before this process could rejoin" not in str(e):
+      raise
+    print("the job finished before this restarted rank could rejoin it", flush=True)
+    return 0
   started = time.monotonic()
   loss = Trainer(args).run()
   if distributed.process_id() == 0:

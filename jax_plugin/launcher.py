@@ -1,7 +1,7 @@
 """myplugin-run: start a multi-process job on this host.
 
   myplugin-run -n 4 [--devices-per-process 2] [--timeout S] [--max-restarts K [--min-processes M]]
-               [--recover R] -- python train.py args
+               [--recover R [--rejoin-wait]] -- python train.py args
 
 It hosts the coordination service itself, starts the processes with the
 MYPLUGIN_* variables set (JAX_PLATFORMS=myplugin unless set), prefixes each
@@ -22,9 +22,10 @@ it joins the job is left out of the next attempt, down to --min-processes.
 With --recover R (in-place recovery: the program initializes with
 fate_sharing=False and calls jax_plugin.distributed.recover) a failed rank
 ends alone: the others go on, and the launcher starts that rank again with
-the same rank id (up to R times in all), with MYPLUGIN_REJOIN=1; the
-survivors' next membership agreement waits for it to register and lets it
-in. A failure that the
+the same rank id (up to R times in all), with MYPLUGIN_REJOIN=1; it is let
+in at the survivors' first membership agreement after it registered (with
+--rejoin-wait, the next agreement waits for it to register: the survivors
+stall while it starts, but when it comes back is certain). A failure that the
 job cannot recover from (the agreement failed) ends every rank as above.
 The job's exit code is 0 when every rank's last process exited 0.
 """
@@ -100,6 +101,8 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument("--recover", type=int, default=None, metavar="R",
                       help="in-place recovery: a failed rank is started again alone (same rank id, "
                            "MYPLUGIN_REJOIN=1), up to R times in all, while the others go on")
+  parser.add_argument("--rejoin-wait", action="store_true",
+                      help="with --recover: the next membership agreement waits for a restarted rank")
   parser.add_argument("command", nargs=argparse.REMAINDER)
   args = parser.parse_args(argv)
   command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -113,6 +116,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.error("--max-restarts must be at least 0")
   if args.recover is not None and (args.recover < 0 or args.max_restarts):
     parser.error("--recover takes a number of restarts of single ranks (at least 0) and excludes --max-restarts")
+  if args.rejoin_wait and args.recover is None:
+    parser.error("--rejoin-wait goes with --recover")
   if args.min_processes is None:
     args.min_processes = args.num_processes
   if not 1 <= args.min_processes <= args.num_processes:
@@ -159,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.recover is not None:
       env = dict(base_env, MYPLUGIN_RESTART_COUNT="0", MYPLUGIN_JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{_free_port()}")
       return _run_recovering(command, env, num_processes, service, deadline, interrupted, args.timeout,
-                             args.recover)
+                             args.recover, args.rejoin_wait)
     for attempt in range(args.max_restarts + 1):
       # jax's own coordinator (hosted by rank 0 of each attempt) moves to a
       # fresh port: the one before may still be held by a dying process.
@@ -216,7 +221,8 @@ def _start_rank(command, env, rank, lock, pumps) -> subprocess.Popen:
 RESPAWN_DELAY_S = 0.5
 
 
-def _run_recovering(command, env, num_processes, service, deadline, interrupted, timeout, respawns) -> int:
+def _run_recovering(command, env, num_processes, service, deadline, interrupted, timeout, respawns,
+                    rejoin_wait) -> int:
   """--recover: ranks fail alone; each failed one starts again while respawns last."""
   lock = threading.Lock()
   pumps = []
@@ -259,7 +265,8 @@ def _run_recovering(command, env, num_processes, service, deadline, interrupted,
         respawns -= 1
         print(f"myplugin-run: rank {rank} failed {_describe(code)}; starting it again to rejoin the job "
               f"({respawns} restarts left)", file=sys.stderr)
-        service.expect_rejoin(rank, True)
+        if rejoin_wait:
+          service.expect_rejoin(rank, True)
         time.sleep(RESPAWN_DELAY_S)
         procs[rank] = _start_rank(command, dict(env, MYPLUGIN_REJOIN="1"), rank, lock, pumps)
       time.sleep(0.02)

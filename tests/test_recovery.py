@@ -112,8 +112,8 @@ def _reference_loss():
 
 def test_elastic_training_recovers_in_place_and_the_rank_rejoins():
   from proc import child_env, run_python
-  r = run_python(["-m", "jax_plugin.launcher", "-n", "3", "--recover", "1", "--timeout", "400", "--", sys.executable,
-                  EXAMPLE, *SMALL], child_env(), timeout=480)
+  r = run_python(["-m", "jax_plugin.launcher", "-n", "3", "--recover", "1", "--rejoin-wait", "--timeout", "400", "--",
+                  sys.executable, EXAMPLE, *SMALL], child_env(), timeout=480)
   assert r.returncode == 0, r.output
   assert "[2] rank 2 kills itself at step 15" in r.stdout, r.output
   import re

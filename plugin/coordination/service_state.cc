@@ -214,6 +214,7 @@ Status ServiceState::HandleRegister(int pid, const std::string& payload, Outbox&
   self.topology = std::move(m.value().topology);
   if (registration_complete_) {
     AddJoiner(pid, w);
+    CheckAgreement(out);  // one may be waiting for it
     return OkStatus();
   }
   registration_waiters_.push_back(w);
@@ -504,6 +505,7 @@ void ServiceState::DeclareFailure(int process_id, const std::string& reason_in, 
     joiners_.erase(process_id);
     expected_joiners_.erase(process_id);
     Log("process " + std::to_string(process_id) + " failed before it rejoined: " + reason);
+    CheckAgreement(out);
     return;
   }
   if (failure_) {

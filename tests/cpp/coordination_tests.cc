@@ -551,6 +551,33 @@ void TestRestartedProcessRejoinsAtNextAgreement() {
   CHECK(job.state.CheckInvariants().empty());
 }
 
+void TestAgreementWaitsForAnExpectedRestart() {
+  FakeJob job(3);
+  RegisterAll(job, 3);
+  job.state.OnDisconnect(12, myplugin::Status(Code::kUnavailable, "reset"), job.out);
+  job.state.ExpectRejoin(2, true, job.out);  // the launcher started it again
+  job.out.frames.clear();
+  for (ConnectionId c : {10, 11}) CHECK(job.Send(c, AgreeWithin(60000)).ok());
+  CHECK(job.Take(10).empty() && job.state.epoch() == 0);  // waiting for it
+  CHECK(job.Hello(22, 2).ok());
+  msg::Register r;
+  r.num_processes = 3;
+  r.topology = "t2 again";
+  CHECK(job.Send(22, r).ok());  // its registration completes the agreement
+  CHECK(Ids(VerdictFor(job, 22)) == (std::vector<uint32_t>{0, 1, 2}) && job.state.epoch() == 1);
+  CHECK(Ids(VerdictFor(job, 11)) == (std::vector<uint32_t>{0, 1, 2}));
+  CHECK(VerdictFor(job, 10).epoch == 1);
+  // A restart that dies before it registers is no longer waited for.
+  job.state.OnDisconnect(22, myplugin::Status(Code::kUnavailable, "reset"), job.out);
+  job.state.ExpectRejoin(2, true, job.out);
+  for (ConnectionId c : {10, 11}) CHECK(job.Send(c, AgreeWithin(60000)).ok());
+  CHECK(job.state.epoch() == 1);
+  job.state.ExpectRejoin(2, false, job.out);
+  CHECK(Ids(VerdictFor(job, 10)) == (std::vector<uint32_t>{0, 1}) && job.state.epoch() == 2);
+  job.out.frames.clear();
+  CHECK(job.state.CheckInvariants().empty());
+}
+
 void TestAgreementErrorReachesEveryone() {
   FakeJob job(3);
   RegisterAll(job, 3);
@@ -594,6 +621,7 @@ void RunCoordinationTests() {
   TestWaitingIsBoundedPerProcess();
   TestSurvivorsAgreeOnOneVerdict();
   TestRestartedProcessRejoinsAtNextAgreement();
+  TestAgreementWaitsForAnExpectedRestart();
   TestAgreementErrorReachesEveryone();
   TestNoAgreementBeforeRegistration();
 }
