@@ -95,6 +95,7 @@ class Trainer:
     self.jax, self.args = jax, args
     self.step_fn = None
     self.checkpoint = (0, initial_params())
+    self.failed_at = None  # when the last failure surfaced here
 
   def place(self, params):
     """Arrays of the current backend: the params replicated, the batch split over every device."""
@@ -132,6 +133,9 @@ class Trainer:
       p, loss = self.step_fn(p, xs, ys)
       loss = float(loss)  # waits for the step: a failure surfaces here
       s += 1
+      if self.failed_at is not None:  # the rebuilt backend has compiled and run a step
+        print(f"training again {time.monotonic() - self.failed_at:.3f} s after the error", flush=True)
+        self.failed_at = None
     return s, loss
 
   def share_checkpoint(self):
@@ -176,6 +180,7 @@ class Trainer:
         if args.mode == "restart":
           raise
         print(f"error: {str(e).splitlines()[0][:300]}", flush=True)
+        self.failed_at = time.monotonic()
         result = None
       else:
         if result is not None:
