@@ -474,6 +474,18 @@ msg::Membership VerdictFor(FakeJob& job, ConnectionId conn) {
   return found;
 }
 
+// Process `pid` comes back on connection `conn` (the launcher started it
+// again) and registers; what it was sent so far is dropped.
+void ComeBack(FakeJob& job, ConnectionId conn, int pid, uint32_t request_id = 3) {
+  CHECK(job.Hello(conn, pid).ok());
+  CHECK(job.Take(conn).size() == 1);  // its HelloOk
+  msg::Register r;
+  r.num_processes = static_cast<uint32_t>(job.state.options().num_processes);
+  r.topology = "t" + std::to_string(pid) + " again";
+  r.request_id = request_id;
+  CHECK(job.Send(conn, r).ok());
+}
+
 std::vector<uint32_t> Ids(const msg::Membership& m) {
   std::vector<uint32_t> ids;
   for (const Member& member : m.members) ids.push_back(member.process_id);
@@ -522,12 +534,7 @@ void TestRestartedProcessRejoinsAtNextAgreement() {
   job.state.OnDisconnect(11, myplugin::Status(Code::kUnavailable, "reset"), job.out);
   // Back before the survivors agreed: it says Hello on a new connection
   // and its registration waits for the agreement, which lets it in.
-  CHECK(job.Hello(21, 1).ok());
-  msg::Register r;
-  r.num_processes = 3;
-  r.topology = "t1 again";
-  r.request_id = 3;
-  CHECK(job.Send(21, r).ok());
+  ComeBack(job, 21, 1);
   job.out.frames.clear();
   CHECK(job.Send(10, AgreeWithin(60000)).ok());
   CHECK(job.Send(12, AgreeWithin(60000)).ok());
@@ -541,9 +548,7 @@ void TestRestartedProcessRejoinsAtNextAgreement() {
   job.state.OnDisconnect(21, myplugin::Status(Code::kUnavailable, "reset"), job.out);
   for (ConnectionId c : {10, 12}) CHECK(job.Send(c, AgreeWithin(60000)).ok());
   CHECK(Ids(VerdictFor(job, 10)) == (std::vector<uint32_t>{0, 2}) && job.state.epoch() == 2);
-  CHECK(job.Hello(31, 1).ok());
-  job.out.frames.clear();
-  CHECK(job.Send(31, r).ok());
+  ComeBack(job, 31, 1);
   CHECK(job.Take(31).empty());  // no failure now: it waits for the members' next agreement
   for (ConnectionId c : {10, 12}) CHECK(job.Send(c, AgreeWithin(60000)).ok());
   CHECK(Ids(VerdictFor(job, 31)) == (std::vector<uint32_t>{0, 1, 2}) && job.state.epoch() == 3);
@@ -559,11 +564,7 @@ void TestAgreementWaitsForAnExpectedRestart() {
   job.out.frames.clear();
   for (ConnectionId c : {10, 11}) CHECK(job.Send(c, AgreeWithin(60000)).ok());
   CHECK(job.Take(10).empty() && job.state.epoch() == 0);  // waiting for it
-  CHECK(job.Hello(22, 2).ok());
-  msg::Register r;
-  r.num_processes = 3;
-  r.topology = "t2 again";
-  CHECK(job.Send(22, r).ok());  // its registration completes the agreement
+  ComeBack(job, 22, 2);  // its registration completes the agreement
   CHECK(Ids(VerdictFor(job, 22)) == (std::vector<uint32_t>{0, 1, 2}) && job.state.epoch() == 1);
   CHECK(Ids(VerdictFor(job, 11)) == (std::vector<uint32_t>{0, 1, 2}));
   CHECK(VerdictFor(job, 10).epoch == 1);
