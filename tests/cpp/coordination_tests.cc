@@ -3,6 +3,7 @@
 // frames out as the service would queue them. No sockets, no threads.
 #include <chrono>
 #include <cstring>
+#include <initializer_list>
 #include <map>
 #include <string>
 #include <vector>
@@ -486,6 +487,11 @@ void ComeBack(FakeJob& job, ConnectionId conn, int pid, uint32_t request_id = 3)
   CHECK(job.Send(conn, r).ok());
 }
 
+// Each of `conns` asks for the agreement.
+void AllAsk(FakeJob& job, std::initializer_list<ConnectionId> conns) {
+  for (ConnectionId c : conns) CHECK(job.Send(c, AgreeWithin(60000)).ok());
+}
+
 std::vector<uint32_t> Ids(const msg::Membership& m) {
   std::vector<uint32_t> ids;
   for (const Member& member : m.members) ids.push_back(member.process_id);
@@ -522,7 +528,7 @@ void TestSurvivorsAgreeOnOneVerdict() {
   for (ConnectionId c : {10, 11, 13}) CHECK(job.Send(c, b).ok());
   for (ConnectionId c : {10, 11, 13}) CHECK(One<msg::Ok>(job.Take(c)).request_id == 0);
   // Asking again with nobody changed keeps the epoch.
-  for (ConnectionId c : {10, 11, 13}) CHECK(job.Send(c, AgreeWithin(60000)).ok());
+  AllAsk(job, {10, 11, 13});
   CHECK(VerdictFor(job, 13).epoch == 1);
   job.out.frames.clear();
   CHECK(job.state.CheckInvariants().empty());
@@ -546,11 +552,11 @@ void TestRestartedProcessRejoinsAtNextAgreement() {
   // Failing again after the survivors agreed without it: it is let in at
   // the agreement after it registers, and the epoch moves on each time.
   job.state.OnDisconnect(21, myplugin::Status(Code::kUnavailable, "reset"), job.out);
-  for (ConnectionId c : {10, 12}) CHECK(job.Send(c, AgreeWithin(60000)).ok());
+  AllAsk(job, {10, 12});
   CHECK(Ids(VerdictFor(job, 10)) == (std::vector<uint32_t>{0, 2}) && job.state.epoch() == 2);
   ComeBack(job, 31, 1);
   CHECK(job.Take(31).empty());  // no failure now: it waits for the members' next agreement
-  for (ConnectionId c : {10, 12}) CHECK(job.Send(c, AgreeWithin(60000)).ok());
+  AllAsk(job, {10, 12});
   CHECK(Ids(VerdictFor(job, 31)) == (std::vector<uint32_t>{0, 1, 2}) && job.state.epoch() == 3);
   job.out.frames.clear();
   CHECK(job.state.CheckInvariants().empty());
@@ -562,7 +568,7 @@ void TestAgreementWaitsForAnExpectedRestart() {
   job.state.OnDisconnect(12, myplugin::Status(Code::kUnavailable, "reset"), job.out);
   job.state.ExpectRejoin(2, true, job.out);  // the launcher started it again
   job.out.frames.clear();
-  for (ConnectionId c : {10, 11}) CHECK(job.Send(c, AgreeWithin(60000)).ok());
+  AllAsk(job, {10, 11});
   CHECK(job.Take(10).empty() && job.state.epoch() == 0);  // waiting for it
   ComeBack(job, 22, 2);  // its registration completes the agreement
   CHECK(Ids(VerdictFor(job, 22)) == (std::vector<uint32_t>{0, 1, 2}) && job.state.epoch() == 1);
@@ -571,7 +577,7 @@ void TestAgreementWaitsForAnExpectedRestart() {
   // A restart that dies before it registers is no longer waited for.
   job.state.OnDisconnect(22, myplugin::Status(Code::kUnavailable, "reset"), job.out);
   job.state.ExpectRejoin(2, true, job.out);
-  for (ConnectionId c : {10, 11}) CHECK(job.Send(c, AgreeWithin(60000)).ok());
+  AllAsk(job, {10, 11});
   CHECK(job.state.epoch() == 1);
   job.state.ExpectRejoin(2, false, job.out);
   CHECK(Ids(VerdictFor(job, 10)) == (std::vector<uint32_t>{0, 1}) && job.state.epoch() == 2);
