@@ -55,11 +55,19 @@ StatusOr<NcclCommunicator*> NcclCliques::ForDevice(const std::vector<int>& cliqu
     if (clique[i] == device) rank = static_cast<int>(i);
   }
   if (rank < 0) return InvalidArgument("device " + std::to_string(device) + " is not in its clique");
+  const uint64_t epoch = coordination::DistributedRuntime::Get().epoch();
+  {
+    std::lock_guard<std::mutex> lock(epoch_mu_);
+    if (epoch != epoch_) {
+      communicators_.Clear();
+      epoch_ = epoch;
+    }
+  }
   // Every rank's creation waits for the others (ncclCommInitRank), and
   // they come from different threads.
   StatusOr<std::shared_ptr<NcclCommunicator>> comm =
       communicators_.Get({clique, device}, [&]() -> StatusOr<std::shared_ptr<NcclCommunicator>> {
-        std::string key = "myplugin/nccl/";
+        std::string key = "myplugin/nccl/" + std::to_string(epoch) + "/";
         for (int d : clique) key += std::to_string(d) + ",";
         StatusOr<std::unique_ptr<NcclCommunicator>> made =
             NcclCommunicator::Create(api_, rank, static_cast<int>(clique.size()), store_, key, timeout_s_);

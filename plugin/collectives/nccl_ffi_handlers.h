@@ -38,6 +38,10 @@ class NcclCliques {
   BootstrapStore store_;
   double timeout_s_;
   MadeOnce<std::pair<std::vector<int>, int>, NcclCommunicator> communicators_;
+  // The membership epoch the communicators belong to: a new membership (an
+  // agreement after a failure) renumbers the devices, so they are made anew.
+  std::mutex epoch_mu_;
+  uint64_t epoch_ = 0;
 };
 
 // A key-value store inside this process (a job of one process has no
