@@ -539,8 +539,11 @@ Status ServiceState::HandleAgree(int pid, const std::string& payload, Outbox& ou
   if (!m.ok()) return m.status();
   Waiter w{processes_[pid].conn, m.value().request_id};
   if (!recoverable()) {
-    ReplyError(w, recovery_failure_ ? *recovery_failure_ : failure_ ? *failure_ : FailedPrecondition("the job cannot agree on its membership before "
-                                                            "every process registered"), out);
+    const Status why = recovery_failure_ ? *recovery_failure_
+                       : failure_         ? *failure_
+                                          : FailedPrecondition("the job cannot agree on its membership before every "
+                                                               "process registered");
+    ReplyError(w, why, out);
     return OkStatus();
   }
   if (!live_.count(pid)) {
@@ -679,10 +682,13 @@ void ServiceState::Tick(Clock::time_point now, Outbox& out) {
     Status st(Code::kDeadlineExceeded, "the membership agreement timed out after " + Seconds(agreement_->timeout_s) +
                                            ": " + late + " (asked: " + ProcessList(asked) + "); the job cannot recover");
     Log(st.message());
+    const int culprit = !missing.empty()            ? *missing.begin()
+                        : !expected_joiners_.empty() ? *expected_joiners_.begin()
+                                                     : -1;
     EndRecovery(st, out);
     if (!failure_) {
       failure_ = st;
-      failed_process_ = missing.empty() ? -1 : *missing.begin();
+      failed_process_ = culprit;
     }
     msg::Failure note;
     note.process_id = static_cast<uint32_t>(std::max(failed_process_, 0));
