@@ -318,19 +318,19 @@ class _Rewriter:
     replicas, partitions = da.shape
     cross_partition = inst.attr("channel_id") is not None
     if cross_partition and replicas == 1:
-      clique = da[0, :]
+      device_group = da[0, :]
     elif not cross_partition and partitions == 1:
-      clique = da[:, 0]
+      device_group = da[:, 0]
     else:
       raise UnsupportedProgram(f"collective-permute {inst.name} over {replicas} replicas x {partitions} partitions")
     pairs = rg.parse_pairs(inst.attr("source_target_pairs"))
     sources, targets = [s for s, _ in pairs], [t for _, t in pairs]
-    if any(not 0 <= i < len(clique) for i in sources + targets) or len(set(sources)) != len(sources) or \
+    if any(not 0 <= i < len(device_group) for i in sources + targets) or len(set(sources)) != len(sources) or \
         len(set(targets)) != len(targets):
       raise UnsupportedProgram(
           f"collective-permute {inst.name}: source_target_pairs={inst.attr('source_target_pairs')} names an id "
-          f"outside 0..{len(clique) - 1} or a source or target twice")
-    config = {"clique": _dense(clique), "pairs": _dense([i for p in pairs for i in p])}
+          f"outside 0..{len(device_group) - 1} or a source or target twice")
+    config = {"device_group": _dense(device_group), "pairs": _dense([i for p in pairs for i in p])}
     shape = _array_result(inst)
     return self.custom_call(inst.indent, inst.name, shape, None, inst.operands[0], self.operand_shape(inst, 0),
                             "myplugin_collective_permute", config, inst.root)

@@ -138,9 +138,9 @@ std::string Answer(const State& s) {
   }
   std::map<uint64_t, uint64_t> issued;
   for (const CallRecord& r : calls) {
-    issued[r.signature.clique_hash] = std::max(issued[r.signature.clique_hash], r.signature.sequence);
+    issued[r.signature.group_hash] = std::max(issued[r.signature.group_hash], r.signature.sequence);
     if (r.state == CallState::kIssued || r.state == CallState::kMatched) {
-      out << "inflight " << r.signature.clique_hash << " " << r.signature.sequence << " " << AgeSeconds(r.start_ns)
+      out << "inflight " << r.signature.group_hash << " " << r.signature.sequence << " " << AgeSeconds(r.start_ns)
           << " " << r.Describe() << "\n";
     }
   }
@@ -225,7 +225,7 @@ struct Waiter {
   int process;
   uint64_t hash, seq;
   double start_wall;
-  std::vector<int> clique;
+  std::vector<int> process_group;
   std::string what;
 };
 
@@ -272,13 +272,13 @@ class Reporter {
       Waiter w;
       w.process = std::atoi(key.c_str() + (sizeof(kPrefix) - 1) + 8);
       std::istringstream in(value);
-      std::string clique;
-      in >> w.hash >> w.seq >> w.start_wall >> clique;
+      std::string process_group;
+      in >> w.hash >> w.seq >> w.start_wall >> process_group;
       std::getline(in, w.what);
       if (!w.what.empty() && w.what[0] == ' ') w.what.erase(0, 1);
-      std::istringstream cl(clique);
+      std::istringstream cl(process_group);
       std::string id;
-      while (std::getline(cl, id, ',')) w.clique.push_back(std::atoi(id.c_str()));
+      while (std::getline(cl, id, ',')) w.process_group.push_back(std::atoi(id.c_str()));
       waiters.push_back(w);
     }
     const int epoch = ++epoch_;
@@ -311,14 +311,14 @@ class Reporter {
       double longest = 0;
       for (const Waiter& w : ws) longest = std::max(longest, now_wall - w.start_wall);
       std::set<int> arrived;
-      for (int p : w0.clique) {
+      for (int p : w0.process_group) {
         const Reply& r = replies[p];
         auto it = r.issued.find(w0.hash);
         if (it != r.issued.end() && it->second >= w0.seq) arrived.insert(p);
       }
       for (const Waiter& w : ws) arrived.insert(w.process);
       std::vector<int> late;
-      for (int p : w0.clique) {
+      for (int p : w0.process_group) {
         if (!arrived.count(p)) late.push_back(p);
       }
       text += "  " + w0.what + " has waited " + Secs(longest) + " (MYPLUGIN_STRAGGLER_SECONDS=" +
@@ -409,15 +409,15 @@ void Watchdog(std::shared_ptr<State> s) {
     const int64_t limit = MonotonicNanos() - static_cast<int64_t>(s->straggler_s * 1e9);
     std::optional<CallRecord> late = FlightRecorder::Get().OldestInFlight(limit);
     if (late && late->id != published) {
-      std::string clique;
-      for (int p : late->Processes()) clique += (clique.empty() ? "" : ",") + std::to_string(p);
-      if (clique.empty()) {  // a barrier of every process
-        for (int p = 0; p < s->num_processes; ++p) clique += (clique.empty() ? "" : ",") + std::to_string(p);
+      std::string process_group;
+      for (int p : late->Processes()) process_group += (process_group.empty() ? "" : ",") + std::to_string(p);
+      if (process_group.empty()) {  // a barrier of every process
+        for (int p = 0; p < s->num_processes; ++p) process_group += (process_group.empty() ? "" : ",") + std::to_string(p);
       }
       char start[40];
       std::snprintf(start, sizeof(start), "%.6f", (late->start_ns + WallMinusMonotonicNanos()) / 1e9);
-      c->KeyValueSet(waiting_key, std::to_string(late->signature.clique_hash) + " " +
-                                      std::to_string(late->signature.sequence) + " " + start + " " + clique + " " +
+      c->KeyValueSet(waiting_key, std::to_string(late->signature.group_hash) + " " +
+                                      std::to_string(late->signature.sequence) + " " + start + " " + process_group + " " +
                                       late->Describe());
       c->KeyValueSet(std::string(kPrefix) + "doorbell", std::to_string(s->process));
       published = late->id;
