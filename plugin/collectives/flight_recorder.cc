@@ -1,3 +1,6 @@
+// One file (~375 lines) for one object: the recorder's lock-free ring, the
+// JSON dump that reads it, and the scopes that annotate its records share the
+// slot layout, which no other file should see.
 #include "collectives/flight_recorder.h"
 
 #include <time.h>
