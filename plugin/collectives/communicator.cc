@@ -1,3 +1,6 @@
+// One file (~370 lines) for the Communicator base class: the signature
+// exchange, timeouts and arrival checks every backend shares, and the
+// collectives written over the backend's exchange primitives.
 #include "collectives/communicator.h"
 
 #include <algorithm>

@@ -1,3 +1,6 @@
+// The members' life in the service (~460 lines): hello and registration,
+// shutdown and failure, the clock. One file: each of these moves a member
+// through the same states; the store and barriers have files of their own.
 #include "coordination/service_state.h"
 
 #include <algorithm>
