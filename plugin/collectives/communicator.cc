@@ -30,7 +30,7 @@ std::string Seconds(double s) {
 
 }  // namespace
 
-std::string ProcessList(const std::vector<int>& ids) {
+std::string IdList(const std::vector<int>& ids) {
   std::string s = "[";
   for (size_t i = 0; i < ids.size(); ++i) s += (i ? ", " : "") + std::to_string(ids[i]);
   return s + "]";
@@ -105,14 +105,14 @@ StatusOr<uint32_t> Communicator::Begin(Signature& sig, const void* payload, size
       aborted = aborted_;  // explained below: Explain takes abort_mu_ itself
     } else if (!finished_peers_.empty()) {
       sig.sequence = sequence_;
-      cannot_complete = sig.Describe() + " on processes " + ProcessList(process_group_) + " cannot complete: process " +
+      cannot_complete = sig.Describe() + " on processes " + IdList(process_group_) + " cannot complete: process " +
                         std::to_string(finished_peers_[0]) +
                         " has finished (entered shutdown) and issues no more collectives: every process must "
                         "issue the same collectives (did one leave its loop early?)";
     } else {
       sig.sequence = sequence_++;
       in_flight_ = static_cast<int64_t>(sig.sequence);
-      in_flight_what_ = sig.Describe() + " on processes " + ProcessList(process_group_);
+      in_flight_what_ = sig.Describe() + " on processes " + IdList(process_group_);
     }
   }
   if (aborted) return Explain(sig, *aborted);
@@ -200,7 +200,7 @@ std::string Communicator::WithTrace(const std::string& why) {
 }
 
 Status Communicator::Explain(const Signature& sig, const Status& backend_error) {
-  const std::string what = sig.Describe() + " on processes " + ProcessList(process_group_);
+  const std::string what = sig.Describe() + " on processes " + IdList(process_group_);
   {
     std::lock_guard<std::mutex> lock(abort_mu_);
     if (aborted_) return Status(Code::kAborted, what + " was aborted: " + aborted_->message());
@@ -234,7 +234,7 @@ Status Communicator::Explain(const Signature& sig, const Status& backend_error) 
           FlightRecorder::Get().End(record_, false);
           record_ = 0;
           const std::string why = what + " timed out after " + Seconds(timeout_s_) + " waiting for processes " +
-                                  ProcessList(missing) + ", which never reached call #" +
+                                  IdList(missing) + ", which never reached call #" +
                                   std::to_string(sig.sequence) + " (stopped, stuck, or running other code)";
           return Status(Code::kDeadlineExceeded, why + WithTrace(why));
         }

@@ -147,7 +147,7 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   uint64_t record_ = 0;                // the call's flight recorder entry, under call_mu_
 };
 
-// The process id list as text: "[0, 1, 3]".
-std::string ProcessList(const std::vector<int>& ids);
+// A list of ids (processes or devices) as text: "[0, 1, 3]".
+std::string IdList(const std::vector<int>& ids);
 
 }  // namespace myplugin::collectives

@@ -81,7 +81,7 @@ StatusOr<std::shared_ptr<Communicator>> CommunicatorCache::ForProcessGroup(std::
   std::set<int> seen;
   for (int p : process_group) {
     if (p < 0 || p >= n || !seen.insert(p).second) {
-      return InvalidArgument("bad process group " + ProcessList(process_group) + " for a job of " + std::to_string(n) +
+      return InvalidArgument("bad process group " + IdList(process_group) + " for a job of " + std::to_string(n) +
                              " processes: ids must be distinct and in range");
     }
   }

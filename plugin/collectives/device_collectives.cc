@@ -31,11 +31,11 @@ Status DeviceCollectives::Check(const DeviceBuffers& b) const {
   if (local_ranks_.empty()) return InvalidArgument("this process has no device in the device group");
   if (b.send.size() != local_ranks_.size() || b.recv.size() != local_ranks_.size()) {
     return InvalidArgument("expected " + std::to_string(local_ranks_.size()) + " local buffers for device group " +
-                           ProcessList(device_group_) + ", got " + std::to_string(b.send.size()));
+                           IdList(device_group_) + ", got " + std::to_string(b.send.size()));
   }
   for (const auto& ranks : ranks_of_process_) {
     if (ranks.size() != local_ranks_.size()) {
-      return Unimplemented("device group " + ProcessList(device_group_) +
+      return Unimplemented("device group " + IdList(device_group_) +
                            " has different numbers of devices in different processes");
     }
   }

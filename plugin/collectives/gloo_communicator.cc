@@ -81,7 +81,7 @@ StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
     if (process_group[r] == my_process) rank = static_cast<int>(r);
   }
   if (rank < 0) {
-    return InvalidArgument("process " + std::to_string(my_process) + " is not in the process group " + ProcessList(process_group));
+    return InvalidArgument("process " + std::to_string(my_process) + " is not in the process group " + IdList(process_group));
   }
   auto context = std::make_shared<gloo::rendezvous::Context>(rank, static_cast<int>(process_group.size()));
   Status st = Guarded([&] {
@@ -93,7 +93,7 @@ StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
     context->connectFullMesh(store, device);
   });
   if (!st.ok()) {
-    return Status(st.code(), "connecting the Gloo communicator of processes " + ProcessList(process_group) + " failed: " +
+    return Status(st.code(), "connecting the Gloo communicator of processes " + IdList(process_group) + " failed: " +
                                  st.message());
   }
   return std::unique_ptr<GlooCommunicator>(

@@ -50,9 +50,9 @@ Status LocalRendezvous::Join(const std::vector<int>& device_group, int slot, int
     for (int s = 0; s < local_count; ++s) {
       if (!g.present[s]) missing.push_back(s);
     }
-    return Status(Code::kDeadlineExceeded, "the collective on devices " + ProcessList(device_group) +
+    return Status(Code::kDeadlineExceeded, "the collective on devices " + IdList(device_group) +
                                                " timed out waiting for local device slots " +
-                                               ProcessList(missing) + " of this process");
+                                               IdList(missing) + " of this process");
   }
   // Every local device came: the last one runs the collective, whose own
   // waits are bounded and whose timeout names the processes that never came

@@ -101,8 +101,6 @@ struct Waiter {
   std::string what;
 };
 
-std::string ProcessesText(const std::vector<int>& ids) { return ProcessList(ids); }
-
 class Reporter {
  public:
   explicit Reporter(std::shared_ptr<WatchState> s) : s_(std::move(s)) {}
@@ -195,8 +193,8 @@ class Reporter {
       }
       text += "  " + w0.what + " has waited " + Secs(longest) + " (MYPLUGIN_STRAGGLER_SECONDS=" +
               Num(s_->straggler_s) + ")\n";
-      text += "  arrived: processes " + ProcessesText(std::vector<int>(arrived.begin(), arrived.end())) +
-              "; not arrived: processes " + ProcessesText(late) + "\n";
+      text += "  arrived: processes " + IdList(std::vector<int>(arrived.begin(), arrived.end())) +
+              "; not arrived: processes " + IdList(late) + "\n";
       for (int p : late) {
         const Reply& r = replies[p];
         if (!r.answered) {
