@@ -17,7 +17,8 @@ int main() {
   RunLocalRendezvousTests();
   RunDeviceAssignmentTests();
   RunSerializedExecutableTests();
-  RunCoordinationTests();
+  RunMessagesTests();
+  RunServiceStateTests();
   RunCoordinationStressTests();
   RunFlightRecorderTests();
   bool nccl = RunNcclTests();
