@@ -12,14 +12,14 @@ using namespace myplugin::collectives;
 int main() {
   FlightRecorder rec(2000);
   Signature s; s.op = CollectiveOp::kAllReduce; s.count = 1024;
-  std::vector<int> clique = {0, 1};
+  std::vector<int> process_group = {0, 1};
   const int n = 2000000;
   double best = 1e9;
   for (int round = 0; round < 5; ++round) {
     auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < n; ++i) {
       s.sequence = i;
-      uint64_t id = rec.Begin(s, clique, nullptr, "jit_train_step");  // as the FFI handlers record
+      uint64_t id = rec.Begin(s, process_group, nullptr, "jit_train_step");  // as the FFI handlers record
       rec.Matched(id);
       rec.End(id, true);
     }

@@ -37,8 +37,8 @@ firsts = [p * len(local) for p in range(n_proc)]  # one rank per process
 for step in range(20):
   loss, grads = grad_fn(jax.device_put(params, NamedSharding(mesh, P())), x, y)
   # Average over processes: every process ends with the same update.
-  grads = {k: collectives.all_reduce(np.asarray(g), clique=firsts) / n_proc for k, g in grads.items()}
-  loss = float(collectives.all_reduce(np.asarray(loss), clique=firsts)) / n_proc
+  grads = {k: collectives.all_reduce(np.asarray(g), device_group=firsts) / n_proc for k, g in grads.items()}
+  loss = float(collectives.all_reduce(np.asarray(loss), device_group=firsts)) / n_proc
   params = {k: params[k] - 0.5 * grads[k] for k in params}
   if step % 5 == 0 or step == 19:
     print(f"step {step:2d}  loss {loss:.6f}")

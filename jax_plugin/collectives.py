@@ -1,8 +1,8 @@
 """Collectives across processes and devices on numpy arrays: the layer that
 compiled programs use, callable directly (tests, benchmarks, tools).
 
-Every call takes, per process, one array per local device of the clique
-(a list), or one array when the process has one device there. A clique is a
+Every call takes, per process, one array per local device of the device group
+(a list), or one array when the process has one device there. A device group is a
 list of global device ids in rank order (device d lives in process
 d // devices_per_process); None means every device of the job. The devices
 of a process combine in memory; one rank per process goes over the wire.
@@ -10,7 +10,7 @@ of a process combine in memory; one rank per process goes over the wire.
 Every participant must make the same call. One that issues a different op,
 shape or dtype, or calls in a different order, gets an error naming who
 issued what; a dead or stalled process is named too. Needs
-jax_plugin.distributed (or myplugin-run) when the clique spans processes.
+jax_plugin.distributed (or myplugin-run) when the device group spans processes.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def _join_first() -> None:
     distributed.initialize_from_environment()
 
 
-def _run(op: str, xs, out_shape_of, reduction: str = "", clique=None, pairs=()):
+def _run(op: str, xs, out_shape_of, reduction: str = "", device_group=None, pairs=()):
   _join_first()
   single = not isinstance(xs, (list, tuple))
   arrays = [np.asarray(x, order="C") for x in ([xs] if single else xs)]  # keeps 0-d arrays 0-d
@@ -47,24 +47,24 @@ def _run(op: str, xs, out_shape_of, reduction: str = "", clique=None, pairs=()):
     raise ValueError("no local buffers")
   outs = [np.empty(out_shape_of(a.shape), dtype=a.dtype) for a in arrays]
   _myplugin.collective(op, reduction, _dtype_name(arrays[0]), [_bytes(a) for a in arrays],
-                       [_bytes(o) for o in outs], list(clique or []), [tuple(p) for p in pairs])
+                       [_bytes(o) for o in outs], list(device_group or []), [tuple(p) for p in pairs])
   return outs[0] if single else outs
 
 
-def clique_size(clique: Sequence[int] | None = None) -> int:
+def device_group_size(device_group: Sequence[int] | None = None) -> int:
   _join_first()
-  return len(clique) if clique else _myplugin.local_device_count() * _myplugin.num_processes()
+  return len(device_group) if device_group else _myplugin.local_device_count() * _myplugin.num_processes()
 
 
-def all_reduce(xs, op: str = "sum", clique: Sequence[int] | None = None):
+def all_reduce(xs, op: str = "sum", device_group: Sequence[int] | None = None):
   """op: sum, product, min, max (and/or for bool)."""
-  return _run("all_reduce", xs, lambda s: s, op, clique)
+  return _run("all_reduce", xs, lambda s: s, op, device_group)
 
 
-def all_gather(xs, clique: Sequence[int] | None = None):
+def all_gather(xs, device_group: Sequence[int] | None = None):
   """Every device's input stacked on a new leading axis, in rank order."""
-  n = clique_size(clique)
-  return _run("all_gather", xs, lambda s: (n,) + s, "", clique)
+  n = device_group_size(device_group)
+  return _run("all_gather", xs, lambda s: (n,) + s, "", device_group)
 
 
 def _blocks(shape, n, what):
@@ -72,31 +72,31 @@ def _blocks(shape, n, what):
     raise ValueError(f"{what}: axis 0 of shape {shape} must divide by {n} devices")
 
 
-def reduce_scatter(xs, op: str = "sum", clique: Sequence[int] | None = None):
+def reduce_scatter(xs, op: str = "sum", device_group: Sequence[int] | None = None):
   """Reduces over the devices; each gets its rank's block of axis 0."""
-  n = clique_size(clique)
+  n = device_group_size(device_group)
 
   def shape(s):
     _blocks(s, n, "reduce_scatter")
     return (s[0] // n,) + s[1:]
 
-  return _run("reduce_scatter", xs, shape, op, clique)
+  return _run("reduce_scatter", xs, shape, op, device_group)
 
 
-def all_to_all(xs, clique: Sequence[int] | None = None):
+def all_to_all(xs, device_group: Sequence[int] | None = None):
   """Block i of axis 0 goes to rank i; each gets the blocks sent to it, in rank order."""
-  n = clique_size(clique)
+  n = device_group_size(device_group)
 
   def shape(s):
     _blocks(s, n, "all_to_all")
     return s
 
-  return _run("all_to_all", xs, shape, "", clique)
+  return _run("all_to_all", xs, shape, "", device_group)
 
 
-def collective_permute(xs, pairs: Sequence[tuple[int, int]], clique: Sequence[int] | None = None):
+def collective_permute(xs, pairs: Sequence[tuple[int, int]], device_group: Sequence[int] | None = None):
   """pairs: (source rank, target rank). A rank that receives nothing gets zeros."""
-  return _run("collective_permute", xs, lambda s: s, "", clique, pairs)
+  return _run("collective_permute", xs, lambda s: s, "", device_group, pairs)
 
 
 def barrier(processes: Sequence[int] | None = None) -> None:

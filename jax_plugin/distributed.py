@@ -14,12 +14,15 @@ barrier and key-value call of the survivors raises an error naming the
 failed process; the survivors then call :func:`recover`, which agrees on
 the new membership through the service (:func:`agree_membership`) and
 rebuilds the backend over the members' devices.
+
+One file: joining, leaving and the exit hooks share this
+module's job state (the hosted service, whether this process has left);
+addresses are addresses.py's.
 """
 
 from __future__ import annotations
 
 import atexit
-import ipaddress
 import os
 import sys
 import socket
@@ -27,6 +30,7 @@ import socket
 from typing import NamedTuple
 
 from jax_plugin import _myplugin, cluster
+from jax_plugin.addresses import _candidate_addresses, _is_loopback, _loopback_of, _split_address, wildcard_host
 
 _ENGINE_DEVICE_KIND = "cpu"
 # The job's default timeouts, defined once in C++ (coordination/defaults.h).
@@ -47,35 +51,6 @@ _departed = False  # this process has left its job (shutdown)
 # The PJRT client's create options for this process's devices in the job:
 # how many it registered and, when given, which (local_device_ids).
 _client_options = {}
-
-
-def _is_loopback(host: str) -> bool:
-  if host in ("localhost", "ip6-localhost"):
-    return True
-  try:
-    return ipaddress.ip_address(host).is_loopback
-  except ValueError:
-    return False
-
-
-def _split_address(address: str) -> tuple[str, int]:
-  host, sep, port = address.rpartition(":")
-  if not sep or not host or not port.isdigit():
-    raise ValueError(f"coordinator address must be host:port, got {address!r}")
-  return host.strip("[]"), int(port)
-
-
-def wildcard_host() -> str:
-  """Every interface: dual-stack "::" where the kernel has IPv6 (IPv6-only
-  hosts need it; IPv4 clients arrive mapped), else "0.0.0.0"."""
-  if socket.has_ipv6:
-    try:
-      with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as s:
-        s.bind(("::", 0))
-      return "::"
-    except OSError:
-      pass
-  return "0.0.0.0"
 
 
 def _advertised_address() -> tuple[str, str]:
@@ -182,10 +157,6 @@ def _initialize(coordinator_address, num_processes, process_id, local_device_ids
         visible_devices)
 
 
-def _loopback_of(host: str) -> str:
-  return "::1" if host in ("::1", "ip6-localhost") else "127.0.0.1"
-
-
 def _start_service(bind_host, bind_port, num_processes, token, heartbeat_timeout, initialization_timeout):
   global _service
   _service = _myplugin.CoordinationService.start(bind_host, bind_port, num_processes, token,
@@ -245,19 +216,6 @@ def _install_excepthook() -> None:
     previous(exc_type, exc, tb)
 
   sys.excepthook = hook
-
-
-def _candidate_addresses(port: int) -> list[str]:
-  """Addresses of this host that other processes may reach, loopback last."""
-  hosts = []
-  try:
-    for info in socket.getaddrinfo(socket.gethostname(), None, socket.AF_UNSPEC, socket.SOCK_STREAM):
-      if info[4][0] not in hosts and not _is_loopback(info[4][0]):
-        hosts.append(info[4][0])
-  except OSError:
-    pass
-  hosts.append("127.0.0.1")
-  return [f"[{h}]:{port}" if ":" in h else f"{h}:{port}" for h in hosts]
 
 
 def initialize_through_jax(jax_state, initialization_timeout: float = DEFAULTS["initialization_timeout"],

@@ -14,6 +14,9 @@ reject a Python one, so every backend is created with the client hidden and
 a single-process view (:func:`hide_during_backend_init`); ours learns the
 job from our runtime instead. jax is never imported from here: everything
 acts on ``jax._src.distributed`` once it is in ``sys.modules``.
+
+One file (~390 lines) for one job, jax's distributed client served by our
+runtime: the Client class and the places jax looks for it.
 """
 
 from __future__ import annotations

@@ -46,7 +46,7 @@ def _signature(c: dict) -> tuple:
 
 
 def _what(c: dict) -> str:
-  """The call without its number and clique, with the jitted function that
+  """The call without its number and process group, with the jitted function that
   issued it where known: 'all-reduce sum f32[4] in jit_train_step'."""
   what = c["describe"].split(" (call #")[0]
   return f"{what} in {c['function']}" if c.get("function") else what
@@ -67,15 +67,15 @@ def analyze(dumps: dict[int, dict], timeline: int | None = _TIMELINE_DEFAULT) ->
   t0 = min((c["start"] for d in dumps.values() for c in d["calls"] if c["start"] is not None), default=0.0)
   findings = []
 
-  # Collectives, clique by clique: the call numbers are per clique.
-  cliques: dict[str, dict] = {}
+  # Collectives, process group by process group: the call numbers are per group.
+  groups: dict[str, dict] = {}
   for p, d in dumps.items():
     for c in d["calls"]:
       if c["name"]:
         continue  # a named barrier of the coordination service
-      entry = cliques.setdefault(c["clique_hash"], {"members": c["clique"], "calls": {}})
+      entry = groups.setdefault(c["group_hash"], {"members": c["processes"], "calls": {}})
       entry["calls"].setdefault(p, {})[c["call"]] = c
-  for h, entry in cliques.items():
+  for h, entry in groups.items():
     members = entry["members"]
     calls = entry["calls"]
     have = [p for p in members if p in dumps]
@@ -135,13 +135,13 @@ def analyze(dumps: dict[int, dict], timeline: int | None = _TIMELINE_DEFAULT) ->
         findings.append(f"process {p} was waiting in {c['describe']} since {_at(c, t0)}" if c["state"] ==
                         "issued" else f"process {p} waited in {c['describe']} from {_at(c, t0)} until it "
                         f"failed at {_at(c, t0, 'end')}")
-        members = c["clique"] or list(range(n))
+        members = c["processes"] or list(range(n))
         for q in members:
-          if q == p or q not in dumps or (q, c["clique_hash"], c["call"]) in never:
+          if q == p or q not in dumps or (q, c["group_hash"], c["call"]) in never:
             continue
-          uses = [e["call"] for e in dumps[q]["calls"] if e["name"] and e["clique_hash"] == c["clique_hash"]]
+          uses = [e["call"] for e in dumps[q]["calls"] if e["name"] and e["group_hash"] == c["group_hash"]]
           if not uses or max(uses) < c["call"]:
-            never.add((q, c["clique_hash"], c["call"]))
+            never.add((q, c["group_hash"], c["call"]))
             last = dumps[q]["calls"][-1] if dumps[q]["calls"] else None
             findings.append(f"process {q} NEVER REACHED {c['describe']}" +
                             (f"; its last call was {last['describe']} ({last['state']}, at {_at(last, t0)})"

@@ -76,7 +76,7 @@ def test_collective_permute():
   perm = [(i, (i + 3) % N) for i in range(N)]
   flat = np.array(perm, np.int64).reshape(-1)
   ours = run(lambda v: ffi("myplugin_collective_permute", jax.ShapeDtypeStruct(v.shape, v.dtype), v,
-                           clique=ALL, pairs=flat), X)
+                           device_group=ALL, pairs=flat), X)
   np.testing.assert_array_equal(ours, run(lambda v: jax.lax.ppermute(v, "x", perm), X))
 
 

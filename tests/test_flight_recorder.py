@@ -135,7 +135,7 @@ def test_a_barrier_of_some_processes_that_times_out_is_traced(tmp_path):
   assert "barrier 'pair' of processes [0, 2] timed out after 4 s: processes [2] did not arrive" in error, out
   calls = load(tmp_path, 0)["calls"]
   pair = calls[-1]
-  assert (pair["name"], pair["clique"], pair["call"], pair["state"]) == ("jax/pair", [0, 2], 0, "failed"), calls
+  assert (pair["name"], pair["processes"], pair["call"], pair["state"]) == ("jax/pair", [0, 2], 0, "failed"), calls
   assert [(c["name"], c["call"]) for c in calls if c["op"] == "barrier"][:2] == [("jax/all", 0), ("jax/all", 1)]
   rc, text = trace(tmp_path)
   assert rc == 0, text

@@ -49,7 +49,7 @@ def test_seed_and_nccl_programs_of_the_gpu_tests_run_on_the_cpu_engine(tmp_path)
   for key in want.files:
     np.testing.assert_allclose(got[key], want[key], rtol=1e-5, err_msg=key)
   # The FFI handlers over a group of one (Gloo here, NCCL on a GPU).
-  r = run_python(["-c", single.NCCL_CLIQUE_OF_ONE], child_env(JAX_PLATFORMS="myplugin"), timeout=180)
+  r = run_python(["-c", single.NCCL_DEVICE_GROUP_OF_ONE], child_env(JAX_PLATFORMS="myplugin"), timeout=180)
   assert r.returncode == 0, r.output
   want = (np.arange(64, dtype=np.float32) - 20.0).tolist()
   assert single.last_json(r) == {"all_reduce": want, "all_gather": want, "psum": want}

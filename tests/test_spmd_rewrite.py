@@ -369,7 +369,7 @@ _REDUCE = "  ROOT %r = f32[4,2]{1,0} all-reduce(%p), channel_id=1, use_global_de
     ("  %p = f32[" + "9" * 5000 + "]{0} parameter(0)\n  ROOT %r = f32[4,2]{1,0} all-reduce(%p), replica_groups={}, "
      "to_apply=%add", "replica_count=8", "an operand that is not an array"),
 ], ids=["dimensions-garbage", "dimensions-unicode-digit", "dimension-past-rank", "no-operand", "tuple-for-one-operand",
-        "all-to-all-tuple", "permute-outside-clique", "permute-target-twice", "partition-id-s32", "iota-too-many",
+        "all-to-all-tuple", "permute-outside-device-group", "permute-target-twice", "partition-id-s32", "iota-too-many",
         "mesh-sub-axis-0", "mesh-id-past-int64", "empty-group", "5000-digit-dimension"])
 def test_mutated_modules_are_refused_with_the_rewrites_error(body, header, what):
   text = module(body, header=header)

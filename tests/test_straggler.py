@@ -131,7 +131,7 @@ def test_report_covers_a_barrier_of_some_processes(tmp_path):
     assert f'straggler_worker.py", line {marker_line("BARRIER_SLEEP_LINE")} in <module>' in text, out
   with open(os.path.join(tmp_path, "process-2.json")) as f:  # written on the report's request
     calls = __import__("json").load(f)["calls"]
-  uses = [(c["name"], c["call"], c["clique"]) for c in calls if c["op"] == "barrier"]
+  uses = [(c["name"], c["call"], c["processes"]) for c in calls if c["op"] == "barrier"]
   assert uses[:2] == [("jax/all", 0, []), ("jax/all", 1, [])], calls
 
 

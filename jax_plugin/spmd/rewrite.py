@@ -8,12 +8,9 @@ same module, compiled for this process's devices alone, exchanges data with
 the other processes through our communicators. The attribute schema is the
 one in the README (section "Collectives").
 
-Replica-group semantics follow XLA's collective modes (XLA:
-xla/service/collective_ops_utils.cc, GetCollectiveOpGroupMode): no channel
-id means groups of replica ids; a channel id with use_global_device_ids
-means flattened ids (replica * partitions + partition); a channel id alone
-means replica groups across every partition, or for all-to-all and
-collective-permute, groups of partition ids.
+Which devices each group holds is collective_modes.py's. The file stays one:
+a single pass over one module whose state (instruction names, shapes read so
+far, the latest collective for ordering) every per-op rewrite below shares.
 """
 
 from __future__ import annotations
@@ -23,6 +20,7 @@ import re
 import numpy as np
 
 from jax_plugin.spmd import replica_groups as rg
+from jax_plugin.spmd.collective_modes import device_groups
 from jax_plugin.spmd.hlo_text import (ArrayShape, HloTextError, Instruction, UnsupportedProgram, callees,
                                       computation_header, computations, parse_instruction, split_top_level, to_int)
 
@@ -97,49 +95,6 @@ class _Rewriter:
       return False
     seen.add(name)
     return bool(comp.opcodes & _COLLECTIVES) or any(self._communicates(c, seen) for c in comp.callees)
-
-  # -- groups -------------------------------------------------------------
-
-  def device_groups(self, inst: Instruction) -> list[list[int]]:
-    da = self.assignment
-    replicas, partitions = da.shape
-    groups = rg.parse(inst.attr("replica_groups"))
-    has_channel = inst.attr("channel_id") is not None
-    flattened = inst.attr("use_global_device_ids") == "true"
-    if inst.opcode in ("all-to-all",) and has_channel:
-      mode = "partition"
-    elif not has_channel:
-      mode = "replica"
-    elif flattened:
-      mode = "flattened"
-    else:
-      mode = "replica_and_partition"
-    if groups is not None:
-      bound = {"flattened": replicas * partitions, "partition": partitions}.get(mode, replicas)
-      ids = [i for g in groups for i in g]
-      if any(i < 0 or i >= bound for i in ids) or len(set(ids)) != len(ids):
-        raise UnsupportedProgram(
-            f"{inst.opcode} {inst.name}: replica_groups={inst.attr('replica_groups')} names an id outside "
-            f"0..{bound - 1} (the {mode.replace('_and_partition', '')} ids of this program) or one id twice")
-    out: list[list[int]] = []
-    if mode == "flattened":
-      for g in groups if groups is not None else [list(range(replicas * partitions))]:
-        out.append([int(da[f // partitions, f % partitions]) for f in g])
-    elif mode == "replica":
-      for p in range(partitions):
-        for g in groups if groups is not None else [list(range(replicas))]:
-          out.append([int(da[r, p]) for r in g])
-    elif mode == "partition":
-      for r in range(replicas):
-        for g in groups if groups is not None else [list(range(partitions))]:
-          out.append([int(da[r, p]) for p in g])
-    else:
-      for g in groups if groups is not None else [list(range(replicas))]:
-        out.append([int(da[r, p]) for r in g for p in range(partitions)])
-    sizes = {len(g) for g in out}
-    if len(sizes) != 1 or 0 in sizes:
-      raise UnsupportedProgram(f"{inst.opcode} {inst.name} has replica groups that are empty or of different sizes")
-    return out
 
   # -- emitting -----------------------------------------------------------
 
@@ -250,7 +205,7 @@ class _Rewriter:
     return kind
 
   def grouped_config(self, inst: Instruction) -> dict[str, str]:
-    groups = self.device_groups(inst)
+    groups = device_groups(inst, self.assignment)
     return {"replica_groups": _dense([d for g in groups for d in g]), "group_size": f"{len(groups[0])} : i64"}
 
   def rewrite(self, inst: Instruction) -> list[str] | None:
@@ -318,19 +273,19 @@ class _Rewriter:
     replicas, partitions = da.shape
     cross_partition = inst.attr("channel_id") is not None
     if cross_partition and replicas == 1:
-      clique = da[0, :]
+      device_group = da[0, :]
     elif not cross_partition and partitions == 1:
-      clique = da[:, 0]
+      device_group = da[:, 0]
     else:
       raise UnsupportedProgram(f"collective-permute {inst.name} over {replicas} replicas x {partitions} partitions")
     pairs = rg.parse_pairs(inst.attr("source_target_pairs"))
     sources, targets = [s for s, _ in pairs], [t for _, t in pairs]
-    if any(not 0 <= i < len(clique) for i in sources + targets) or len(set(sources)) != len(sources) or \
+    if any(not 0 <= i < len(device_group) for i in sources + targets) or len(set(sources)) != len(sources) or \
         len(set(targets)) != len(targets):
       raise UnsupportedProgram(
           f"collective-permute {inst.name}: source_target_pairs={inst.attr('source_target_pairs')} names an id "
-          f"outside 0..{len(clique) - 1} or a source or target twice")
-    config = {"clique": _dense(clique), "pairs": _dense([i for p in pairs for i in p])}
+          f"outside 0..{len(device_group) - 1} or a source or target twice")
+    config = {"device_group": _dense(device_group), "pairs": _dense([i for p in pairs for i in p])}
     shape = _array_result(inst)
     return self.custom_call(inst.indent, inst.name, shape, None, inst.operands[0], self.operand_shape(inst, 0),
                             "myplugin_collective_permute", config, inst.root)

@@ -1,3 +1,6 @@
+// One file (~370 lines) for the Communicator base class: the signature
+// exchange, timeouts and arrival checks every backend shares, and the
+// collectives written over the backend's exchange primitives.
 #include "collectives/communicator.h"
 
 #include <algorithm>
@@ -27,26 +30,26 @@ std::string Seconds(double s) {
 
 }  // namespace
 
-std::string ProcessList(const std::vector<int>& ids) {
+std::string IdList(const std::vector<int>& ids) {
   std::string s = "[";
   for (size_t i = 0; i < ids.size(); ++i) s += (i ? ", " : "") + std::to_string(ids[i]);
   return s + "]";
 }
 
-Communicator::Communicator(std::vector<int> clique, int rank, double timeout_s,
+Communicator::Communicator(std::vector<int> process_group, int rank, double timeout_s,
                            std::shared_ptr<coordination::CoordinationClient> coordination)
-    : clique_(std::move(clique)),
+    : process_group_(std::move(process_group)),
       rank_(rank),
       coordination_(std::move(coordination)),
       timeout_s_(timeout_s),
-      clique_hash_(HashInts(std::vector<int64_t>(clique_.begin(), clique_.end()))),
-      inline_bytes_(clique_.size() <= 4 ? 16384 : clique_.size() <= 8 ? 4096 : 0) {}
+      group_hash_(HashInts(std::vector<int64_t>(process_group_.begin(), process_group_.end()))),
+      inline_bytes_(process_group_.size() <= 4 ? 16384 : process_group_.size() <= 8 ? 4096 : 0) {}
 
-void Communicator::SetDeviceClique(const std::vector<int>& devices) {
-  std::vector<int64_t> ids(clique_.begin(), clique_.end());
+void Communicator::SetDeviceGroup(const std::vector<int>& devices) {
+  std::vector<int64_t> ids(process_group_.begin(), process_group_.end());
   ids.push_back(-1);
   ids.insert(ids.end(), devices.begin(), devices.end());
-  clique_hash_ = HashInts(ids);
+  group_hash_ = HashInts(ids);
 }
 
 void Communicator::Abort(const Status& why) {
@@ -63,7 +66,7 @@ void Communicator::PeerFinished(int process, double grace_s) {
   std::string what;
   {
     std::lock_guard<std::mutex> lock(abort_mu_);
-    if (std::find(clique_.begin(), clique_.end(), process) == clique_.end()) return;
+    if (std::find(process_group_.begin(), process_group_.end(), process) == process_group_.end()) return;
     finished_peers_.push_back(process);
     call = in_flight_;
     what = in_flight_what_;
@@ -72,7 +75,7 @@ void Communicator::PeerFinished(int process, double grace_s) {
   // The peer may have just finished this very call while its last bytes are
   // on the way: give it `grace_s` before calling the call stuck.
   std::weak_ptr<Communicator> weak = weak_from_this();
-  int me = clique_[rank_];
+  int me = process_group_[rank_];
   std::thread([weak, call, what, process, me, grace_s] {
     std::this_thread::sleep_for(Millis(grace_s));
     auto self = weak.lock();
@@ -93,7 +96,7 @@ void Communicator::PeerFinished(int process, double grace_s) {
 StatusOr<uint32_t> Communicator::Begin(Signature& sig, const void* payload, size_t payload_bytes,
                                        std::vector<char>* records, const void* staged, size_t staged_bytes,
                                        char* staged_out, bool copy_own) {
-  sig.clique_hash = clique_hash_;
+  sig.group_hash = group_hash_;
   std::optional<Status> aborted;
   std::string cannot_complete;
   {
@@ -102,22 +105,22 @@ StatusOr<uint32_t> Communicator::Begin(Signature& sig, const void* payload, size
       aborted = aborted_;  // explained below: Explain takes abort_mu_ itself
     } else if (!finished_peers_.empty()) {
       sig.sequence = sequence_;
-      cannot_complete = sig.Describe() + " on processes " + ProcessList(clique_) + " cannot complete: process " +
+      cannot_complete = sig.Describe() + " on processes " + IdList(process_group_) + " cannot complete: process " +
                         std::to_string(finished_peers_[0]) +
                         " has finished (entered shutdown) and issues no more collectives: every process must "
                         "issue the same collectives (did one leave its loop early?)";
     } else {
       sig.sequence = sequence_++;
       in_flight_ = static_cast<int64_t>(sig.sequence);
-      in_flight_what_ = sig.Describe() + " on processes " + ProcessList(clique_);
+      in_flight_what_ = sig.Describe() + " on processes " + IdList(process_group_);
     }
   }
   if (aborted) return Explain(sig, *aborted);
   if (!cannot_complete.empty()) {
-    FlightRecorder::Get().End(FlightRecorder::Get().Begin(sig, clique_, nullptr, FunctionScope::Current()), false);
+    FlightRecorder::Get().End(FlightRecorder::Get().Begin(sig, process_group_, nullptr, FunctionScope::Current()), false);
     return Status(Code::kFailedPrecondition, cannot_complete + WithTrace(cannot_complete));
   }
-  record_ = FlightRecorder::Get().Begin(sig, clique_, nullptr, FunctionScope::Current());
+  record_ = FlightRecorder::Get().Begin(sig, process_group_, nullptr, FunctionScope::Current());
   const uint32_t tag = static_cast<uint32_t>(sig.sequence * 2);
   const size_t record = record_size();
   std::vector<char> mine(record, 0);
@@ -125,12 +128,12 @@ StatusOr<uint32_t> Communicator::Begin(Signature& sig, const void* payload, size
   if (payload != nullptr && payload_bytes > 0 && payload_bytes <= inline_bytes_) {
     std::memcpy(mine.data() + Signature::kEncodedSize, payload, payload_bytes);
   }
-  std::vector<char> all(record * clique_.size());
+  std::vector<char> all(record * process_group_.size());
   std::string mismatch;
   auto check = [&](const char* received) {
     std::vector<Signature> sigs;
-    for (size_t r = 0; r < clique_.size(); ++r) sigs.push_back(Signature::Decode(received + r * record));
-    mismatch = CompareSignatures(sigs, clique_);
+    for (size_t r = 0; r < process_group_.size(); ++r) sigs.push_back(Signature::Decode(received + r * record));
+    mismatch = CompareSignatures(sigs, process_group_);
     return mismatch.empty() ? OkStatus() : Status(Code::kFailedPrecondition, mismatch);
   };
   // Every call, whatever its size, starts with the same exchange of
@@ -163,7 +166,7 @@ size_t Communicator::signed_bytes() const {
   // Bytes on the wire per rank: (n - 1) * size here, against 2 (n - 1) / n *
   // size for a ring; for two ranks they are equal, and one round trip beats
   // the ring's two up to a few MB (bench/collectives.py).
-  return clique_.size() <= 2 ? (4u << 20) : clique_.size() <= 4 ? (256u << 10) : 0;
+  return process_group_.size() <= 2 ? (4u << 20) : process_group_.size() <= 4 ? (256u << 10) : 0;
 }
 
 Status Communicator::RunSigned(Signature sig, const void* payload, size_t bytes, char* payloads, bool copy_own) {
@@ -197,7 +200,7 @@ std::string Communicator::WithTrace(const std::string& why) {
 }
 
 Status Communicator::Explain(const Signature& sig, const Status& backend_error) {
-  const std::string what = sig.Describe() + " on processes " + ProcessList(clique_);
+  const std::string what = sig.Describe() + " on processes " + IdList(process_group_);
   {
     std::lock_guard<std::mutex> lock(abort_mu_);
     if (aborted_) return Status(Code::kAborted, what + " was aborted: " + aborted_->message());
@@ -215,23 +218,23 @@ Status Communicator::Explain(const Signature& sig, const Status& backend_error) 
     }
     // No process failed: someone is late or stuck. Everyone who timed out
     // records its arrival; whoever is missing from the record never came.
-    const std::string prefix = "myplugin/collectives/arrived/" + std::to_string(clique_hash_) + "/" +
+    const std::string prefix = "myplugin/collectives/arrived/" + std::to_string(group_hash_) + "/" +
                                std::to_string(sig.sequence) + "/";
-    if (coordination_->KeyValueSet(prefix + std::to_string(clique_[rank_]), "1").ok()) {
+    if (coordination_->KeyValueSet(prefix + std::to_string(process_group_[rank_]), "1").ok()) {
       std::this_thread::sleep_for(std::chrono::milliseconds(static_cast<int>(kArrivalWaitS * 1000)));
       auto arrived = coordination_->KeyValueList(prefix);
       if (arrived.ok()) {
         std::set<int> present;
         for (const auto& [key, value] : arrived.value()) present.insert(std::atoi(key.c_str() + prefix.size()));
         std::vector<int> missing;
-        for (int p : clique_) {
+        for (int p : process_group_) {
           if (!present.count(p)) missing.push_back(p);
         }
         if (!missing.empty()) {
           FlightRecorder::Get().End(record_, false);
           record_ = 0;
           const std::string why = what + " timed out after " + Seconds(timeout_s_) + " waiting for processes " +
-                                  ProcessList(missing) + ", which never reached call #" +
+                                  IdList(missing) + ", which never reached call #" +
                                   std::to_string(sig.sequence) + " (stopped, stuck, or running other code)";
           return Status(Code::kDeadlineExceeded, why + WithTrace(why));
         }
@@ -262,13 +265,13 @@ Status Communicator::AllReduce(const void* send, void* recv, size_t count, DataT
                      [&](const char* records, size_t record) {
                        const size_t off = Signature::kEncodedSize;
                        std::memcpy(recv, records + off, bytes);
-                       for (size_t r = 1; r < clique_.size(); ++r) fn.value()(recv, recv, records + r * record + off, count);
+                       for (size_t r = 1; r < process_group_.size(); ++r) fn.value()(recv, recv, records + r * record + off, count);
                      });
   }
   if (bytes <= signed_bytes()) {
     // Kept between calls (calls on a communicator are serialized): a fresh
     // buffer of megabytes costs page faults on every call.
-    if (scratch_.size() < bytes * clique_.size()) scratch_.resize(bytes * clique_.size());
+    if (scratch_.size() < bytes * process_group_.size()) scratch_.resize(bytes * process_group_.size());
     char* all = scratch_.data();
     // This rank's own data is read where it is, unless the result overwrites it.
     const bool own_in_place = send != recv;
@@ -278,12 +281,12 @@ Status Communicator::AllReduce(const void* send, void* recv, size_t count, DataT
     auto data = [&](size_t r) -> const void* {
       return static_cast<int>(r) == rank_ && own_in_place ? send : all + r * bytes;
     };
-    if (clique_.size() == 1) {
+    if (process_group_.size() == 1) {
       if (recv != send) std::memcpy(recv, send, bytes);
       return OkStatus();
     }
     fn.value()(recv, data(0), data(1), count);
-    for (size_t r = 2; r < clique_.size(); ++r) fn.value()(recv, recv, data(r), count);
+    for (size_t r = 2; r < process_group_.size(); ++r) fn.value()(recv, recv, data(r), count);
     return OkStatus();
   }
   return Run({CollectiveOp::kAllReduce, reduction, type, count}, count, [&](uint32_t tag) {
@@ -297,7 +300,7 @@ Status Communicator::AllGather(const void* send, void* recv, size_t count, DataT
   if (bytes <= inline_bytes_) {
     return RunInline({CollectiveOp::kAllGather, Reduction::kNone, type, count}, send, bytes,
                      [&](const char* records, size_t record) {
-                       for (size_t r = 0; r < clique_.size(); ++r) {
+                       for (size_t r = 0; r < process_group_.size(); ++r) {
                          std::memcpy(static_cast<char*>(recv) + r * bytes, records + r * record + Signature::kEncodedSize,
                                      bytes);
                        }
@@ -313,9 +316,9 @@ Status Communicator::AllGather(const void* send, void* recv, size_t count, DataT
 
 Status Communicator::ReduceScatter(const void* send, void* recv, size_t count, DataType type, Reduction reduction) {
   std::lock_guard<std::mutex> lock(call_mu_);
-  if (count % clique_.size() != 0) {
+  if (count % process_group_.size() != 0) {
     return InvalidArgument("reduce-scatter of " + std::to_string(count) + " elements over " +
-                           std::to_string(clique_.size()) + " processes: the count must divide evenly");
+                           std::to_string(process_group_.size()) + " processes: the count must divide evenly");
   }
   StatusOr<ReduceFunction> fn = ReduceFunctionFor(type, reduction);
   if (!fn.ok()) return fn.status();
@@ -323,7 +326,7 @@ Status Communicator::ReduceScatter(const void* send, void* recv, size_t count, D
     // Reduce everything, keep this rank's block: simple, and exact.
     std::vector<char> full(count * ByteSize(type));
     Status st = DoAllReduce(send, full.data(), count, type, fn.value(), tag);
-    const size_t block = count / clique_.size() * ByteSize(type);
+    const size_t block = count / process_group_.size() * ByteSize(type);
     if (st.ok()) std::memcpy(recv, full.data() + rank_ * block, block);
     return st;
   });
@@ -331,12 +334,12 @@ Status Communicator::ReduceScatter(const void* send, void* recv, size_t count, D
 
 Status Communicator::AllToAll(const void* send, void* recv, size_t count, DataType type) {
   std::lock_guard<std::mutex> lock(call_mu_);
-  if (count % clique_.size() != 0) {
+  if (count % process_group_.size() != 0) {
     return InvalidArgument("all-to-all of " + std::to_string(count) + " elements over " +
-                           std::to_string(clique_.size()) + " processes: the count must divide evenly");
+                           std::to_string(process_group_.size()) + " processes: the count must divide evenly");
   }
   return Run({CollectiveOp::kAllToAll, Reduction::kNone, type, count}, count, [&](uint32_t tag) {
-    return DoAllToAllBytes(send, recv, count / clique_.size() * ByteSize(type), tag);
+    return DoAllToAllBytes(send, recv, count / process_group_.size() * ByteSize(type), tag);
   });
 }
 
@@ -344,10 +347,10 @@ Status Communicator::Exchange(const std::vector<PeerBuffer>& sends, const std::v
                               DataType type, size_t count, uint64_t pairs_hash) {
   std::lock_guard<std::mutex> lock(call_mu_);
   for (const auto& b : sends) {
-    if (b.peer < 0 || b.peer >= size()) return InvalidArgument("exchange with a rank outside the clique");
+    if (b.peer < 0 || b.peer >= size()) return InvalidArgument("exchange with a rank outside the process group");
   }
   for (const auto& b : recvs) {
-    if (b.peer < 0 || b.peer >= size()) return InvalidArgument("exchange with a rank outside the clique");
+    if (b.peer < 0 || b.peer >= size()) return InvalidArgument("exchange with a rank outside the process group");
   }
   Signature sig{CollectiveOp::kCollectivePermute, Reduction::kNone, type, count};
   sig.extra = pairs_hash;

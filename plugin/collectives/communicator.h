@@ -1,5 +1,5 @@
 // One communicator interface for every backend. A communicator serves one
-// clique: an ordered list of participants (ranks 0..n-1). Every call
+// process group: an ordered list of participants (ranks 0..n-1). Every call
 // first exchanges signatures (signature.h), so mismatched calls fail on
 // every participant with the same error; every wait is bounded; and a
 // failure that the coordination service reports aborts calls in flight.
@@ -25,21 +25,21 @@ namespace myplugin::collectives {
 
 class Communicator : public std::enable_shared_from_this<Communicator> {
  public:
-  // `clique[r]` is the process id of rank r. `coordination` (may be null in
+  // `process_group[r]` is the process id of rank r. `coordination` (may be null in
   // unit tests) explains failures: who failed, who never arrived.
-  Communicator(std::vector<int> clique, int rank, double timeout_s,
+  Communicator(std::vector<int> process_group, int rank, double timeout_s,
                std::shared_ptr<coordination::CoordinationClient> coordination);
   virtual ~Communicator() = default;
-  // The device clique this communicator serves: part of every call's
+  // The device group this communicator serves: part of every call's
   // signature (and of its arrival records), so that communicators over the
   // same processes never take each other's calls. Set before first use.
-  void SetDeviceClique(const std::vector<int>& devices);
+  void SetDeviceGroup(const std::vector<int>& devices);
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;
 
   int rank() const { return rank_; }
-  int size() const { return static_cast<int>(clique_.size()); }
-  const std::vector<int>& clique() const { return clique_; }
+  int size() const { return static_cast<int>(process_group_.size()); }
+  const std::vector<int>& process_group() const { return process_group_; }
   double timeout_s() const { return timeout_s_; }
 
   // `count` is the number of elements this rank contributes; recv sizes
@@ -126,17 +126,17 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   // Turns a backend error into one that says what failed and why.
   Status Explain(const Signature& sig, const Status& backend_error);
 
-  const std::vector<int> clique_;
+  const std::vector<int> process_group_;
   const int rank_;
   std::shared_ptr<coordination::CoordinationClient> coordination_;
   const double timeout_s_;
-  uint64_t clique_hash_;
+  uint64_t group_hash_;
   // Payload bytes that ride with the signature: small calls then cost one
-  // exchange, not two. Every rank derives the same value from the clique
-  // size alone, so records always match in size; large cliques skip it (each
+  // exchange, not two. Every rank derives the same value from the process group
+  // size alone, so records always match in size; large process groups skip it (each
   // record reaches every rank).
   const size_t inline_bytes_;
-  std::mutex call_mu_;  // one collective at a time per clique, in program order
+  std::mutex call_mu_;  // one collective at a time per process group, in program order
   std::vector<char> scratch_;  // under call_mu_: the one-round-trip all-reduce's receive buffer
   uint64_t sequence_ = 0;
   std::mutex abort_mu_;
@@ -147,7 +147,7 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   uint64_t record_ = 0;                // the call's flight recorder entry, under call_mu_
 };
 
-// The process id list as text: "[0, 1, 3]".
-std::string ProcessList(const std::vector<int>& ids);
+// A list of ids (processes or devices) as text: "[0, 1, 3]".
+std::string IdList(const std::vector<int>& ids);
 
 }  // namespace myplugin::collectives

@@ -66,7 +66,7 @@ std::string CommunicatorCache::TraceDir() {
   return env != nullptr ? env : "";
 }
 
-StatusOr<std::shared_ptr<Communicator>> CommunicatorCache::ForClique(std::vector<int> clique,
+StatusOr<std::shared_ptr<Communicator>> CommunicatorCache::ForProcessGroup(std::vector<int> process_group,
                                                                      const std::vector<int>& devices) {
   coordination::DistributedRuntime& runtime = coordination::DistributedRuntime::Get();
   std::shared_ptr<coordination::CoordinationClient> client = runtime.client();
@@ -75,13 +75,13 @@ StatusOr<std::shared_ptr<Communicator>> CommunicatorCache::ForClique(std::vector
                               "jax_plugin.distributed.initialize() (or run under myplugin-run) first");
   }
   const int n = runtime.num_processes();
-  if (clique.empty()) {
-    for (int p = 0; p < n; ++p) clique.push_back(p);
+  if (process_group.empty()) {
+    for (int p = 0; p < n; ++p) process_group.push_back(p);
   }
   std::set<int> seen;
-  for (int p : clique) {
+  for (int p : process_group) {
     if (p < 0 || p >= n || !seen.insert(p).second) {
-      return InvalidArgument("bad clique " + ProcessList(clique) + " for a job of " + std::to_string(n) +
+      return InvalidArgument("bad process group " + IdList(process_group) + " for a job of " + std::to_string(n) +
                              " processes: ids must be distinct and in range");
     }
   }
@@ -96,11 +96,11 @@ StatusOr<std::shared_ptr<Communicator>> CommunicatorCache::ForClique(std::vector
       epoch_seen_ = epoch;
     }
   }
-  return communicators_.Get({clique, devices}, [&] { return Make(clique, devices, client); });
+  return communicators_.Get({process_group, devices}, [&] { return Make(process_group, devices, client); });
 }
 
 StatusOr<std::shared_ptr<Communicator>> CommunicatorCache::Make(
-    const std::vector<int>& clique, const std::vector<int>& devices,
+    const std::vector<int>& process_group, const std::vector<int>& devices,
     const std::shared_ptr<coordination::CoordinationClient>& client) {
   coordination::DistributedRuntime& runtime = coordination::DistributedRuntime::Get();
   // Each process listens at the address it advertised when it registered
@@ -111,7 +111,7 @@ StatusOr<std::shared_ptr<Communicator>> CommunicatorCache::Make(
   std::vector<coordination::ProcessInfo> processes = runtime.processes();
   std::string host = processes[runtime.process_id()].address;
   if (coordination::IsLoopbackAddress(host)) {
-    for (int p : clique) {
+    for (int p : process_group) {
       if (coordination::IsLoopbackAddress(processes[p].address)) continue;
       StatusOr<std::string> toward = coordination::SourceAddressToward(processes[p].address);
       if (!toward.ok()) {
@@ -127,7 +127,7 @@ StatusOr<std::shared_ptr<Communicator>> CommunicatorCache::Make(
   // Gloo connects a pair only within one address family: say so now, not
   // as its "address family mismatch" from deep inside the rendezvous.
   if (const char* mine = coordination::AddressFamilyName(host)) {
-    for (int p : clique) {
+    for (int p : process_group) {
       const std::string& theirs = processes[p].address;
       const char* family = coordination::AddressFamilyName(theirs);
       if (p == runtime.process_id() || family == nullptr || coordination::IsLoopbackAddress(theirs) ||
@@ -142,15 +142,15 @@ StatusOr<std::shared_ptr<Communicator>> CommunicatorCache::Make(
   }
   // The epoch keeps a new membership's rendezvous apart from the old one's.
   std::string prefix = "myplugin/gloo/" + std::to_string(runtime.epoch()) + "/";
-  for (int p : clique) prefix += std::to_string(p) + ",";
+  for (int p : process_group) prefix += std::to_string(p) + ",";
   prefix += "/";
   for (int d : devices) prefix += std::to_string(d) + ",";
   prefix += "/";
   StatusOr<std::unique_ptr<GlooCommunicator>> made =
-      GlooCommunicator::Create(clique, runtime.process_id(), TimeoutSeconds(), host, client, prefix);
+      GlooCommunicator::Create(process_group, runtime.process_id(), TimeoutSeconds(), host, client, prefix);
   if (!made.ok()) return made.status();
   std::shared_ptr<Communicator> comm(made.take().release());
-  if (!devices.empty()) comm->SetDeviceClique(devices);
+  if (!devices.empty()) comm->SetDeviceGroup(devices);
   // A failure reported by the coordination service ends calls in flight.
   std::weak_ptr<Communicator> weak = comm;
   client->AddFailureCallback([weak](const Status& why) {

@@ -1,4 +1,4 @@
-// The process's communicators, one per clique, made on first use through
+// The process's communicators, one per process group, made on first use through
 // the coordination service and aborted when it reports a failure.
 #pragma once
 
@@ -10,7 +10,7 @@
 
 #include "collectives/communicator.h"
 #include "collectives/defaults.h"
-#include "collectives/made_once.h"
+#include "collectives/once_per_key.h"
 #include "common/status.h"
 
 namespace myplugin::collectives {
@@ -19,10 +19,10 @@ class CommunicatorCache {
  public:
   static CommunicatorCache& Get();
 
-  // The communicator of `clique` (process ids in rank order; empty means all
-  // processes) for the device clique `devices` (global device ids; empty
-  // for process-level calls). Every process of the clique must ask for it.
-  StatusOr<std::shared_ptr<Communicator>> ForClique(std::vector<int> clique, const std::vector<int>& devices = {});
+  // The communicator of `process_group` (process ids in rank order; empty means all
+  // processes) for the device group `devices` (global device ids; empty
+  // for process-level calls). Every process of the process group must ask for it.
+  StatusOr<std::shared_ptr<Communicator>> ForProcessGroup(std::vector<int> process_group, const std::vector<int>& devices = {});
 
   // The settings below come from the environment; their defaults are in
   // collectives/defaults.h.
@@ -43,9 +43,9 @@ class CommunicatorCache {
 
  private:
   CommunicatorCache() = default;
-  StatusOr<std::shared_ptr<Communicator>> Make(const std::vector<int>& clique, const std::vector<int>& devices,
+  StatusOr<std::shared_ptr<Communicator>> Make(const std::vector<int>& process_group, const std::vector<int>& devices,
                                                const std::shared_ptr<coordination::CoordinationClient>& client);
-  MadeOnce<std::pair<std::vector<int>, std::vector<int>>, Communicator> communicators_;
+  OncePerKey<std::pair<std::vector<int>, std::vector<int>>, Communicator> communicators_;
   std::mutex mu_;
   const void* client_seen_ = nullptr;  // under mu_: the coordination client the cache belongs to
   uint64_t epoch_seen_ = 0;            // under mu_: and the membership epoch

@@ -8,10 +8,10 @@
 
 namespace myplugin::collectives {
 
-DeviceCollectives::DeviceCollectives(std::vector<int> clique, int my_process, int devices_per_process)
-    : clique_(std::move(clique)), my_process_(my_process), devices_per_process_(std::max(devices_per_process, 1)) {
+DeviceCollectives::DeviceCollectives(std::vector<int> device_group, int my_process, int devices_per_process)
+    : device_group_(std::move(device_group)), my_process_(my_process), devices_per_process_(std::max(devices_per_process, 1)) {
   for (int r = 0; r < size(); ++r) {
-    int p = ProcessOf(clique_[r]);
+    int p = ProcessOf(device_group_[r]);
     auto it = std::find(processes_.begin(), processes_.end(), p);
     if (it == processes_.end()) {
       processes_.push_back(p);
@@ -28,14 +28,14 @@ int DeviceCollectives::ProcessRank(int process) const {
 }
 
 Status DeviceCollectives::Check(const DeviceBuffers& b) const {
-  if (local_ranks_.empty()) return InvalidArgument("this process has no device in the clique");
+  if (local_ranks_.empty()) return InvalidArgument("this process has no device in the device group");
   if (b.send.size() != local_ranks_.size() || b.recv.size() != local_ranks_.size()) {
-    return InvalidArgument("expected " + std::to_string(local_ranks_.size()) + " local buffers for clique " +
-                           ProcessList(clique_) + ", got " + std::to_string(b.send.size()));
+    return InvalidArgument("expected " + std::to_string(local_ranks_.size()) + " local buffers for device group " +
+                           IdList(device_group_) + ", got " + std::to_string(b.send.size()));
   }
   for (const auto& ranks : ranks_of_process_) {
     if (ranks.size() != local_ranks_.size()) {
-      return Unimplemented("clique " + ProcessList(clique_) +
+      return Unimplemented("device group " + IdList(device_group_) +
                            " has different numbers of devices in different processes");
     }
   }
@@ -44,19 +44,19 @@ Status DeviceCollectives::Check(const DeviceBuffers& b) const {
 
 namespace {
 
-// One communicator per device clique: cliques over the same processes (the
+// One communicator per device group: device groups over the same processes (the
 // columns of a mesh, say) run concurrently from different device threads,
 // and each needs its own ordered stream of calls.
 StatusOr<std::shared_ptr<Communicator>> ProcessCommunicator(const std::vector<int>& processes,
                                                             const std::vector<int>& devices) {
-  return CommunicatorCache::Get().ForClique(processes, devices);
+  return CommunicatorCache::Get().ForProcessGroup(processes, devices);
 }
 
 }  // namespace
 
 Status DeviceCollectives::Agree(CollectiveOp op, Reduction reduction, DataType type, size_t count, uint64_t extra) {
   if (processes_.size() <= 1) return OkStatus();
-  StatusOr<std::shared_ptr<Communicator>> comm = ProcessCommunicator(processes_, clique_);
+  StatusOr<std::shared_ptr<Communicator>> comm = ProcessCommunicator(processes_, device_group_);
   if (!comm.ok()) return comm.status();
   return comm.value()->Agree(op, reduction, type, count, extra);
 }
@@ -67,18 +67,18 @@ Status DeviceCollectives::AllReduce(const DeviceBuffers& b, size_t count, DataTy
   if (!fn.ok()) return fn.status();
   const size_t bytes = count * ByteSize(type);
   if (b.send.size() == 1 && processes_.size() > 1) {  // one device here: nothing to combine first
-    StatusOr<std::shared_ptr<Communicator>> comm = ProcessCommunicator(processes_, clique_);
+    StatusOr<std::shared_ptr<Communicator>> comm = ProcessCommunicator(processes_, device_group_);
     if (!comm.ok()) return comm.status();
     return comm.value()->AllReduce(b.send[0], b.recv[0], count, type, reduction);
   }
-  // Combine the local devices into the first output, in clique order.
+  // Combine the local devices into the first output, in device group order.
   void* acc = b.recv[0];
   if (bytes) std::memmove(acc, b.send[0], bytes);
   for (size_t i = 1; i < b.send.size(); ++i) {
     if (bytes) fn.value()(acc, acc, b.send[i], count);
   }
   if (processes_.size() > 1) {
-    StatusOr<std::shared_ptr<Communicator>> comm = ProcessCommunicator(processes_, clique_);
+    StatusOr<std::shared_ptr<Communicator>> comm = ProcessCommunicator(processes_, device_group_);
     if (!comm.ok()) return comm.status();
     MYPLUGIN_RETURN_IF_ERROR(comm.value()->AllReduce(acc, acc, count, type, reduction));
   }
@@ -92,19 +92,19 @@ Status DeviceCollectives::AllGather(const DeviceBuffers& b, size_t count, DataTy
   MYPLUGIN_RETURN_IF_ERROR(Check(b));
   const size_t bytes = count * ByteSize(type);
   const size_t local = local_ranks_.size();
-  // Each process's block: its devices' inputs in clique order.
+  // Each process's block: its devices' inputs in device group order.
   std::vector<char> block(local * bytes), all(processes_.size() * local * bytes);
   for (size_t i = 0; i < local; ++i) {
     if (bytes) std::memcpy(block.data() + i * bytes, b.send[i], bytes);
   }
   if (processes_.size() > 1) {
-    StatusOr<std::shared_ptr<Communicator>> comm = ProcessCommunicator(processes_, clique_);
+    StatusOr<std::shared_ptr<Communicator>> comm = ProcessCommunicator(processes_, device_group_);
     if (!comm.ok()) return comm.status();
     MYPLUGIN_RETURN_IF_ERROR(comm.value()->AllGather(block.data(), all.data(), local * count, type));
   } else {
     all.swap(block);
   }
-  // Reorder into clique rank order.
+  // Reorder into device group rank order.
   std::vector<char> ordered(size() * bytes);
   for (size_t p = 0; p < processes_.size(); ++p) {
     for (size_t i = 0; i < local; ++i) {
@@ -144,8 +144,8 @@ Status DeviceCollectives::AllToAll(const DeviceBuffers& b, size_t count, DataTyp
   }
   const size_t blk = count / size() * ByteSize(type);
   const size_t local = local_ranks_.size(), np = processes_.size();
-  // To process q: for each local source (clique order), for each of q's
-  // devices (clique order), the block that device gets.
+  // To process q: for each local source (device group order), for each of q's
+  // devices (device group order), the block that device gets.
   const size_t slot = local * local * blk;
   std::vector<char> out(np * slot), in(np * slot);
   for (size_t q = 0; q < np; ++q) {
@@ -160,7 +160,7 @@ Status DeviceCollectives::AllToAll(const DeviceBuffers& b, size_t count, DataTyp
     }
   }
   if (np > 1) {
-    StatusOr<std::shared_ptr<Communicator>> comm = ProcessCommunicator(processes_, clique_);
+    StatusOr<std::shared_ptr<Communicator>> comm = ProcessCommunicator(processes_, device_group_);
     if (!comm.ok()) return comm.status();
     MYPLUGIN_RETURN_IF_ERROR(comm.value()->AllToAll(out.data(), in.data(), np * slot / ByteSize(type), type));
   } else {
@@ -204,12 +204,12 @@ Status DeviceCollectives::CollectivePermute(const DeviceBuffers& b, size_t count
   const size_t np = processes_.size();
   std::vector<std::vector<char>> to(np), from(np);
   for (const auto& [src, dst] : pairs) {
-    int ps = ProcessRank(ProcessOf(clique_[src])), pd = ProcessRank(ProcessOf(clique_[dst]));
-    if (ProcessOf(clique_[src]) == my_process_ && pd != ProcessRank(my_process_)) {
+    int ps = ProcessRank(ProcessOf(device_group_[src])), pd = ProcessRank(ProcessOf(device_group_[dst]));
+    if (ProcessOf(device_group_[src]) == my_process_ && pd != ProcessRank(my_process_)) {
       const char* p = static_cast<const char*>(b.send[local_index(src)]);
       to[pd].insert(to[pd].end(), p, p + bytes);
     }
-    if (ProcessOf(clique_[dst]) == my_process_ && ps != ProcessRank(my_process_)) from[ps].resize(from[ps].size() + bytes);
+    if (ProcessOf(device_group_[dst]) == my_process_ && ps != ProcessRank(my_process_)) from[ps].resize(from[ps].size() + bytes);
   }
   if (np > 1) {
     std::vector<Communicator::PeerBuffer> sends, recvs;
@@ -217,7 +217,7 @@ Status DeviceCollectives::CollectivePermute(const DeviceBuffers& b, size_t count
       if (!to[q].empty()) sends.push_back({static_cast<int>(q), to[q].data(), to[q].size()});
       if (!from[q].empty()) recvs.push_back({static_cast<int>(q), from[q].data(), from[q].size()});
     }
-    StatusOr<std::shared_ptr<Communicator>> comm = ProcessCommunicator(processes_, clique_);
+    StatusOr<std::shared_ptr<Communicator>> comm = ProcessCommunicator(processes_, device_group_);
     if (!comm.ok()) return comm.status();
     MYPLUGIN_RETURN_IF_ERROR(comm.value()->Exchange(sends, recvs, type, count, HashInts(flat)));
   }
@@ -225,10 +225,10 @@ Status DeviceCollectives::CollectivePermute(const DeviceBuffers& b, size_t count
   // but copy local-to-local from the send buffers directly.
   std::vector<size_t> offset(np, 0);
   for (const auto& [src, dst] : pairs) {
-    if (ProcessOf(clique_[dst]) != my_process_) continue;
+    if (ProcessOf(device_group_[dst]) != my_process_) continue;
     void* out = b.recv[local_index(dst)];
-    int ps = ProcessRank(ProcessOf(clique_[src]));
-    if (ProcessOf(clique_[src]) == my_process_) {
+    int ps = ProcessRank(ProcessOf(device_group_[src]));
+    if (ProcessOf(device_group_[src]) == my_process_) {
       if (bytes) std::memcpy(out, b.send[local_index(src)], bytes);
     } else {
       if (bytes) std::memcpy(out, from[ps].data() + offset[ps], bytes);

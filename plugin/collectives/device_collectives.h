@@ -1,10 +1,10 @@
-// Collectives over devices. A clique is an ordered list of global device
+// Collectives over devices. A device group is an ordered list of global device
 // ids (one replica group); the devices of one process combine through
 // memory first, and the processes then run one process-level collective
 // (communicator.h) on the combined data, so the wire carries one rank per
-// process. A clique inside one process never touches the network.
+// process. A device group inside one process never touches the network.
 //
-// The calls take every local device's buffer at once (in clique order):
+// The calls take every local device's buffer at once (in device group order):
 // the Python entry point has them all; the FFI handlers, which run one
 // thread per device, gather them first (local_rendezvous.h).
 #pragma once
@@ -19,19 +19,19 @@
 namespace myplugin::collectives {
 
 struct DeviceBuffers {
-  std::vector<const void*> send;  // one per local device of the clique, in clique order
+  std::vector<const void*> send;  // one per local device of the group, in group order
   std::vector<void*> recv;
 };
 
 class DeviceCollectives {
  public:
   // `devices_per_process`: global device d lives in process d / devices_per_process.
-  DeviceCollectives(std::vector<int> clique, int my_process, int devices_per_process);
+  DeviceCollectives(std::vector<int> device_group, int my_process, int devices_per_process);
 
-  const std::vector<int>& clique() const { return clique_; }
-  // Positions (ranks) in the clique of this process's devices, ascending.
+  const std::vector<int>& device_group() const { return device_group_; }
+  // Positions (ranks) in the device group of this process's devices, ascending.
   const std::vector<int>& local_ranks() const { return local_ranks_; }
-  int size() const { return static_cast<int>(clique_.size()); }
+  int size() const { return static_cast<int>(device_group_.size()); }
 
   // count: elements each device sends. Outputs: all-reduce count; all-gather
   // size*count; reduce-scatter count/size; all-to-all count; permute count.
@@ -39,20 +39,20 @@ class DeviceCollectives {
   Status AllGather(const DeviceBuffers& b, size_t count, DataType type);
   Status ReduceScatter(const DeviceBuffers& b, size_t count, DataType type, Reduction reduction);
   Status AllToAll(const DeviceBuffers& b, size_t count, DataType type);
-  // pairs: (source rank, target rank) in the clique; a rank with no source gets zeros.
+  // pairs: (source rank, target rank) in the device group; a rank with no source gets zeros.
   Status CollectivePermute(const DeviceBuffers& b, size_t count, DataType type,
                            const std::vector<std::pair<int, int>>& pairs);
-  // The processes of the clique agree that they issue this call (whose data
+  // The processes of the device group agree that they issue this call (whose data
   // moves elsewhere), or fail with a mismatch, a timeout or an abort.
   Status Agree(CollectiveOp op, Reduction reduction, DataType type, size_t count, uint64_t extra = 0);
 
  private:
   Status Check(const DeviceBuffers& b) const;
   int ProcessOf(int device) const { return device / devices_per_process_; }
-  // Position of `process` in the process clique.
+  // Position of `process` in the process group.
   int ProcessRank(int process) const;
 
-  std::vector<int> clique_;
+  std::vector<int> device_group_;
   int my_process_;
   int devices_per_process_;
   std::vector<int> local_ranks_;

@@ -5,11 +5,21 @@
 // global id is process * devices_per_process + ordinal.
 #pragma once
 
+#include <cstdint>
 #include <utility>
 #include <vector>
 
 namespace myplugin::collectives {
 
 void SetLocalDeviceIds(const std::vector<std::pair<int, int>>& ordinal_to_global);
+
+// Where a local device stands in the job: its global id, its process, and
+// how many devices each process holds.
+struct DeviceLocation {
+  int global_id;
+  int process;
+  int devices_per_process;
+};
+DeviceLocation LocationOf(int32_t ordinal);
 
 }  // namespace myplugin::collectives

@@ -1,12 +1,9 @@
 #include "collectives/ffi_common.h"
 
-#include <map>
-#include <mutex>
 #include <string>
 
 #include "collectives/communicator_cache.h"
 #include "collectives/local_rendezvous.h"
-#include "coordination/runtime.h"
 
 namespace myplugin::collectives {
 
@@ -37,33 +34,6 @@ xla::ffi::Error ToFfi(const Status& st) {
   return xla::ffi::Error(static_cast<xla::ffi::ErrorCode>(st.code()), "myplugin: " + st.message());
 }
 
-namespace {
-std::mutex ids_mu;
-std::map<int, int>& LocalIds() {
-  static auto* ids = new std::map<int, int>;
-  return *ids;
-}
-}  // namespace
-
-void SetLocalDeviceIds(const std::vector<std::pair<int, int>>& ordinal_to_global) {
-  std::lock_guard<std::mutex> lock(ids_mu);
-  LocalIds().clear();
-  for (const auto& [ordinal, global] : ordinal_to_global) LocalIds()[ordinal] = global;
-}
-
-Place PlaceOf(int32_t ordinal) {
-  auto& rt = coordination::DistributedRuntime::Get();
-  int global = -1;
-  {
-    std::lock_guard<std::mutex> lock(ids_mu);
-    auto it = LocalIds().find(ordinal);
-    if (it != LocalIds().end()) global = it->second;
-  }
-  if (!rt.initialized()) return {global >= 0 ? global : ordinal, 0, 1 << 20};  // one process: all local
-  int dpp = rt.processes()[rt.process_id()].num_devices;
-  return {global >= 0 ? global : rt.process_id() * dpp + ordinal, rt.process_id(), dpp};
-}
-
 StatusOr<std::vector<int>> GroupOf(xla::ffi::Span<const int64_t> groups, int64_t group_size, int device) {
   if (group_size <= 0 || groups.size() % group_size != 0) {
     return InvalidArgument("replica_groups of " + std::to_string(groups.size()) + " ids do not split into groups of " +
@@ -86,23 +56,23 @@ StatusOr<GroupedCall> DecodeGrouped(int32_t ordinal, xla::ffi::DataType type, st
   StatusOr<Reduction> r = reduction.empty() ? StatusOr<Reduction>(Reduction::kNone)
                                             : ParseReduction(std::string(reduction));
   if (!r.ok()) return r.status();
-  StatusOr<std::vector<int>> clique = GroupOf(groups, group_size, PlaceOf(ordinal).global_id);
-  if (!clique.ok()) return clique.status();
-  return GroupedCall{t.value(), r.value(), clique.take()};
+  StatusOr<std::vector<int>> device_group = GroupOf(groups, group_size, LocationOf(ordinal).global_id);
+  if (!device_group.ok()) return device_group.status();
+  return GroupedCall{t.value(), r.value(), device_group.take()};
 }
 
-Status MeetLocalDevices(int32_t ordinal, const std::vector<int>& clique, const void* send, void* recv,
+Status MeetLocalDevices(int32_t ordinal, const std::vector<int>& device_group, const void* send, void* recv,
                         const std::function<Status(DeviceCollectives&, const DeviceBuffers&)>& op) {
-  Place place = PlaceOf(ordinal);
-  DeviceCollectives dc(clique, place.process, place.devices_per_process);
+  DeviceLocation location = LocationOf(ordinal);
+  DeviceCollectives dc(device_group, location.process, location.devices_per_process);
   const auto& local = dc.local_ranks();
   int slot = -1;
   for (size_t i = 0; i < local.size(); ++i) {
-    if (clique[local[i]] == place.global_id) slot = static_cast<int>(i);
+    if (device_group[local[i]] == location.global_id) slot = static_cast<int>(i);
   }
-  if (slot < 0) return Internal("device is not in its own clique");
+  if (slot < 0) return Internal("device is not in its own device group");
   return LocalRendezvous::Get().Join(
-      clique, slot, static_cast<int>(local.size()), send, recv, [&](const DeviceBuffers& b) { return op(dc, b); },
+      device_group, slot, static_cast<int>(local.size()), send, recv, [&](const DeviceBuffers& b) { return op(dc, b); },
       CommunicatorCache::TimeoutSeconds());
 }
 

@@ -19,15 +19,7 @@ namespace myplugin::collectives {
 StatusOr<DataType> FromFfi(xla::ffi::DataType t);
 xla::ffi::Error ToFfi(const Status& st);
 
-// Where this device stands: its global id, and the job's device layout.
-struct Place {
-  int global_id;
-  int process;
-  int devices_per_process;
-};
-Place PlaceOf(int32_t ordinal);
-
-// The group (clique) of `replica_groups` that holds `device`.
+// The device group (one of `replica_groups`) that holds `device`.
 StatusOr<std::vector<int>> GroupOf(xla::ffi::Span<const int64_t> groups, int64_t group_size, int device);
 
 // A call on replica groups, decoded: element type, reduction (kNone when
@@ -35,14 +27,14 @@ StatusOr<std::vector<int>> GroupOf(xla::ffi::Span<const int64_t> groups, int64_t
 struct GroupedCall {
   DataType type;
   Reduction reduction;
-  std::vector<int> clique;
+  std::vector<int> device_group;
 };
 StatusOr<GroupedCall> DecodeGrouped(int32_t ordinal, xla::ffi::DataType type, std::string_view reduction,
                                     xla::ffi::Span<const int64_t> groups, int64_t group_size);
 
-// Device `ordinal` meets the other local devices of `clique`; the last to
+// Device `ordinal` meets the other local devices of `device_group`; the last to
 // arrive runs `op` for all of them, and each gets its status.
-Status MeetLocalDevices(int32_t ordinal, const std::vector<int>& clique, const void* send, void* recv,
+Status MeetLocalDevices(int32_t ordinal, const std::vector<int>& device_group, const void* send, void* recv,
                         const std::function<Status(DeviceCollectives&, const DeviceBuffers&)>& op);
 
 }  // namespace myplugin::collectives

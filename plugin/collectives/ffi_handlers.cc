@@ -24,7 +24,7 @@ ffi::Error Grouped(int32_t ordinal, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer
   if (!call.ok()) return ToFfi(call.status());
   const size_t count = x.element_count();
   const GroupedCall& c = call.value();
-  return ToFfi(MeetLocalDevices(ordinal, c.clique, x.untyped_data(), y->untyped_data(),
+  return ToFfi(MeetLocalDevices(ordinal, c.device_group, x.untyped_data(), y->untyped_data(),
                                 [&](DeviceCollectives& dc, const DeviceBuffers& b) {
                                   return op(dc, b, count, c.type, c.reduction);
                                 }));
@@ -64,24 +64,24 @@ ffi::Error AllToAllImpl(int32_t ordinal, ffi::AnyBuffer x, ffi::RemainingArgs, f
 }
 
 ffi::Error CollectivePermuteImpl(int32_t ordinal, ffi::AnyBuffer x, ffi::RemainingArgs, ffi::Result<ffi::AnyBuffer> y,
-                                 ffi::Span<const int64_t> clique_ids, ffi::Span<const int64_t> pairs_flat,
+                                 ffi::Span<const int64_t> device_group_ids, ffi::Span<const int64_t> pairs_flat,
                                  std::string_view function) {
   FunctionScope scope(function);
   StatusOr<DataType> type = FromFfi(x.element_type());
   if (!type.ok()) return ToFfi(type.status());
   if (pairs_flat.size() % 2) return ToFfi(InvalidArgument("pairs must hold (source, target) pairs"));
-  std::vector<int> clique(clique_ids.begin(), clique_ids.end());
+  std::vector<int> device_group(device_group_ids.begin(), device_group_ids.end());
   std::vector<std::pair<int, int>> pairs;
   for (size_t i = 0; i < pairs_flat.size(); i += 2) pairs.emplace_back(pairs_flat[i], pairs_flat[i + 1]);
   const size_t count = x.element_count();
-  return ToFfi(MeetLocalDevices(ordinal, clique, x.untyped_data(), y->untyped_data(),
+  return ToFfi(MeetLocalDevices(ordinal, device_group, x.untyped_data(), y->untyped_data(),
                                 [&](DeviceCollectives& dc, const DeviceBuffers& b) {
                                   return dc.CollectivePermute(b, count, type.value(), pairs);
                                 }));
 }
 
 ffi::Error DeviceIdImpl(int32_t ordinal, ffi::Result<ffi::AnyBuffer> out, ffi::Span<const int64_t> ids) {
-  int g = PlaceOf(ordinal).global_id;
+  int g = LocationOf(ordinal).global_id;
   if (g < 0 || static_cast<size_t>(g) >= ids.size()) {
     return ToFfi(InvalidArgument("no id for device " + std::to_string(g)));
   }
@@ -121,7 +121,7 @@ auto ReducingBinding() {
       .Attr<std::string_view>("function");
 }
 
-auto GroupedBinding() {
+auto NonReducingBinding() {
   return ffi::Ffi::Bind()
       .Ctx<ffi::DeviceOrdinal>()
       .Arg<ffi::AnyBuffer>()
@@ -134,8 +134,8 @@ auto GroupedBinding() {
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginAllReduce, AllReduceImpl, ReducingBinding());
 XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginReduceScatter, ReduceScatterImpl, ReducingBinding());
-XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginAllGather, AllGatherImpl, GroupedBinding());
-XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginAllToAll, AllToAllImpl, GroupedBinding());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginAllGather, AllGatherImpl, NonReducingBinding());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginAllToAll, AllToAllImpl, NonReducingBinding());
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginCollectivePermute, CollectivePermuteImpl,
                               ffi::Ffi::Bind()
@@ -143,7 +143,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginCollectivePermute, CollectivePermuteImpl,
                                   .Arg<ffi::AnyBuffer>()
                                   .RemainingArgs()
                                   .Ret<ffi::AnyBuffer>()
-                                  .Attr<ffi::Span<const int64_t>>("clique")
+                                  .Attr<ffi::Span<const int64_t>>("device_group")
                                   .Attr<ffi::Span<const int64_t>>("pairs")
                                   .Attr<std::string_view>("function"));
 

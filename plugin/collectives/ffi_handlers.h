@@ -3,7 +3,7 @@
 //
 //   all_reduce, reduce_scatter:  reduction (string), replica_groups (i64[]), group_size (i64)
 //   all_gather, all_to_all:      replica_groups (i64[]), group_size (i64)
-//   collective_permute:          clique (i64[]), pairs (i64[], source/target ranks in the clique)
+//   collective_permute:          device_group (i64[]), pairs (i64[], source/target ranks in the device group)
 //   id (partition-id, replica-id): ids (i64[], the id of each global device)
 //
 // replica_groups lists global device ids, group after group, each of

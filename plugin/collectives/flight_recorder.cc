@@ -1,3 +1,6 @@
+// One file (~375 lines) for one object: the recorder's lock-free ring, the
+// JSON dump that reads it, and the scopes that annotate its records share the
+// slot layout, which no other file should see.
 #include "collectives/flight_recorder.h"
 
 #include <time.h>
@@ -89,7 +92,7 @@ std::string JsonSeconds(int64_t monotonic_ns, int64_t offset_ns) {
 // odd while the slot is being filled, 2 * id once it holds call `id`.
 struct FlightRecorder::Slot {
   std::atomic<uint64_t> version{0};
-  std::atomic<uint64_t> sig_words[5] = {};  // op/reduction/dtype, count, clique hash, sequence, extra
+  std::atomic<uint64_t> sig_words[5] = {};  // op/reduction/dtype, count, process group hash, sequence, extra
   std::atomic<uint8_t> state{0};
   std::atomic<int32_t> num_processes{0};
   std::atomic<int32_t> processes[CallRecord::kListedProcesses] = {};
@@ -163,7 +166,7 @@ uint64_t FlightRecorder::Begin(const Signature& sig, const std::vector<int>& pro
                            static_cast<uint64_t>(sig.dtype) << 16,
                        std::memory_order_relaxed);
   s.sig_words[1].store(sig.count, std::memory_order_relaxed);
-  s.sig_words[2].store(sig.clique_hash, std::memory_order_relaxed);
+  s.sig_words[2].store(sig.group_hash, std::memory_order_relaxed);
   s.sig_words[3].store(sig.sequence, std::memory_order_relaxed);
   s.sig_words[4].store(sig.extra, std::memory_order_relaxed);
   const size_t n = processes.size();
@@ -215,7 +218,7 @@ std::optional<CallRecord> FlightRecorder::Read(uint64_t id) const {
   r.signature.reduction = static_cast<Reduction>((w0 >> 8) & 0xff);
   r.signature.dtype = static_cast<DataType>((w0 >> 16) & 0xff);
   r.signature.count = s.sig_words[1].load(std::memory_order_relaxed);
-  r.signature.clique_hash = s.sig_words[2].load(std::memory_order_relaxed);
+  r.signature.group_hash = s.sig_words[2].load(std::memory_order_relaxed);
   r.signature.sequence = s.sig_words[3].load(std::memory_order_relaxed);
   r.signature.extra = s.sig_words[4].load(std::memory_order_relaxed);
   r.state = static_cast<CallState>(s.state.load(std::memory_order_acquire));
@@ -282,12 +285,12 @@ Status FlightRecorder::WriteTo(const std::string& dir, int process, int num_proc
                                                 ? Name(r.signature.reduction)
                                                 : "") +
            ", \"dtype\": " + JsonString(r.signature.op == CollectiveOp::kBarrier ? "" : Name(r.signature.dtype)) +
-           ", \"count\": " + std::to_string(r.signature.count) + ", \"clique\": [";
+           ", \"count\": " + std::to_string(r.signature.count) + ", \"processes\": [";
     for (int i = 0; i < std::min(r.num_processes, CallRecord::kListedProcesses); ++i) {
       out += (i ? ", " : "") + std::to_string(r.processes[i]);
     }
-    out += "], \"clique_size\": " + std::to_string(r.num_processes) + ", \"clique_hash\": \"" +
-           std::to_string(r.signature.clique_hash) + "\", \"call\": " + std::to_string(r.signature.sequence) +
+    out += "], \"num_processes\": " + std::to_string(r.num_processes) + ", \"group_hash\": \"" +
+           std::to_string(r.signature.group_hash) + "\", \"call\": " + std::to_string(r.signature.sequence) +
            ", \"extra\": \"" + std::to_string(r.signature.extra) + "\", \"name\": " + JsonString(Text(r.name)) +
            ", \"function\": " + JsonString(Text(r.function)) +
            ", \"describe\": " + JsonString(r.Describe()) + ", \"state\": " + JsonString(Name(r.state)) +
@@ -347,12 +350,12 @@ uint64_t RecordedBarrier::Begin(const std::string& name, const std::vector<int>&
   key.insert(key.end(), members.begin(), members.end());
   Signature sig;
   sig.op = CollectiveOp::kBarrier;
-  sig.clique_hash = HashInts(key);
+  sig.group_hash = HashInts(key);
   {
     static auto* mu = new std::mutex;  // both leaked, like the recorder
     static auto* uses = new std::map<uint64_t, uint64_t>;
     std::lock_guard<std::mutex> lock(*mu);
-    sig.sequence = (*uses)[sig.clique_hash]++;
+    sig.sequence = (*uses)[sig.group_hash]++;
   }
   return FlightRecorder::Get().Begin(sig, members, name.empty() ? "(unnamed)" : name.c_str());
 }

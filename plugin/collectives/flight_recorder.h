@@ -26,7 +26,7 @@ const char* Name(CallState state);
 struct CallRecord {
   static constexpr int kListedProcesses = 16;  // more are counted, not listed
   static constexpr size_t kNameBytes = 48;
-  uint64_t id = 0;  // 1, 2, ... in issue order, over all cliques
+  uint64_t id = 0;  // 1, 2, ... in issue order, over all groups
   Signature signature;
   CallState state = CallState::kIssued;
   int num_processes = 0;

@@ -74,16 +74,16 @@ Status Guarded(F&& f) {
 }  // namespace
 
 StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
-    std::vector<int> clique, int my_process, double timeout_s, const std::string& local_host,
+    std::vector<int> process_group, int my_process, double timeout_s, const std::string& local_host,
     std::shared_ptr<coordination::CoordinationClient> coordination, const std::string& key_prefix) {
   int rank = -1;
-  for (size_t r = 0; r < clique.size(); ++r) {
-    if (clique[r] == my_process) rank = static_cast<int>(r);
+  for (size_t r = 0; r < process_group.size(); ++r) {
+    if (process_group[r] == my_process) rank = static_cast<int>(r);
   }
   if (rank < 0) {
-    return InvalidArgument("process " + std::to_string(my_process) + " is not in the clique " + ProcessList(clique));
+    return InvalidArgument("process " + std::to_string(my_process) + " is not in the process group " + IdList(process_group));
   }
-  auto context = std::make_shared<gloo::rendezvous::Context>(rank, static_cast<int>(clique.size()));
+  auto context = std::make_shared<gloo::rendezvous::Context>(rank, static_cast<int>(process_group.size()));
   Status st = Guarded([&] {
     gloo::transport::tcp::attr attr;
     attr.hostname = local_host;
@@ -93,17 +93,17 @@ StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
     context->connectFullMesh(store, device);
   });
   if (!st.ok()) {
-    return Status(st.code(), "connecting the Gloo communicator of processes " + ProcessList(clique) + " failed: " +
+    return Status(st.code(), "connecting the Gloo communicator of processes " + IdList(process_group) + " failed: " +
                                  st.message());
   }
   return std::unique_ptr<GlooCommunicator>(
-      new GlooCommunicator(std::move(clique), rank, timeout_s, std::move(coordination), std::move(context)));
+      new GlooCommunicator(std::move(process_group), rank, timeout_s, std::move(coordination), std::move(context)));
 }
 
-GlooCommunicator::GlooCommunicator(std::vector<int> clique, int rank, double timeout_s,
+GlooCommunicator::GlooCommunicator(std::vector<int> process_group, int rank, double timeout_s,
                                    std::shared_ptr<coordination::CoordinationClient> coordination,
                                    std::shared_ptr<gloo::Context> context)
-    : Communicator(std::move(clique), rank, timeout_s, std::move(coordination)), context_(std::move(context)) {}
+    : Communicator(std::move(process_group), rank, timeout_s, std::move(coordination)), context_(std::move(context)) {}
 
 GlooCommunicator::~GlooCommunicator() = default;
 

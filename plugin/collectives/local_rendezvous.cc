@@ -12,7 +12,7 @@ LocalRendezvous& LocalRendezvous::Get() {
   return *r;
 }
 
-Status LocalRendezvous::Join(const std::vector<int>& clique, int slot, int local_count, const void* send,
+Status LocalRendezvous::Join(const std::vector<int>& device_group, int slot, int local_count, const void* send,
                              void* recv, const std::function<Status(const DeviceBuffers&)>& op, double timeout_s) {
   if (local_count == 1) {
     DeviceBuffers b{{send}, {recv}};
@@ -20,7 +20,7 @@ Status LocalRendezvous::Join(const std::vector<int>& clique, int slot, int local
   }
   auto deadline = After(timeout_s);
   std::unique_lock<std::mutex> lock(mu_);
-  Group& g = groups_[clique];
+  Group& g = groups_[device_group];
   // A device that comes back for the next call waits until the previous
   // one has let every participant go.
   if (!cv_.wait_until(lock, deadline, [&] { return !g.done; })) {
@@ -50,9 +50,9 @@ Status LocalRendezvous::Join(const std::vector<int>& clique, int slot, int local
     for (int s = 0; s < local_count; ++s) {
       if (!g.present[s]) missing.push_back(s);
     }
-    return Status(Code::kDeadlineExceeded, "the collective on devices " + ProcessList(clique) +
+    return Status(Code::kDeadlineExceeded, "the collective on devices " + IdList(device_group) +
                                                " timed out waiting for local device slots " +
-                                               ProcessList(missing) + " of this process");
+                                               IdList(missing) + " of this process");
   }
   // Every local device came: the last one runs the collective, whose own
   // waits are bounded and whose timeout names the processes that never came

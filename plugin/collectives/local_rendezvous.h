@@ -1,6 +1,6 @@
 // Where the devices of one process meet for a collective. XLA runs each
 // device of an executable on its own thread, and each calls our FFI handler
-// with its own buffers; the last of a clique's local devices to arrive runs
+// with its own buffers; the last of a device group's local devices to arrive runs
 // the collective for all of them (device_collectives.h), and every one of
 // them returns its status. Waits are bounded; a timeout names the local
 // devices that never came.
@@ -21,9 +21,9 @@ class LocalRendezvous {
  public:
   static LocalRendezvous& Get();
 
-  // `slot` is this device's position among the clique's `local_count` local
+  // `slot` is this device's position among the device group's `local_count` local
   // devices (a timeout names the slots that never came).
-  Status Join(const std::vector<int>& clique, int slot, int local_count, const void* send, void* recv,
+  Status Join(const std::vector<int>& device_group, int slot, int local_count, const void* send, void* recv,
               const std::function<Status(const DeviceBuffers&)>& op, double timeout_s);
 
  private:

@@ -20,7 +20,7 @@ namespace ffi = xla::ffi;
 namespace myplugin::collectives {
 
 // ---------------------------------------------------------------------------
-// Communicators: one NCCL rank per device, per clique.
+// Communicators: one NCCL rank per device, per device group.
 
 BootstrapStore InProcessStore() {
   struct Shared {
@@ -46,15 +46,15 @@ BootstrapStore InProcessStore() {
   return store;
 }
 
-NcclCliques::NcclCliques(NcclApi api, BootstrapStore store, double timeout_s)
+NcclDeviceGroups::NcclDeviceGroups(NcclApi api, BootstrapStore store, double timeout_s)
     : api_(std::move(api)), store_(std::move(store)), timeout_s_(timeout_s) {}
 
-StatusOr<NcclCommunicator*> NcclCliques::ForDevice(const std::vector<int>& clique, int device) {
+StatusOr<NcclCommunicator*> NcclDeviceGroups::ForDevice(const std::vector<int>& device_group, int device) {
   int rank = -1;
-  for (size_t i = 0; i < clique.size(); ++i) {
-    if (clique[i] == device) rank = static_cast<int>(i);
+  for (size_t i = 0; i < device_group.size(); ++i) {
+    if (device_group[i] == device) rank = static_cast<int>(i);
   }
-  if (rank < 0) return InvalidArgument("device " + std::to_string(device) + " is not in its clique");
+  if (rank < 0) return InvalidArgument("device " + std::to_string(device) + " is not in its device group");
   const uint64_t epoch = coordination::DistributedRuntime::Get().epoch();
   {
     std::lock_guard<std::mutex> lock(epoch_mu_);
@@ -66,11 +66,11 @@ StatusOr<NcclCommunicator*> NcclCliques::ForDevice(const std::vector<int>& cliqu
   // Every rank's creation waits for the others (ncclCommInitRank), and
   // they come from different threads.
   StatusOr<std::shared_ptr<NcclCommunicator>> comm =
-      communicators_.Get({clique, device}, [&]() -> StatusOr<std::shared_ptr<NcclCommunicator>> {
+      communicators_.Get({device_group, device}, [&]() -> StatusOr<std::shared_ptr<NcclCommunicator>> {
         std::string key = "myplugin/nccl/" + std::to_string(epoch) + "/";
-        for (int d : clique) key += std::to_string(d) + ",";
+        for (int d : device_group) key += std::to_string(d) + ",";
         StatusOr<std::unique_ptr<NcclCommunicator>> made =
-            NcclCommunicator::Create(api_, rank, static_cast<int>(clique.size()), store_, key, timeout_s_);
+            NcclCommunicator::Create(api_, rank, static_cast<int>(device_group.size()), store_, key, timeout_s_);
         if (!made.ok()) return made.status();
         return std::shared_ptr<NcclCommunicator>(made.take().release());
       });
@@ -78,19 +78,19 @@ StatusOr<NcclCommunicator*> NcclCliques::ForDevice(const std::vector<int>& cliqu
   return comm.value().get();
 }
 
-void NcclCliques::AbortAll(const Status& why) {
+void NcclDeviceGroups::AbortAll(const Status& why) {
   communicators_.ForEach([&](NcclCommunicator& comm) { comm.Abort(why); });
 }
 
 namespace {
 
-// The process's cliques: libnccl as jax_plugin chose it (MYPLUGIN_NCCL_PATH
+// The process's device groups: libnccl as jax_plugin chose it (MYPLUGIN_NCCL_PATH
 // or an NCCL wheel; engine/library_choice.h), the unique ids through our
 // key-value store (or in memory for a job of one process), and every
 // communicator aborted when the coordination service reports a failure.
-StatusOr<NcclCliques*> Cliques() {
+StatusOr<NcclDeviceGroups*> DeviceGroups() {
   static std::once_flag once;
-  static NcclCliques* cliques = nullptr;
+  static NcclDeviceGroups* device_groups = nullptr;
   static Status* error = new Status();
   std::call_once(once, [] {
     const std::string path = CurrentLibraryChoice().nccl_library;
@@ -104,36 +104,36 @@ StatusOr<NcclCliques*> Cliques() {
     if (auto client = runtime.client()) {
       store.set = [client](const std::string& k, const std::string& v) { return client->KeyValueSet(k, v); };
       store.get = [client](const std::string& k, double t) { return client->KeyValueGet(k, t); };
-      cliques = new NcclCliques(api.take(), std::move(store), CommunicatorCache::TimeoutSeconds());
-      client->AddFailureCallback([](const Status& why) { cliques->AbortAll(why); });
+      device_groups = new NcclDeviceGroups(api.take(), std::move(store), CommunicatorCache::TimeoutSeconds());
+      client->AddFailureCallback([](const Status& why) { device_groups->AbortAll(why); });
     } else {
-      cliques = new NcclCliques(api.take(), std::move(store), CommunicatorCache::TimeoutSeconds());
+      device_groups = new NcclDeviceGroups(api.take(), std::move(store), CommunicatorCache::TimeoutSeconds());
     }
   });
-  if (cliques == nullptr) return *error;
-  return cliques;
+  if (device_groups == nullptr) return *error;
+  return device_groups;
 }
 
 }  // namespace
 
 // ---------------------------------------------------------------------------
-// One call: the local devices of the clique meet, the processes agree on
+// One call: the local devices of the device group meet, the processes agree on
 // the signature (over Gloo, host side), then each device enqueues its NCCL
 // operation on its own stream.
 
 Status RunNccl(const NcclCallSite& call, const std::function<Status(NcclCommunicator&)>& enqueue,
-               NcclCliques* cliques) {
-  MYPLUGIN_RETURN_IF_ERROR(MeetLocalDevices(call.ordinal, call.clique, nullptr, nullptr,
+               NcclDeviceGroups* device_groups) {
+  MYPLUGIN_RETURN_IF_ERROR(MeetLocalDevices(call.ordinal, call.device_group, nullptr, nullptr,
                                             [&](DeviceCollectives& dc, const DeviceBuffers&) {
                                               return dc.Agree(call.op, call.reduction, call.type, call.count,
                                                               call.extra);
                                             }));
-  if (cliques == nullptr) {
-    StatusOr<NcclCliques*> found = Cliques();
+  if (device_groups == nullptr) {
+    StatusOr<NcclDeviceGroups*> found = DeviceGroups();
     if (!found.ok()) return found.status();
-    cliques = found.value();
+    device_groups = found.value();
   }
-  StatusOr<NcclCommunicator*> comm = cliques->ForDevice(call.clique, PlaceOf(call.ordinal).global_id);
+  StatusOr<NcclCommunicator*> comm = device_groups->ForDevice(call.device_group, LocationOf(call.ordinal).global_id);
   if (!comm.ok()) return comm.status();
   return enqueue(*comm.value());
 }
@@ -148,9 +148,9 @@ ffi::Error Grouped(cudaStream_t stream, int32_t ordinal, ffi::AnyBuffer x, Colle
   StatusOr<GroupedCall> decoded = DecodeGrouped(ordinal, x.element_type(), reduction, groups, group_size);
   if (!decoded.ok()) return ToFfi(decoded.status());
   const GroupedCall& c = decoded.value();
-  NcclCallSite call{ordinal, c.clique, op, c.reduction, c.type, x.element_count(), 0};
+  NcclCallSite call{ordinal, c.device_group, op, c.reduction, c.type, x.element_count(), 0};
   return ToFfi(RunNccl(call, [&](NcclCommunicator& comm) {
-    return enqueue(comm, c.type, c.reduction, x.element_count(), c.clique.size());
+    return enqueue(comm, c.type, c.reduction, x.element_count(), c.device_group.size());
   }));
 }
 
@@ -191,17 +191,17 @@ ffi::Error AllToAllImpl(cudaStream_t stream, int32_t ordinal, ffi::AnyBuffer x, 
 }
 
 ffi::Error CollectivePermuteImpl(cudaStream_t stream, int32_t ordinal, ffi::AnyBuffer x, ffi::RemainingArgs,
-                                 ffi::Result<ffi::AnyBuffer> y, ffi::Span<const int64_t> clique_ids,
+                                 ffi::Result<ffi::AnyBuffer> y, ffi::Span<const int64_t> device_group_ids,
                                  ffi::Span<const int64_t> pairs_flat, std::string_view function) {
   FunctionScope scope(function);
   StatusOr<DataType> type = FromFfi(x.element_type());
   if (!type.ok()) return ToFfi(type.status());
   if (pairs_flat.size() % 2) return ToFfi(InvalidArgument("pairs must hold (source, target) pairs"));
-  std::vector<int> clique(clique_ids.begin(), clique_ids.end());
-  const int me = PlaceOf(ordinal).global_id;
+  std::vector<int> device_group(device_group_ids.begin(), device_group_ids.end());
+  const int me = LocationOf(ordinal).global_id;
   int my_rank = -1;
-  for (size_t i = 0; i < clique.size(); ++i) {
-    if (clique[i] == me) my_rank = static_cast<int>(i);
+  for (size_t i = 0; i < device_group.size(); ++i) {
+    if (device_group[i] == me) my_rank = static_cast<int>(i);
   }
   int send_to = -1, recv_from = -1;
   std::vector<int64_t> pattern(pairs_flat.begin(), pairs_flat.end());
@@ -209,7 +209,7 @@ ffi::Error CollectivePermuteImpl(cudaStream_t stream, int32_t ordinal, ffi::AnyB
     if (pairs_flat[i] == my_rank) send_to = static_cast<int>(pairs_flat[i + 1]);
     if (pairs_flat[i + 1] == my_rank) recv_from = static_cast<int>(pairs_flat[i]);
   }
-  NcclCallSite call{ordinal, clique, CollectiveOp::kCollectivePermute, Reduction::kNone, type.value(),
+  NcclCallSite call{ordinal, device_group, CollectiveOp::kCollectivePermute, Reduction::kNone, type.value(),
                     x.element_count(), HashInts(pattern)};
   return ToFfi(RunNccl(call, [&](NcclCommunicator& c) {
     return c.CollectivePermute(x.untyped_data(), y->untyped_data(), x.element_count(), type.value(), send_to,
@@ -217,7 +217,7 @@ ffi::Error CollectivePermuteImpl(cudaStream_t stream, int32_t ordinal, ffi::AnyB
   }));
 }
 
-auto Reducing() {
+auto ReducingBinding() {
   return ffi::Ffi::Bind()
       .Ctx<ffi::PlatformStream<cudaStream_t>>()
       .Ctx<ffi::DeviceOrdinal>()
@@ -230,7 +230,7 @@ auto Reducing() {
       .Attr<std::string_view>("function");
 }
 
-auto Plain() {
+auto NonReducingBinding() {
   return ffi::Ffi::Bind()
       .Ctx<ffi::PlatformStream<cudaStream_t>>()
       .Ctx<ffi::DeviceOrdinal>()
@@ -244,10 +244,10 @@ auto Plain() {
 
 }  // namespace
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginNcclAllReduce, AllReduceImpl, Reducing());
-XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginNcclReduceScatter, ReduceScatterImpl, Reducing());
-XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginNcclAllGather, AllGatherImpl, Plain());
-XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginNcclAllToAll, AllToAllImpl, Plain());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginNcclAllReduce, AllReduceImpl, ReducingBinding());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginNcclReduceScatter, ReduceScatterImpl, ReducingBinding());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginNcclAllGather, AllGatherImpl, NonReducingBinding());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginNcclAllToAll, AllToAllImpl, NonReducingBinding());
 XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginNcclCollectivePermute, CollectivePermuteImpl,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::PlatformStream<cudaStream_t>>()
@@ -255,7 +255,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginNcclCollectivePermute, CollectivePermuteIm
                                   .Arg<ffi::AnyBuffer>()
                                   .RemainingArgs()
                                   .Ret<ffi::AnyBuffer>()
-                                  .Attr<ffi::Span<const int64_t>>("clique")
+                                  .Attr<ffi::Span<const int64_t>>("device_group")
                                   .Attr<ffi::Span<const int64_t>>("pairs")
                                   .Attr<std::string_view>("function"));
 

@@ -1,7 +1,7 @@
 // Typed XLA FFI handlers for the CUDA engine: the same targets and
 // attributes as ffi_handlers.h, with the data moved by NCCL, enqueued on the
 // handler's CUDA stream (the FFI PlatformStream), one NCCL rank per device.
-// Before a device enqueues, the clique's local devices meet and the
+// Before a device enqueues, the device group's local devices meet and the
 // processes agree on the call's signature over the host (Gloo), so a
 // mismatch is an error on every process, never a hung kernel; a failure
 // that the coordination service reports aborts every communicator.
@@ -19,25 +19,25 @@
 #include <utility>
 #include <vector>
 
-#include "collectives/made_once.h"
+#include "collectives/once_per_key.h"
 #include "collectives/nccl_communicator.h"
 #include "collectives/signature.h"
 
 namespace myplugin::collectives {
 
-// The communicators of the process: one per (device clique, device),
-// created on first use; the unique id of each clique goes through `store`.
-class NcclCliques {
+// The communicators of the process: one per (device group, device),
+// created on first use; the unique id of each device group goes through `store`.
+class NcclDeviceGroups {
  public:
-  NcclCliques(NcclApi api, BootstrapStore store, double timeout_s);
-  StatusOr<NcclCommunicator*> ForDevice(const std::vector<int>& clique, int device);
+  NcclDeviceGroups(NcclApi api, BootstrapStore store, double timeout_s);
+  StatusOr<NcclCommunicator*> ForDevice(const std::vector<int>& device_group, int device);
   void AbortAll(const Status& why);
 
  private:
   NcclApi api_;
   BootstrapStore store_;
   double timeout_s_;
-  MadeOnce<std::pair<std::vector<int>, int>, NcclCommunicator> communicators_;
+  OncePerKey<std::pair<std::vector<int>, int>, NcclCommunicator> communicators_;
   // The membership epoch the communicators belong to: a new membership (an
   // agreement after a failure) renumbers the devices, so they are made anew.
   std::mutex epoch_mu_;
@@ -50,7 +50,7 @@ BootstrapStore InProcessStore();
 
 struct NcclCallSite {
   int ordinal;               // the engine's device ordinal
-  std::vector<int> clique;   // global device ids, rank order
+  std::vector<int> device_group;   // global device ids, rank order
   CollectiveOp op;
   Reduction reduction;
   DataType type;
@@ -58,11 +58,11 @@ struct NcclCallSite {
   uint64_t extra;            // the permute pattern, hashed
 };
 
-// Meets the clique's local devices, agrees on the signature across
-// processes, then `enqueue`s on this device's communicator (from `cliques`,
+// Meets the device group's local devices, agrees on the signature across
+// processes, then `enqueue`s on this device's communicator (from `device_groups`,
 // or the process's own when null).
 Status RunNccl(const NcclCallSite& call, const std::function<Status(NcclCommunicator&)>& enqueue,
-               NcclCliques* cliques = nullptr);
+               NcclDeviceGroups* device_groups = nullptr);
 
 // (target name, XLA_FFI_Handler*) of every handler.
 std::vector<std::pair<std::string, void*>> NcclFfiHandlers();

@@ -23,7 +23,7 @@ void Signature::Encode(char out[kEncodedSize]) const {
   out[1] = static_cast<char>(reduction);
   out[2] = static_cast<char>(dtype);
   std::memcpy(out + 8, &count, 8);
-  std::memcpy(out + 16, &clique_hash, 8);
+  std::memcpy(out + 16, &group_hash, 8);
   std::memcpy(out + 24, &sequence, 8);
   std::memcpy(out + 32, &extra, 8);
 }
@@ -34,7 +34,7 @@ Signature Signature::Decode(const char in[kEncodedSize]) {
   s.reduction = static_cast<Reduction>(in[1]);
   s.dtype = static_cast<DataType>(in[2]);
   std::memcpy(&s.count, in + 8, 8);
-  std::memcpy(&s.clique_hash, in + 16, 8);
+  std::memcpy(&s.group_hash, in + 16, 8);
   std::memcpy(&s.sequence, in + 24, 8);
   std::memcpy(&s.extra, in + 32, 8);
   return s;
@@ -42,7 +42,7 @@ Signature Signature::Decode(const char in[kEncodedSize]) {
 
 bool Signature::operator==(const Signature& o) const {
   return op == o.op && reduction == o.reduction && dtype == o.dtype && count == o.count &&
-         clique_hash == o.clique_hash && sequence == o.sequence && extra == o.extra;
+         group_hash == o.group_hash && sequence == o.sequence && extra == o.extra;
 }
 
 std::string Signature::Describe() const {
@@ -78,7 +78,7 @@ std::string CompareSignatures(const std::vector<Signature>& all, const std::vect
     for (size_t i = 0; i < procs.size(); ++i) msg += (i ? ", " : "") + std::to_string(procs[i]);
     msg += " issued " + sig.Describe();
   }
-  if (groups[0].first.clique_hash != groups[1].first.clique_hash) msg += " (they disagree on the participants)";
+  if (groups[0].first.group_hash != groups[1].first.group_hash) msg += " (they disagree on the participants)";
   return msg;
 }
 

@@ -22,8 +22,8 @@ struct Signature {
   Reduction reduction = Reduction::kNone;
   DataType dtype = DataType::kU8;
   uint64_t count = 0;        // elements this process sends
-  uint64_t clique_hash = 0;  // the ordered participants, hashed
-  uint64_t sequence = 0;     // per clique, counts calls from 0
+  uint64_t group_hash = 0;   // the ordered participants, hashed
+  uint64_t sequence = 0;     // per group, counts calls from 0
   uint64_t extra = 0;        // op-specific: the permute pairs, hashed
 
   static constexpr size_t kEncodedSize = 40;

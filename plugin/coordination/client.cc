@@ -1,3 +1,5 @@
+// One file (~425 lines) for one class, the client end of the coordination
+// protocol: its connection, its requests, and its reader and heartbeat threads.
 #include "coordination/client.h"
 
 #include <unistd.h>

@@ -1,3 +1,6 @@
+// One file (~455 lines) for the service's sockets and threads: accept,
+// handshake, read and write loops, monitor. What a message does is
+// service_state.cc's (no sockets there), split by concern.
 #include "coordination/service.h"
 
 #include <algorithm>

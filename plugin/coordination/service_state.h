@@ -24,6 +24,9 @@
 
 namespace myplugin::coordination {
 
+// The barrier every process meets at shutdown.
+constexpr char kShutdownBarrier[] = "__myplugin_shutdown__";
+
 struct ServiceOptions {
   int num_processes = 1;
   // Every connection must present it. Empty means "no token", which the

@@ -1,3 +1,5 @@
+// One file for one PJRT object (~380 lines): the Client class and the C API
+// entry points over it, side by side.
 #include "pjrt/client.h"
 
 #include <cstdlib>

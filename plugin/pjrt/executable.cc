@@ -1,14 +1,11 @@
 #include "pjrt/executable.h"
 
 #include <mutex>
-#include <string_view>
 #include <unordered_map>
 
-#include "collectives/flight_recorder.h"
 #include "pjrt/client.h"
 #include "pjrt/device_assignment.h"
 #include "pjrt/forwarding.h"
-#include "pjrt/host_callback_targets.h"
 #include "pjrt/serialized_executable.h"
 
 namespace myplugin {
@@ -26,21 +23,6 @@ struct ExecutableOrigins {
 ExecutableOrigins& Origins() {
   static ExecutableOrigins* origins = new ExecutableOrigins;
   return *origins;
-}
-
-// A program that calls a Python host callback (host_callback_targets.h)
-// cannot be serialized for another process or a later run. The target names
-// appear verbatim in StableHLO text and bytecode alike (a
-// bytecode keeps its strings in one plain section), and in HLO protos.
-std::string UnserializableReason(const PJRT_Program& program) {
-  std::string_view code(program.code, program.code_size);
-  for (std::string_view target : kProcessLocalTargets) {
-    if (code.find(target) != std::string_view::npos) {
-      return "the program calls " + std::string(target) +
-             " (a Python host callback), whose callable exists only in the process that compiled it";
-    }
-  }
-  return "";
 }
 
 }  // namespace
@@ -124,10 +106,8 @@ StatusOr<std::string> LoadedExecutable::Serialize() const {
   return EncodeSerializedExecutable(out);
 }
 
-namespace {
-
 PJRT_Error* WrapInto(Client* client, PJRT_LoadedExecutable*& slot,
-                     std::shared_ptr<const spmd::PartitionedProgram> partitioned = nullptr) {
+                     std::shared_ptr<const spmd::PartitionedProgram> partitioned) {
   StatusOr<std::unique_ptr<LoadedExecutable>> exec = LoadedExecutable::Wrap(client, slot, std::move(partitioned));
   if (!exec.ok()) {
     slot = nullptr;
@@ -144,239 +124,6 @@ Status CanDescribeWithoutLocalPart(const EngineExecutable& shadow) {
         "partition on the CPU engine, which cannot answer for the engine in use (" + Engine().path() + ")");
   }
   return OkStatus();
-}
-
-// A program over other processes' devices too: partition it on the shadow
-// engine, then compile this process's rewritten part on the real one.
-PJRT_Error* CompileAcrossProcesses(Client* ours, PJRT_Client_Compile_Args* args, const std::string& options,
-                                   const std::vector<std::vector<int64_t>>& assignment) {
-  StatusOr<std::string> key = CanonicalCompileOptions(options);
-  if (!key.ok()) return ToPjrtError(key.status());
-  StatusOr<std::shared_ptr<const spmd::PartitionedProgram>> partitioned =
-      ours->multiprocess_compiler().Partition(*args->program, options, key.value(), assignment);
-  if (!partitioned.ok()) return ToPjrtError(partitioned.status());
-  const spmd::LocalProgram& local = partitioned.value()->local;
-  if (local.device_order.empty()) {
-    // None of the program's devices is ours: as on jax's CPU backend, this
-    // process takes part without local work. jax still asks the executable
-    // about the whole program, which only a shadow on our own engine answers.
-    if (Status st = CanDescribeWithoutLocalPart(*partitioned.value()->shadow); !st.ok()) return ToPjrtError(st);
-    args->executable = nullptr;
-    return WrapInto(ours, args->executable, partitioned.take());
-  }
-  static constexpr char kHlo[] = "hlo";
-  PJRT_Program program{};
-  program.struct_size = PJRT_Program_STRUCT_SIZE;
-  program.code = const_cast<char*>(local.hlo_module_proto.data());
-  program.code_size = local.hlo_module_proto.size();
-  program.format = kHlo;
-  program.format_size = sizeof(kHlo) - 1;
-  {
-    ScopedSwap<PJRT_Client*> client(args->client, ours->engine_client().get());
-    ScopedSwap<const PJRT_Program*> prog(args->program, &program);
-    ScopedSwap<const char*> opts(args->compile_options, local.compile_options.data());
-    ScopedSwap<size_t> size(args->compile_options_size, local.compile_options.size());
-    if (PJRT_Error* e = MYPLUGIN_CALL_ENGINE(PJRT_Client_Compile, args)) return e;
-  }
-  std::string unserializable = UnserializableReason(*args->program);
-  if (PJRT_Error* e = WrapInto(ours, args->executable, partitioned.take())) return e;
-  FromC(args->executable)->set_unserializable(std::move(unserializable));
-  return nullptr;
-}
-
-// A program with no device on this process: its whole program, loaded on the
-// shadow engine, is all that jax asks about; nothing runs here.
-PJRT_Error* LoadWithoutLocalPart(Client* ours, const std::string& whole_program, const std::string& options,
-                                 std::vector<std::vector<int64_t>> assignment, PJRT_LoadedExecutable*& slot) {
-  StatusOr<std::unique_ptr<EngineExecutable>> shadow = ours->multiprocess_compiler().LoadShadow(whole_program, options);
-  if (!shadow.ok()) return ToPjrtError(shadow.status());
-  if (Status st = CanDescribeWithoutLocalPart(*shadow.value()); !st.ok()) return ToPjrtError(st);
-  auto partitioned = std::make_shared<spmd::PartitionedProgram>();
-  partitioned->assignment = std::move(assignment);
-  partitioned->shadow = shadow.take();
-  slot = nullptr;
-  return WrapInto(ours, slot, std::move(partitioned));
-}
-
-bool HasLocalDevice(Client* ours, const std::vector<std::vector<int64_t>>& assignment) {
-  for (const auto& replica : assignment) {
-    for (int64_t id : replica) {
-      Device* d = ours->LookupDevice(static_cast<int>(id));
-      if (d != nullptr && d->addressable()) return true;
-    }
-  }
-  return false;
-}
-
-// A serialized single-process program: the engine's executable, on this
-// process's devices.
-PJRT_Error* LoadLocal(Client* ours, const SerializedExecutable& blob, const std::string& options,
-                      PJRT_LoadedExecutable*& slot) {
-  std::string engine_options = options;
-  if (!options.empty()) {
-    StatusOr<std::vector<std::vector<int64_t>>> assignment = ReadCompileOptionDevices(options);
-    if (!assignment.ok()) return ToPjrtError(assignment.status());
-    StatusOr<bool> across = ours->NeedsMultiProcessCompile(assignment.value());
-    if (!across.ok()) return ToPjrtError(across.status());
-    if (across.value()) {
-      // Another process's program (jax's key is the same for every process):
-      // for a process outside it, the engine's executable is the whole program.
-      if (!HasLocalDevice(ours, assignment.value())) {
-        return LoadWithoutLocalPart(ours, blob.engine_executable, options, assignment.take(), slot);
-      }
-      return ToPjrtError(FailedPrecondition(
-          "this serialized executable is a program of one process's devices, but the compile options name "
-          "devices of this and other processes: it cannot run this program"));
-    }
-    if (!ours->ids_are_engine_ids()) {
-      StatusOr<std::string> remapped =
-          RemapCompileOptionDevices(options, [ours](int64_t id) { return ours->EngineIdOf(id); });
-      if (!remapped.ok()) return ToPjrtError(remapped.status());
-      engine_options = remapped.take();
-    }
-  }
-  StatusOr<std::unique_ptr<EngineExecutable>> exec =
-      EngineExecutable::Deserialize(Engine(), ours->engine_client().get(), blob.engine_executable, engine_options);
-  if (!exec.ok()) return ToPjrtError(exec.status());
-  slot = exec.value()->release();
-  return WrapInto(ours, slot);
-}
-
-std::string IdList(const std::vector<int64_t>& ids) {
-  std::string out = "[";
-  for (size_t i = 0; i < ids.size(); ++i) out += (i ? ", " : "") + std::to_string(ids[i]);
-  return out + "]";
-}
-
-// A serialized multi-process program: its local part on this process's
-// devices, and the whole program on the shadow engine, with no partition.
-PJRT_Error* LoadAcrossProcesses(Client* ours, SerializedExecutable& blob, const std::string& options,
-                                PJRT_LoadedExecutable*& slot) {
-  if (!options.empty()) {
-    StatusOr<std::vector<std::vector<int64_t>>> assignment = ReadCompileOptionDevices(options);
-    if (!assignment.ok()) return ToPjrtError(assignment.status());
-    if (!assignment.value().empty() && assignment.value() != blob.assignment) {
-      return ToPjrtError(FailedPrecondition(
-          "this serialized multi-process executable was made for another device assignment than the compile "
-          "options name: it cannot run this program"));
-    }
-  }
-  // jax hands this process's arguments over in the order of the assignment.
-  std::vector<int64_t> order;
-  for (const auto& replica : blob.assignment) {
-    for (int64_t id : replica) {
-      Device* d = ours->LookupDevice(static_cast<int>(id));
-      if (d == nullptr) {
-        return ToPjrtError(FailedPrecondition("this serialized multi-process executable names device " +
-                                              std::to_string(id) + ", which this job does not have"));
-      }
-      if (d->addressable()) order.push_back(id);
-    }
-  }
-  if (order.empty()) {
-    // Nothing runs here: the whole program, for jax's questions, is all this
-    // process needs of the entry.
-    return LoadWithoutLocalPart(ours, blob.shadow_executable, options, std::move(blob.assignment), slot);
-  }
-  if (order.size() != blob.device_order.size() || (!blob.process_independent && order != blob.device_order)) {
-    return ToPjrtError(FailedPrecondition(
-        "this serialized multi-process executable holds the local program of the process with devices " +
-        IdList(blob.device_order) + "; this process runs devices " + IdList(order) +
-        (blob.process_independent ? ", a different number"
-                                  : ", and that program reads device ids as constants (CUDA engine)") +
-        ": it cannot run here"));
-  }
-  // The writer's engine ids, position by position, become this process's.
-  std::unordered_map<int64_t, int64_t> engine_id_of;
-  for (size_t i = 0; i < order.size(); ++i) {
-    StatusOr<int64_t> id = ours->EngineIdOf(order[i]);
-    if (!id.ok()) return ToPjrtError(id.status());
-    engine_id_of[blob.engine_ids[i]] = id.value();
-  }
-  StatusOr<std::string> local_options =
-      RemapCompileOptionDevices(blob.local_compile_options, [&engine_id_of](int64_t id) -> StatusOr<int64_t> {
-        auto it = engine_id_of.find(id);
-        if (it == engine_id_of.end()) {
-          return InvalidArgument("the serialized local program names engine device " + std::to_string(id) +
-                                 ", which is none of its devices");
-        }
-        return it->second;
-      });
-  if (!local_options.ok()) return ToPjrtError(local_options.status());
-  StatusOr<std::unique_ptr<EngineExecutable>> shadow =
-      ours->multiprocess_compiler().LoadShadow(blob.shadow_executable, options);
-  if (!shadow.ok()) {
-    return ToPjrtError(Status(shadow.status().code(), "loading the whole program of a serialized multi-process "
-                                                      "executable on the shadow engine: " +
-                                                          shadow.status().message()));
-  }
-  StatusOr<std::unique_ptr<EngineExecutable>> local = EngineExecutable::Deserialize(
-      Engine(), ours->engine_client().get(), blob.engine_executable, local_options.value());
-  if (!local.ok()) return ToPjrtError(local.status());
-  auto partitioned = std::make_shared<spmd::PartitionedProgram>();
-  partitioned->local.compile_options = local_options.take();
-  partitioned->local.device_order = std::move(order);
-  partitioned->local.process_independent = blob.process_independent;
-  partitioned->assignment = std::move(blob.assignment);
-  partitioned->shadow = shadow.take();
-  slot = local.value()->release();
-  return WrapInto(ours, slot, std::move(partitioned));
-}
-
-}  // namespace
-
-PJRT_Error* PjrtClientCompile(PJRT_Client_Compile_Args* args) {
-  collectives::CompileScope compiling;  // a straggler report tells a compile from Python code
-  Client* ours = FromC(args->client);
-  const std::string raw(args->compile_options, args->compile_options_size);
-  {
-    StatusOr<std::vector<std::vector<int64_t>>> assignment = ReadCompileOptionDevices(raw);
-    if (!assignment.ok()) return ToPjrtError(assignment.status());
-    StatusOr<bool> across = ours->NeedsMultiProcessCompile(assignment.value());
-    if (!across.ok()) return ToPjrtError(across.status());
-    if (across.value()) return CompileAcrossProcesses(ours, args, raw, assignment.value());
-  }
-  // In a multi-process job jax names devices by global id; the engine by its own.
-  std::string options;
-  if (!ours->ids_are_engine_ids()) {
-    StatusOr<std::string> remapped = RemapCompileOptionDevices(raw, [ours](int64_t id) { return ours->EngineIdOf(id); });
-    if (!remapped.ok()) return ToPjrtError(remapped.status());
-    options = remapped.take();
-  }
-  {
-    ScopedSwap<PJRT_Client*> client(args->client, ours->engine_client().get());
-    ScopedSwap<const char*> opts(args->compile_options, ours->ids_are_engine_ids() ? args->compile_options
-                                                                                    : options.data());
-    ScopedSwap<size_t> size(args->compile_options_size,
-                            ours->ids_are_engine_ids() ? args->compile_options_size : options.size());
-    if (PJRT_Error* e = MYPLUGIN_CALL_ENGINE(PJRT_Client_Compile, args)) return e;
-  }
-  std::string unserializable = UnserializableReason(*args->program);
-  if (PJRT_Error* e = WrapInto(ours, args->executable)) return e;
-  FromC(args->executable)->set_unserializable(std::move(unserializable));
-  return nullptr;
-}
-
-PJRT_Error* PjrtExecutableDeserializeAndLoad(PJRT_Executable_DeserializeAndLoad_Args* args) {
-  collectives::CompileScope compiling;  // a load from the compilation cache is jax's compile step too
-  Client* ours = FromC(args->client);
-  StatusOr<SerializedExecutable> blob =
-      DecodeSerializedExecutable(std::string(args->serialized_executable, args->serialized_executable_size));
-  if (!blob.ok()) return ToPjrtError(blob.status());
-  if (blob.value().platform_version != ours->platform_version()) {
-    return ToPjrtError(FailedPrecondition(
-        "this serialized executable was written by '" + blob.value().platform_version + "'; this client is '" +
-        ours->platform_version() + "': an executable loads only into the plugin build and engine that made it "
-        "(compile the program again)"));
-  }
-  // jax passes the program's compile options back (global device ids).
-  std::string options;
-  if (args->overridden_serialized_compile_options != nullptr) {
-    options.assign(args->overridden_serialized_compile_options, args->overridden_serialized_compile_options_size);
-  }
-  args->loaded_executable = nullptr;
-  if (blob.value().multiprocess) return LoadAcrossProcesses(ours, blob.value(), options, args->loaded_executable);
-  return LoadLocal(ours, blob.value(), options, args->loaded_executable);
 }
 
 PJRT_Error* PjrtExecutableSerialize(PJRT_Executable_Serialize_Args* args) {

@@ -61,7 +61,15 @@ class LoadedExecutable {
 inline PJRT_LoadedExecutable* ToC(LoadedExecutable* e) { return reinterpret_cast<PJRT_LoadedExecutable*>(e); }
 inline LoadedExecutable* FromC(PJRT_LoadedExecutable* e) { return reinterpret_cast<LoadedExecutable*>(e); }
 
-// C API adapters.
+// Wraps the engine's executable in `slot` (which may be null: see Wrap) as
+// ours, in place; on failure `slot` is null.
+PJRT_Error* WrapInto(Client* client, PJRT_LoadedExecutable*& slot,
+                     std::shared_ptr<const spmd::PartitionedProgram> partitioned = nullptr);
+// A program with no device here is described by its shadow compile, which
+// only our own engine can stand in for.
+Status CanDescribeWithoutLocalPart(const EngineExecutable& shadow);
+
+// C API adapters: PjrtClientCompile in compile.cc, PjrtExecutableDeserializeAndLoad in deserialize.cc.
 PJRT_Error* PjrtClientCompile(PJRT_Client_Compile_Args* args);
 PJRT_Error* PjrtExecutableDeserializeAndLoad(PJRT_Executable_DeserializeAndLoad_Args* args);
 PJRT_Error* PjrtExecutableSerialize(PJRT_Executable_Serialize_Args* args);

@@ -1,5 +1,5 @@
 // The collectives on numpy buffers: jax_plugin.collectives hands over raw
-// bytes, one buffer per local device of the clique, and does the numpy side.
+// bytes, one buffer per local device of the device group, and does the numpy side.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/pair.h>
@@ -55,7 +55,7 @@ Status Run(coll::DeviceCollectives& c, const std::string& op, const coll::Device
 }
 
 void RunCollective(const std::string& op, const std::string& reduction_name, const std::string& dtype_name,
-                   std::vector<ConstBytes1D> sends, std::vector<Bytes1D> recvs, std::vector<int> clique,
+                   std::vector<ConstBytes1D> sends, std::vector<Bytes1D> recvs, std::vector<int> device_group,
                    std::vector<std::pair<int, int>> pairs) {
   coll::DataType dtype = ValueOrThrow(coll::ParseDataType(dtype_name));
   coll::Reduction reduction =
@@ -65,8 +65,8 @@ void RunCollective(const std::string& op, const std::string& reduction_name, con
   if (sends[0].shape(0) % item != 0) throw std::invalid_argument("send buffer is not a whole number of elements");
   const size_t count = sends[0].shape(0) / item;
   DeviceLayout layout = Layout(sends.size());
-  if (clique.empty()) {
-    for (int d = 0; d < layout.devices_per_process * layout.num_processes; ++d) clique.push_back(d);
+  if (device_group.empty()) {
+    for (int d = 0; d < layout.devices_per_process * layout.num_processes; ++d) device_group.push_back(d);
   }
   coll::DeviceBuffers buffers;
   for (size_t i = 0; i < sends.size(); ++i) {
@@ -75,7 +75,7 @@ void RunCollective(const std::string& op, const std::string& reduction_name, con
     buffers.recv.push_back(recvs[i].data());
   }
   ThrowIfError(WithoutGil([&] {
-    coll::DeviceCollectives c(clique, layout.process, layout.devices_per_process);
+    coll::DeviceCollectives c(device_group, layout.process, layout.devices_per_process);
     return Run(c, op, buffers, count, dtype, reduction, pairs);
   }));
 }
@@ -84,10 +84,10 @@ void RunCollective(const std::string& op, const std::string& reduction_name, con
 
 void BindCollectives(nb::module_& m) {
   m.def("collective", &RunCollective, nb::arg("op"), nb::arg("reduction"), nb::arg("dtype"), nb::arg("send"),
-        nb::arg("recv"), nb::arg("clique"), nb::arg("pairs"));
+        nb::arg("recv"), nb::arg("device_group"), nb::arg("pairs"));
   m.def("collective_barrier", [](std::vector<int> processes) {
     ThrowIfError(WithoutGil([&] {
-      auto comm = coll::CommunicatorCache::Get().ForClique(std::move(processes));
+      auto comm = coll::CommunicatorCache::Get().ForProcessGroup(std::move(processes));
       return comm.ok() ? comm.value()->Barrier() : comm.status();
     }));
   }, nb::arg("processes"));

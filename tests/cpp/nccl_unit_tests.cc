@@ -225,7 +225,7 @@ void TestFfiCallPath() {
   api.CommInitRank = FakeCommInitRankLocked;
   api.GetUniqueId = FakeGetUniqueIdQuiet;
   api.CommAbort = FakeAbortQuiet;
-  coll::NcclCliques cliques(api, coll::InProcessStore(), 5.0);
+  coll::NcclDeviceGroups device_groups(api, coll::InProcessStore(), 5.0);
   std::vector<int> ranks(2, -1);
   std::vector<myplugin::Status> results(2);
   std::vector<std::thread> devices;
@@ -236,7 +236,7 @@ void TestFfiCallPath() {
       results[ordinal] = coll::RunNccl(call, [&](coll::NcclCommunicator& comm) {
         ranks[ordinal] = comm.rank();
         return myplugin::OkStatus();
-      }, &cliques);
+      }, &device_groups);
     });
   }
   for (auto& t : devices) t.join();
@@ -249,16 +249,16 @@ void TestFfiCallPath() {
   std::thread again([&] {
     coll::NcclCallSite call{0, {0}, coll::CollectiveOp::kAllGather, coll::Reduction::kNone, coll::DataType::kS32, 4,
                             0};
-    results[0] = coll::RunNccl(call, [](coll::NcclCommunicator&) { return myplugin::OkStatus(); }, &cliques);
+    results[0] = coll::RunNccl(call, [](coll::NcclCommunicator&) { return myplugin::OkStatus(); }, &device_groups);
   });
   again.join();
-  CHECK(results[0].ok() && init_ranks == std::vector<int>{1});  // a new clique {0}: rank 0 of 1
-  // A device outside its clique is an error, not a hang.
+  CHECK(results[0].ok() && init_ranks == std::vector<int>{1});  // a new device group {0}: rank 0 of 1
+  // A device outside its device group is an error, not a hang.
   coll::NcclCallSite stray{1, {0}, coll::CollectiveOp::kAllReduce, coll::Reduction::kSum, coll::DataType::kF32, 1, 0};
-  CHECK(!coll::RunNccl(stray, [](coll::NcclCommunicator&) { return myplugin::OkStatus(); }, &cliques).ok());
+  CHECK(!coll::RunNccl(stray, [](coll::NcclCommunicator&) { return myplugin::OkStatus(); }, &device_groups).ok());
   // A reported failure aborts every communicator made.
   init_ranks.clear();
-  cliques.AbortAll(myplugin::Status(myplugin::Code::kAborted, "process 1 failed"));
+  device_groups.AbortAll(myplugin::Status(myplugin::Code::kAborted, "process 1 failed"));
   CHECK(init_ranks.size() == 3);
 }
 

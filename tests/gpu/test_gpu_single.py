@@ -1,7 +1,7 @@
 """myplugin over XLA's CUDA engine on one GPU, against numpy and against
 jax's own CUDA backend (JAX_PLATFORMS=cuda) on the same machine: device
 names, numerics, the seed programs that fit one device, the NCCL handlers
-in a clique of one rank, myplugin-run -n 1, donation, 1 GB transfers and a
+in a device group of one rank, myplugin-run -n 1, donation, 1 GB transfers and a
 1000-step soak with GPU memory measured before and after."""
 import json
 import os
@@ -83,7 +83,7 @@ def test_seed_programs_on_one_device_match_cpu(tmp_path):
     np.testing.assert_allclose(got[key], want[key], rtol=2e-3, err_msg=key)
 
 
-NCCL_CLIQUE_OF_ONE = """
+NCCL_DEVICE_GROUP_OF_ONE = """
 import json, numpy as np, jax, jax.numpy as jnp
 from jax.sharding import Mesh, PartitionSpec as P
 try:
@@ -108,8 +108,8 @@ print(json.dumps({k: np.asarray(v).tolist() for k, v in out.items()}))
 """
 
 
-def test_nccl_handlers_in_a_compiled_program_clique_of_one():
-  got = last_json(on_myplugin(["-c", NCCL_CLIQUE_OF_ONE]))
+def test_nccl_handlers_in_a_compiled_program_device_group_of_one():
+  got = last_json(on_myplugin(["-c", NCCL_DEVICE_GROUP_OF_ONE]))
   want = (np.arange(64, dtype=np.float32) - 20.0).tolist()
   assert got == {"all_reduce": want, "all_gather": want, "psum": want}
 

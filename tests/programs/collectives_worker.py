@@ -21,7 +21,7 @@ scenario = sys.argv[1]
 distributed.initialize(heartbeat_timeout_seconds=float(os.environ.get("TEST_HEARTBEAT_TIMEOUT", "5")))
 r, n_proc = distributed.process_id(), distributed.num_processes()
 D = distributed.global_topology()[r]["num_devices"]  # local devices
-n = n_proc * D  # devices in the job: the ranks of the default clique
+n = n_proc * D  # devices in the job: the ranks of the default device group
 mine_ranks = [r * D + j for j in range(D)]
 
 
@@ -126,13 +126,13 @@ if scenario == "matrix":
   checked += 1
   if not all(np.allclose(x, np.sum(np.stack(rand).astype(np.float64), axis=0), rtol=1e-5, atol=1e-5) for x in got):
     failures.append("all_reduce sum random f32")
-  # A clique of every other device (when there are several per process).
+  # A device group of every other device (when there are several per process).
   if n >= 4:
     sub = list(range(0, n, 2))
     local = [g for g in mine_ranks if g in sub]
-    if local:  # a sub-clique has a communicator (and call numbers) of its own
-      got = C.all_reduce([np.full(3, g, np.int32) for g in local], "sum", clique=sub)
-      check("all_reduce on a sub-clique", got, [np.full(3, sum(sub), np.int32)] * len(local))
+    if local:  # a sub-group has a communicator (and call numbers) of its own
+      got = C.all_reduce([np.full(3, g, np.int32) for g in local], "sum", device_group=sub)
+      check("all_reduce on a sub-group", got, [np.full(3, sum(sub), np.int32)] * len(local))
   C.barrier()
   result(event="matrix", checked=checked, failures=failures)
 

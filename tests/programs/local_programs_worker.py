@@ -25,7 +25,7 @@ out["mesh_devices"] = sorted(d.id for d in y.devices())
 out["mesh_sum"] = float(s)
 # One value per process, over the first device of each.
 firsts = [p * len(local) for p in range(n)]
-out["all_processes_sum"] = float(collectives.all_reduce(np.asarray(s), clique=firsts))
+out["all_processes_sum"] = float(collectives.all_reduce(np.asarray(s), device_group=firsts))
 
 # A program over every process's devices, beside the local ones.
 gmesh = Mesh(np.array(jax.devices()), ("g",))

@@ -54,7 +54,7 @@ last = jax.devices()[-1]
 c = jax.device_put(x, SingleDeviceSharding(last))
 out["single"] = held(jax.jit(lambda v: v - 3)(c))
 
-# Every device: nobody was left waiting in a clique it does not belong to.
+# Every device: nobody was left waiting in a device group it does not belong to.
 every = Mesh(np.array(jax.devices()), ("x",))
 e = jax.device_put(np.arange(8.0 * d * n), NamedSharding(every, P("x")))
 out["every_sum"] = held(jax.jit(lambda v: jnp.sum(v))(e))

@@ -15,7 +15,7 @@
 namespace myplugin::collectives {
 
 template <typename Key, typename T>
-class MadeOnce {
+class OncePerKey {
  public:
   StatusOr<std::shared_ptr<T>> Get(const Key& key, const std::function<StatusOr<std::shared_ptr<T>>()>& make) {
     std::shared_ptr<Slot> slot;

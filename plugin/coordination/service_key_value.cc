@@ -1,0 +1,148 @@
+// The service's key-value store: ServiceState's handlers of set, get,
+// try-get, delete and list (service_state.h).
+#include "coordination/service_state.h"
+
+#include "common/deadline.h"
+#include "coordination/messages.h"
+
+namespace myplugin::coordination {
+
+// --- the key-value store ---------------------------------------------------
+
+Status ServiceState::HandleKeyValue(int pid, MessageType type, const std::string& payload, Outbox& out) {
+  const ConnectionId conn = processes_[pid].conn;
+  switch (type) {
+    case MessageType::kKeyValueSet: return HandleKeyValueSet(conn, payload, out);
+    case MessageType::kKeyValueGet: return HandleKeyValueGet(conn, payload, out);
+    case MessageType::kKeyValueTryGet: return HandleKeyValueTryGet(conn, payload, out);
+    case MessageType::kKeyValueDelete: return HandleKeyValueDelete(conn, payload, out);
+    case MessageType::kKeyValueList: return HandleKeyValueList(conn, payload, out);
+    default: return InvalidArgument(std::string("unexpected ") + MessageTypeName(type));
+  }
+}
+
+Status ServiceState::HandleKeyValueSet(ConnectionId conn, const std::string& payload, Outbox& out) {
+  StatusOr<msg::KeyValueSet> m = msg::KeyValueSet::Decode(payload);
+  if (!m.ok()) return m.status();
+  const msg::KeyValueSet& s = m.value();
+  Waiter w{conn, s.request_id};
+  const std::string what = "key_value_set of " + QuotedKey(s.key);
+  Status fits = CheckKeyValue(what, s.key, s.value);
+  auto old = kv_.find(s.key);
+  size_t freed = old == kv_.end() ? 0 : old->first.size() + old->second.size();
+  size_t after = store_bytes_ - freed + s.key.size() + s.value.size();
+  if (fits.ok() && after > kMaxStoreBytes) {
+    fits = Status(Code::kResourceExhausted, what + ": the store would hold " + ByteCount(after) +
+                                                ", over its " + ByteCount(kMaxStoreBytes) +
+                                                " limit (delete keys that are no longer needed)");
+  }
+  if (!fits.ok()) {
+    ReplyError(w, fits, out);
+    return OkStatus();
+  }
+  store_bytes_ = after;
+  auto value_reply = [&](uint32_t rid) {
+    msg::Value v;
+    v.request_id = rid;
+    v.value = s.value;
+    return v.Encode();
+  };
+  auto range = key_waiters_.equal_range(s.key);
+  for (auto it = range.first; it != range.second; ++it) {
+    out.Send(it->second.waiter.conn, value_reply(it->second.waiter.request_id));
+    DropWaiter(it->second.waiter.conn);
+  }
+  key_waiters_.erase(range.first, range.second);
+  kv_[s.key] = std::move(m.value().value);
+  ReplyOk(w, out);
+  return OkStatus();
+}
+
+Status ServiceState::HandleKeyValueGet(ConnectionId conn, const std::string& payload, Outbox& out) {
+  StatusOr<msg::KeyValueGet> m = msg::KeyValueGet::Decode(payload);
+  if (!m.ok()) return m.status();
+  Waiter w{conn, m.value().request_id};
+  const std::string& key = m.value().key;
+  auto it = kv_.find(key);
+  if (it != kv_.end()) {
+    msg::Value v;
+    v.request_id = w.request_id;
+    v.value = it->second;
+    out.Send(conn, v.Encode());
+    return OkStatus();
+  }
+  Status fits = CheckKey("key_value_get of " + QuotedKey(key), key);
+  if (fits.ok()) fits = CheckWaitingOf(conn, "key_value_get of " + QuotedKey(key));
+  if (fits.ok() && Waiting() >= kMaxWaiting) {
+    fits = Status(Code::kResourceExhausted, "key_value_get of " + QuotedKey(key) + ": " +
+                                                std::to_string(kMaxWaiting) +
+                                                " blocking gets and barriers are already waiting (the limit)");
+  }
+  if (!fits.ok()) {
+    ReplyError(w, fits, out);
+    return OkStatus();
+  }
+  double timeout_s = m.value().timeout_ms / 1000.0;
+  key_waiters_.emplace(key, KeyWaiter{w, After(timeout_s), SaturatedSeconds(timeout_s)});
+  AddWaiter(conn);
+  return OkStatus();
+}
+
+Status ServiceState::HandleKeyValueTryGet(ConnectionId conn, const std::string& payload, Outbox& out) {
+  StatusOr<msg::KeyValueTryGet> m = msg::KeyValueTryGet::Decode(payload);
+  if (!m.ok()) return m.status();
+  Waiter w{conn, m.value().request_id};
+  auto it = kv_.find(m.value().key);
+  if (it == kv_.end()) {
+    ReplyError(w, NotFound("key '" + m.value().key.substr(0, kMaxKeyBytes) + "' is not set"), out);
+    return OkStatus();
+  }
+  msg::Value v;
+  v.request_id = w.request_id;
+  v.value = it->second;
+  out.Send(conn, v.Encode());
+  return OkStatus();
+}
+
+Status ServiceState::HandleKeyValueDelete(ConnectionId conn, const std::string& payload, Outbox& out) {
+  StatusOr<msg::KeyValueDelete> m = msg::KeyValueDelete::Decode(payload);
+  if (!m.ok()) return m.status();
+  auto it = kv_.find(m.value().key);
+  if (it != kv_.end()) {
+    store_bytes_ -= it->first.size() + it->second.size();
+    kv_.erase(it);
+  }
+  ReplyOk(Waiter{conn, m.value().request_id}, out);
+  return OkStatus();
+}
+
+Status ServiceState::HandleKeyValueList(ConnectionId conn, const std::string& payload, Outbox& out) {
+  StatusOr<msg::KeyValueList> m = msg::KeyValueList::Decode(payload);
+  if (!m.ok()) return m.status();
+  const std::string& prefix = m.value().prefix;
+  Waiter w{conn, m.value().request_id};
+  // Sized before it is built: a reply over the frame limit would cost
+  // the memory and then kill the connection that asked.
+  size_t bytes = 5 + 4;
+  for (auto it = kv_.lower_bound(prefix); it != kv_.end() && it->first.compare(0, prefix.size(), prefix) == 0;
+       ++it) {
+    bytes += 8 + it->first.size() + it->second.size();
+  }
+  if (bytes > kMaxFrameBytes) {
+    ReplyError(w, Status(Code::kResourceExhausted,
+                         "key_value_list of prefix " + QuotedKey(prefix) + ": the reply of " +
+                             ByteCount(bytes) + " exceeds the " + ByteCount(kMaxFrameBytes) +
+                             " message limit (list a narrower prefix, or get the keys one by one)"), out);
+    return OkStatus();
+  }
+  msg::Entries e;
+  e.request_id = w.request_id;
+  for (auto it = kv_.lower_bound(prefix); it != kv_.end() && it->first.compare(0, prefix.size(), prefix) == 0;
+       ++it) {
+    e.entries.emplace_back(*it);
+  }
+  out.Send(conn, e.Encode());
+  return OkStatus();
+}
+
+}  // namespace myplugin::coordination

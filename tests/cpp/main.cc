@@ -1,0 +1,28 @@
+// The C++ unit tests of the pieces that need no engine: run by
+// tests/test_cpp_units.py through CMake (MYPLUGIN_BUILD_TESTS=ON).
+#include <cstdio>
+
+#include "check.h"
+#include "suites.h"
+
+int main() {
+  RunClientOptionsTests();
+  RunWireTests();
+  RunProcessInfoTests();
+  RunSocketTests();
+  RunNetworkAddressTests();
+  RunEngineLibraryTests();
+  RunDtypeTests();
+  RunSignatureTests();
+  RunLocalRendezvousTests();
+  RunDeviceAssignmentTests();
+  RunSerializedExecutableTests();
+  RunMessagesTests();
+  RunServiceStateTests();
+  RunCoordinationStressTests();
+  RunFlightRecorderTests();
+  bool nccl = RunNcclTests();
+  std::printf("NCCL backend tests: %s\n", nccl ? "ran" : "not built (no NCCL headers)");
+  std::printf("%d passed, %d failed\n", unit::passes, unit::failures);
+  return unit::failures == 0 ? 0 : 1;
+}

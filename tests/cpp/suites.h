@@ -1,0 +1,21 @@
+// The suites of the C++ unit tests, one per file (each named after what it
+// tests); main.cc runs them all.
+#pragma once
+
+void RunClientOptionsTests();
+void RunWireTests();
+void RunProcessInfoTests();
+void RunSocketTests();
+void RunNetworkAddressTests();
+void RunEngineLibraryTests();
+void RunSerializedExecutableTests();
+void RunMessagesTests();
+void RunServiceStateTests();
+void RunCoordinationStressTests();
+void RunFlightRecorderTests();
+void RunDtypeTests();
+void RunSignatureTests();
+void RunLocalRendezvousTests();
+void RunDeviceAssignmentTests();
+// False when the NCCL backend is not built.
+bool RunNcclTests();
