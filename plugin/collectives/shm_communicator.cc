@@ -353,24 +353,27 @@ Status ShmCommunicator::DoAllReduce(const void* send, void* recv, size_t count, 
     const int half = static_cast<int>(phase_++ & 1);
     std::memcpy(slot(half, me), in + base, elems * esize);
     MYPLUGIN_RETURN_IF_ERROR(Step());
-    // Rank r reduces share r of the chunk, in rank order, into its own slot:
-    // each element is reduced once, so every rank gets identical results.
+    // Rank r reduces share r of the chunk, in rank order, into its own
+    // result and then its own slot, where the others read it: each element
+    // is reduced once, so every rank gets identical results. (Into the slot
+    // at once would overwrite this rank's data before the sum reads it.)
     auto share = [&](int r) { return std::make_pair(elems * r / n * esize, elems * (r + 1) / n * esize); };
     auto [lo, hi] = share(me);
     if (hi > lo) {
-      char* mine = slot(half, me) + lo;
+      char* result = out + base + lo;
       const size_t k = (hi - lo) / esize;
       if (n == 1) {
-        // Nothing to reduce with: the data is its own result.
+        std::memcpy(result, slot(half, 0) + lo, hi - lo);
       } else {
-        fn(mine, slot(half, 0) + lo, slot(half, 1) + lo, k);
-        for (int r = 2; r < n; ++r) fn(mine, mine, slot(half, r) + lo, k);
+        fn(result, slot(half, 0) + lo, slot(half, 1) + lo, k);
+        for (int r = 2; r < n; ++r) fn(result, result, slot(half, r) + lo, k);
       }
+      std::memcpy(slot(half, me) + lo, result, hi - lo);
     }
     MYPLUGIN_RETURN_IF_ERROR(Step());
     for (int r = 0; r < n; ++r) {
       auto [a, b] = share(r);
-      if (b > a) std::memcpy(out + base + a, slot(half, r) + a, b - a);
+      if (r != me && b > a) std::memcpy(out + base + a, slot(half, r) + a, b - a);
     }
   }
   return OkStatus();
