@@ -24,13 +24,13 @@ namespace {
 
 constexpr uint64_t kMagic = 0x6d79706c75676e31;  // "myplugn1"
 constexpr size_t kLine = 64;
-// Bounds on how a wait spends the time before it sleeps: spinning answers
-// within a microsecond when every rank has a core, yielding lets a rank
-// without one run, and sleeping (on a futex in the segment) frees the cores
-// for long waits, which still wake every millisecond to look at the abort
-// flag and the deadline.
-constexpr int kSpins = 256;
-constexpr auto kYieldFor = std::chrono::microseconds(200);
+// How a wait spends its time: spinning answers within a microsecond when
+// every rank has a core; past kSpinFor it sleeps on a futex in the segment,
+// which the last rank to arrive wakes, so a rank without a core gets one at
+// once (yielding instead hands the core to any other process on a busy
+// host). Sleeps end every millisecond to look at the abort flag and the
+// deadline.
+constexpr auto kSpinFor = std::chrono::microseconds(30);
 constexpr long kSleepNanos = 1000 * 1000;
 
 // A file descriptor that closes itself.
@@ -139,7 +139,9 @@ size_t HeaderBytes(int ranks) { return (kLine * (2 + ranks) + 4095) / 4096 * 409
 
 }  // namespace
 
-size_t ShmSlotBytes(int ranks) { return ranks <= 4 ? (2u << 20) : (1u << 20); }
+// Small enough that a chunk stays in cache between its copy in, its
+// reduction on another core and its copy out.
+size_t ShmSlotBytes(int ranks) { return ranks <= 4 ? (512u << 10) : (256u << 10); }
 
 // The segment: a header line, a line per rank, then two halves of one slot
 // per rank. Each rank writes only its own line and slot (and, in an
@@ -291,19 +293,16 @@ Status ShmCommunicator::Step(uint64_t value) {
     while (next < n && segment_->line[next].generation.load(std::memory_order_acquire) >= gen) ++next;
     return next == n;
   };
-  for (int i = 0; i < kSpins; ++i) {
-    if (arrived()) return OkStatus();
-#if defined(__x86_64__)
-    __builtin_ia32_pause();
-#endif
-  }
   const auto start = std::chrono::steady_clock::now();
+  do {
+    for (int i = 0; i < 64; ++i) {
+      if (arrived()) return OkStatus();
+#if defined(__x86_64__)
+      __builtin_ia32_pause();
+#endif
+    }
+  } while (std::chrono::steady_clock::now() - start < kSpinFor);
   const auto deadline = start + Millis(timeout_s());
-  while (std::chrono::steady_clock::now() - start < kYieldFor) {
-    if (arrived()) return OkStatus();
-    if (aborted_.load(std::memory_order_relaxed)) return Status(Code::kAborted, "the call was aborted");
-    sched_yield();
-  }
   while (true) {
     h.sleepers.fetch_add(1, std::memory_order_seq_cst);
     const uint32_t seen = h.wake.load(std::memory_order_seq_cst);
