@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <poll.h>
-#include <sched.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -95,40 +94,46 @@ std::string RandomToken() {
   return s;
 }
 
-Status SendFd(int sock, int fd, uint64_t bytes) {
+// One message of `bytes` (the segment's size) with room for one descriptor.
+struct FdMessage {
+  uint64_t bytes = 0;
   char control[CMSG_SPACE(sizeof(int))] = {};
   iovec iov{&bytes, sizeof(bytes)};
   msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof(control);
-  cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  FdMessage() {
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof(control);
+  }
+  FdMessage(const FdMessage&) = delete;
+};
+
+Status SendFd(int sock, int fd, uint64_t bytes) {
+  FdMessage m;
+  m.bytes = bytes;
+  cmsghdr* c = CMSG_FIRSTHDR(&m.msg);
   c->cmsg_level = SOL_SOCKET;
   c->cmsg_type = SCM_RIGHTS;
   c->cmsg_len = CMSG_LEN(sizeof(int));
   std::memcpy(CMSG_DATA(c), &fd, sizeof(int));
-  if (::sendmsg(sock, &msg, MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof(bytes))) return Errno("sending the segment");
+  if (::sendmsg(sock, &m.msg, MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof(bytes))) {
+    return Errno("sending the segment");
+  }
   return OkStatus();
 }
 
 StatusOr<std::pair<Fd, uint64_t>> ReceiveFd(int sock, std::chrono::steady_clock::time_point deadline) {
   MYPLUGIN_RETURN_IF_ERROR(WaitFor(sock, POLLIN, deadline, "waiting for the segment from rank 0"));
-  uint64_t bytes = 0;
-  char control[CMSG_SPACE(sizeof(int))] = {};
-  iovec iov{&bytes, sizeof(bytes)};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof(control);
-  ssize_t r = ::recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
-  if (r != static_cast<ssize_t>(sizeof(bytes))) return Errno("receiving the segment from rank 0");
-  cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  FdMessage m;
+  ssize_t r = ::recvmsg(sock, &m.msg, MSG_CMSG_CLOEXEC);
+  if (r == 0) return Status(Code::kUnavailable, "rank 0 closed the connection before sending the segment");
+  if (r != static_cast<ssize_t>(sizeof(m.bytes))) return Errno("receiving the segment from rank 0");
+  cmsghdr* c = CMSG_FIRSTHDR(&m.msg);
   if (c == nullptr || c->cmsg_type != SCM_RIGHTS) return Status(Code::kUnavailable, "rank 0 sent no segment");
   int fd;
   std::memcpy(&fd, CMSG_DATA(c), sizeof(int));
-  return std::make_pair(Fd(fd), bytes);
+  return std::make_pair(Fd(fd), m.bytes);
 }
 
 long Futex(std::atomic<uint32_t>* word, int op, uint32_t value, const timespec* timeout) {
