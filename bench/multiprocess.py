@@ -130,7 +130,20 @@ def main():
     ax.legend()
     fig.tight_layout()
     fig.savefig(args.plot, dpi=110)
-    print(f"\nplot: {args.plot}")
+    # Step times beside it: PLOT_steps.png.
+    steps = os.path.splitext(args.plot)[0] + "_steps.png"
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    names = ["data-parallel MLP", "tensor-parallel layer (2-D mesh)"]
+    for i, (backend, shown) in enumerate([("myplugin", "myplugin"), ("jax", "jax CPU + Gloo")]):
+      best = [step[backend][0] * 1e3, tp[backend][0] * 1e3]
+      ax.bar([x + 0.38 * i for x in range(2)], best, width=0.38, label=shown)
+    ax.set_xticks([x + 0.19 for x in range(2)], names)
+    ax.set_ylabel("step time (ms, best)")
+    ax.set_title(f"training steps, {n} processes")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(steps, dpi=110)
+    print(f"\nplots: {args.plot}, {steps}")
 
 
 if __name__ == "__main__":
