@@ -351,28 +351,33 @@ Status ShmCommunicator::DoAllReduce(const void* send, void* recv, size_t count, 
   const size_t per_chunk = slot_bytes_ / esize;
   const char* in = static_cast<const char*>(send);
   char* out = static_cast<char*>(recv);
+  if (n == 1) {
+    if (out != in) std::memcpy(out, in, count * esize);
+    return OkStatus();
+  }
   for (size_t first = 0; first < count; first += per_chunk) {
     const size_t elems = std::min(per_chunk, count - first);
     const size_t base = first * esize;
     const int half = static_cast<int>(phase_++ & 1);
-    std::memcpy(slot(half, me), in + base, elems * esize);
-    MYPLUGIN_RETURN_IF_ERROR(Step());
-    // Rank r reduces share r of the chunk, in rank order, into its own
-    // result and then its own slot, where the others read it: each element
-    // is reduced once, so every rank gets identical results. (Into the slot
-    // at once would overwrite this rank's data before the sum reads it.)
+    // Rank r reduces share r of the chunk, in rank order: each element is
+    // reduced once, so every rank gets identical bits. Only the shares the
+    // others reduce go into this rank's slot; its own share is read where it
+    // is, unless the result overwrites it before the sum reads it (in
+    // place, from the third rank on).
     auto share = [&](int r) { return std::make_pair(elems * r / n * esize, elems * (r + 1) / n * esize); };
     auto [lo, hi] = share(me);
+    const bool own_in_slot = in == out && me >= 2;
+    const char* chunk = in + base;
+    std::memcpy(slot(half, me), chunk, own_in_slot ? hi : lo);
+    std::memcpy(slot(half, me) + hi, chunk + hi, elems * esize - hi);
+    MYPLUGIN_RETURN_IF_ERROR(Step());
     if (hi > lo) {
+      auto input = [&](int r) -> const char* { return r == me && !own_in_slot ? chunk + lo : slot(half, r) + lo; };
       char* result = out + base + lo;
       const size_t k = (hi - lo) / esize;
-      if (n == 1) {
-        std::memcpy(result, slot(half, 0) + lo, hi - lo);
-      } else {
-        fn(result, slot(half, 0) + lo, slot(half, 1) + lo, k);
-        for (int r = 2; r < n; ++r) fn(result, result, slot(half, r) + lo, k);
-      }
-      std::memcpy(slot(half, me) + lo, result, hi - lo);
+      fn(result, input(0), input(1), k);
+      for (int r = 2; r < n; ++r) fn(result, result, input(r), k);
+      std::memcpy(slot(half, me) + lo, result, hi - lo);  // where the others read it
     }
     MYPLUGIN_RETURN_IF_ERROR(Step());
     for (int r = 0; r < n; ++r) {
