@@ -1,14 +1,15 @@
 """All-reduce bus bandwidth: myplugin's collectives against raw Gloo.
 
-For 2 and 4 processes on this host, sizes 4 KB to 256 MB, interleaved
-round by round: jax_plugin.collectives.all_reduce (signature check, bounded
-waits, abort on failure, all included) and Gloo's own ring all-reduce from
-a C++ program with nothing of ours around it. Bus bandwidth follows
+For 2 and 4 processes on this host, sizes 4 KB to 64 MB, interleaved round
+by round: jax_plugin.collectives.all_reduce (signature check, bounded waits,
+abort on failure, all included) on the shared-memory transport
+(MYPLUGIN_TRANSPORT=shm) and on Gloo (=gloo), and Gloo's own ring all-reduce
+from a C++ program with nothing of ours around it. Bus bandwidth follows
 nccl-tests: busbw = bytes / time * 2 (n - 1) / n. The machine's memcpy
 bandwidth is the ceiling.
 
-usage: python bench/collectives.py [--processes 2,4] [--rounds 2] [--max-mb 256]
-       python bench/collectives.py --latency [--processes 2] [--rounds 5]
+usage: python bench/collectives.py [--processes 2,4] [--rounds 2] [--max-mb 64]
+       python bench/collectives.py --latency [--processes 2] [--rounds 5] [--transports shm,gloo]
 --latency times 4 KB all-reduces alone (2000 calls per round, each after a
 barrier), for comparing builds: the flight recorder's cost on the
 collective path is measured this way (README, "When a job hangs").
@@ -60,13 +61,13 @@ def run_job(argvs, envs, timeout=900) -> dict[int, tuple[float, float]]:
     kill_groups(procs)
 
 
-def ours(n: int, sizes: list[int], reps: int | None = None) -> dict:
+def ours(n: int, sizes: list[int], transport: str, reps: int | None = None) -> dict:
   port = free_port()
   results = {}
   for nbytes in sizes:  # one job per size keeps the repetition count right for each
     base = {k: v for k, v in os.environ.items() if not k.startswith("MYPLUGIN_")}
     envs = [dict(base, MYPLUGIN_COORDINATOR_ADDRESS=f"127.0.0.1:{port}", MYPLUGIN_NUM_PROCESSES=str(n),
-                 MYPLUGIN_PROCESS_ID=str(r)) for r in range(n)]
+                 MYPLUGIN_PROCESS_ID=str(r), MYPLUGIN_TRANSPORT=transport) for r in range(n)]
     argvs = [[sys.executable, os.path.join(HERE, "collectives_worker.py"), str(reps or reps_for(nbytes)), str(nbytes)]] * n
     results.update(run_job(argvs, envs))
     port = free_port()
@@ -99,15 +100,21 @@ def main():
   parser = argparse.ArgumentParser()
   parser.add_argument("--processes", default="2,4")
   parser.add_argument("--rounds", type=int, default=2)
-  parser.add_argument("--max-mb", type=int, default=256)
+  parser.add_argument("--max-mb", type=int, default=64)
   parser.add_argument("--latency", action="store_true", help="4 KB all-reduce latency only (no raw Gloo)")
+  parser.add_argument("--transports", default="shm,gloo", help="for --latency")
   args = parser.parse_args()
   if args.latency:
     for n in [int(x) for x in args.processes.split(",")]:
-      rounds = [ours(n, [4096], reps=2000)[4096] for _ in range(args.rounds)]
-      print(f"{n} processes, 4 KB all-reduce, {args.rounds} rounds of 2000 calls: best "
-            f"{min(b for b, _ in rounds) * 1e6:.1f} us; median per round (us): "
-            + ", ".join(f"{m * 1e6:.1f}" for _, m in rounds), flush=True)
+      transports = args.transports.split(",")
+      rounds = {t: [] for t in transports}
+      for _ in range(args.rounds):  # interleaved
+        for t in transports:
+          rounds[t].append(ours(n, [4096], t, reps=2000)[4096])
+      for t in transports:
+        print(f"{n} processes, {t}, 4 KB all-reduce, {args.rounds} rounds of 2000 calls: best "
+              f"{min(b for b, _ in rounds[t]) * 1e6:.1f} us; median per round (us): "
+              + ", ".join(f"{m * 1e6:.1f}" for _, m in rounds[t]), flush=True)
     return
   sizes = []
   s = 4096
@@ -119,25 +126,27 @@ def main():
   print(f"memcpy: {limit:.1f} GB/s (256 MB, best of 5); rounds: {args.rounds}, interleaved")
   for n in [int(x) for x in args.processes.split(",")]:
     factor = 2 * (n - 1) / n
-    mine, theirs = {b: [] for b in sizes}, {b: [] for b in sizes}
+    shm, gloo, theirs = {b: [] for b in sizes}, {b: [] for b in sizes}, {b: [] for b in sizes}
     for _ in range(args.rounds):
-      for b, v in ours(n, sizes).items():
-        mine[b].append(v)
+      for b, v in ours(n, sizes, "shm").items():
+        shm[b].append(v)
+      for b, v in ours(n, sizes, "gloo").items():
+        gloo[b].append(v)
       for b, v in raw(n, sizes, binary).items():
         theirs[b].append(v)
     print(f"\n{n} processes: all-reduce f32, bus bandwidth GB/s (best / median; time of the best call in brackets)")
-    print("| size | myplugin | raw Gloo ring | myplugin/raw (best, median) | myplugin/memcpy |")
-    print("|---|---|---|---|---|")
+    print("| size | myplugin shm | myplugin Gloo | raw Gloo ring | shm/raw (best, median) | shm/memcpy (best) |")
+    print("|---|---|---|---|---|---|")
     for b in sizes:
-      if not mine[b] or not theirs[b]:
-        print(f"| {b} | missing | missing | | |")
+      if not shm[b] or not gloo[b] or not theirs[b]:
+        print(f"| {b} | missing | | | | |")
         continue
-      ob, om = min(t for t, _ in mine[b]), statistics.median(m for _, m in mine[b])
-      rb, rm = min(t for t, _ in theirs[b]), statistics.median(m for _, m in theirs[b])
+      cols = [(min(t for t, _ in v[b]), statistics.median(m for _, m in v[b])) for v in (shm, gloo, theirs)]
       bw = lambda t: b / t * factor / 1e9
       label = f"{b >> 20} MB" if b >= 1 << 20 else f"{b >> 10} KB"
-      print(f"| {label} | {bw(ob):.3f} / {bw(om):.3f} ({ob * 1e6:.0f} us) | {bw(rb):.3f} / {bw(rm):.3f} "
-            f"({rb * 1e6:.0f} us) | {rb / ob:.2f}, {rm / om:.2f} | {bw(ob) / limit:.3f} |", flush=True)
+      cells = " | ".join(f"{bw(best):.3f} / {bw(med):.3f} ({best * 1e6:.0f} us)" for best, med in cols)
+      (sb, sm), _, (rb, rm) = cols
+      print(f"| {label} | {cells} | {rb / sb:.2f}, {rm / sm:.2f} | {bw(sb) / limit:.3f} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,9 @@ jobs interleaved round by round:
     2 (n - 1) / n;
   - a data-parallel training step (jit, NamedSharding): its time, and its
     compile time (for myplugin, partition on the shadow engine + rewrite +
-    local compile).
+    local compile);
+  - a tensor-parallel layer's training step on a 2-D mesh (data x model,
+    bench/tensor_parallel_step.py): its time.
 
 usage: python bench/multiprocess.py [--processes 2] [--rounds 3] [--max-mb 256] [--plot out.png]
 """
@@ -54,6 +56,8 @@ def run_job(backend: str, n: int, sizes: list[int], timeout=1800) -> dict:
         res["compile"] = float(parts[2])
       elif line.startswith("RESULT step"):
         res["step"] = (float(parts[2]), float(parts[3]))
+      elif line.startswith("RESULT tp_step"):
+        res["tp_step"] = (float(parts[2]), float(parts[3]))
     return res
   finally:
     kill_groups(procs)
@@ -97,12 +101,16 @@ def main():
     print(f"| {label(b)} | {bw(b, ob):.3f} / {bw(b, om):.3f} ({ob * 1e6:.0f} us) | {bw(b, jb):.3f} / "
           f"{bw(b, jm):.3f} ({jb * 1e6:.0f} us) | {jb / ob:.2f}, {jm / om:.2f} |", flush=True)
   step = {k: (min(r["step"][0] for r in rs), statistics.median(r["step"][1] for r in rs)) for k, rs in runs.items()}
+  tp = {k: (min(r["tp_step"][0] for r in rs), statistics.median(r["tp_step"][1] for r in rs)) for k, rs in runs.items()}
   comp = {k: (min(r["compile"] for r in rs), statistics.median(r["compile"] for r in rs)) for k, rs in runs.items()}
   print("\n| training step | myplugin | jax+Gloo | speedup (best, median) |")
   print("|---|---|---|---|")
   print(f"| step time | {step['myplugin'][0] * 1e3:.2f} / {step['myplugin'][1] * 1e3:.2f} ms | "
         f"{step['jax'][0] * 1e3:.2f} / {step['jax'][1] * 1e3:.2f} ms | {step['jax'][0] / step['myplugin'][0]:.2f}, "
         f"{step['jax'][1] / step['myplugin'][1]:.2f} |")
+  print(f"| tensor-parallel step (2-D mesh) | {tp['myplugin'][0] * 1e3:.2f} / {tp['myplugin'][1] * 1e3:.2f} ms | "
+        f"{tp['jax'][0] * 1e3:.2f} / {tp['jax'][1] * 1e3:.2f} ms | {tp['jax'][0] / tp['myplugin'][0]:.2f}, "
+        f"{tp['jax'][1] / tp['myplugin'][1]:.2f} |")
   print(f"| compile time | {comp['myplugin'][0] * 1e3:.0f} / {comp['myplugin'][1] * 1e3:.0f} ms | "
         f"{comp['jax'][0] * 1e3:.0f} / {comp['jax'][1] * 1e3:.0f} ms | {comp['jax'][0] / comp['myplugin'][0]:.2f}, "
         f"{comp['jax'][1] / comp['myplugin'][1]:.2f} |")
@@ -122,7 +130,20 @@ def main():
     ax.legend()
     fig.tight_layout()
     fig.savefig(args.plot, dpi=110)
-    print(f"\nplot: {args.plot}")
+    # Step times beside it: PLOT_steps.png.
+    steps = os.path.splitext(args.plot)[0] + "_steps.png"
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    names = ["data-parallel MLP", "tensor-parallel layer (2-D mesh)"]
+    for i, (backend, shown) in enumerate([("myplugin", "myplugin"), ("jax", "jax CPU + Gloo")]):
+      best = [step[backend][0] * 1e3, tp[backend][0] * 1e3]
+      ax.bar([x + 0.38 * i for x in range(2)], best, width=0.38, label=shown)
+    ax.set_xticks([x + 0.19 for x in range(2)], names)
+    ax.set_ylabel("step time (ms, best)")
+    ax.set_title(f"training steps, {n} processes")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(steps, dpi=110)
+    print(f"\nplots: {args.plot}, {steps}")
 
 
 if __name__ == "__main__":

@@ -1,11 +1,12 @@
 """One process of a bench/multiprocess.py job: a psum over processes at
 each size, then a data-parallel training step (compile time and step
-time). Runs on myplugin (MYPLUGIN_* variables set) or on jax's CPU backend
+time), then a tensor-parallel one on a 2-D mesh (step time). Runs on myplugin (MYPLUGIN_* variables set) or on jax's CPU backend
 over Gloo (BENCH_JAX_COORDINATOR set). Process 0 prints RESULT lines:
 
   RESULT psum BYTES BEST_S MEDIAN_S
   RESULT compile SECONDS
   RESULT step BEST_S MEDIAN_S
+  RESULT tp_step BEST_S MEDIAN_S
 """
 import os
 import statistics
@@ -22,7 +23,8 @@ if os.environ.get("BENCH_JAX_COORDINATOR"):
 import numpy as np  # noqa: E402
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # noqa: E402
 
-import training_step  # noqa: E402  (bench/, the script's own folder)
+import tensor_parallel_step  # noqa: E402  (bench/, the script's own folder)
+import training_step  # noqa: E402
 
 sizes = [int(s) for s in sys.argv[1].split(",") if s]
 me = jax.process_index()
@@ -62,3 +64,11 @@ best, med = timed(lambda: jax.block_until_ready(compiled(params, xs, ys)), 20)
 if me == 0:
   print(f"RESULT compile {compile_s}", flush=True)
   print(f"RESULT step {best} {med}", flush=True)
+
+# The tensor-parallel step (bench/tensor_parallel_step.py).
+mesh2 = tensor_parallel_step.mesh_2d(jax.devices())
+tp_params, tp_x, tp_y = tensor_parallel_step.inputs(mesh2)
+tp = jax.jit(tensor_parallel_step.step)
+best, med = timed(lambda: jax.block_until_ready(tp(tp_params, tp_x, tp_y)), 20)
+if me == 0:
+  print(f"RESULT tp_step {best} {med}", flush=True)

@@ -13,9 +13,15 @@ def loss_fn(p, x, y):
   return jnp.mean((h @ p["w2"] + p["b2"] - y) ** 2)
 
 
-def step(p, x, y):
-  loss, grads = jax.value_and_grad(loss_fn)(p, x, y)
-  return jax.tree.map(lambda a, g: a - 0.01 * g, p, grads), loss
+def sgd_step(loss):
+  """One plain SGD step on `loss(params, x, y)`: (new params, loss)."""
+  def step(p, x, y):
+    value, grads = jax.value_and_grad(loss)(p, x, y)
+    return jax.tree.map(lambda a, g: a - 0.01 * g, p, grads), value
+  return step
+
+
+step = sgd_step(loss_fn)
 
 
 def inputs(mesh):

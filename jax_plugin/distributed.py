@@ -366,7 +366,9 @@ def num_processes() -> int:
 
 
 def global_topology() -> list[dict]:
-  """Every process's hostname, OS pid, device count and kind, in process order."""
+  """Every process's hostname, OS pid, device count and kind, collective
+  address and host identity (equal where processes can share memory), in
+  process order."""
   return _myplugin.global_processes()
 
 

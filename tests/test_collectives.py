@@ -1,5 +1,9 @@
 """The collectives runtime across real processes, against numpy: every op,
-dtype and reduction; mismatched calls; dead and stalled processes."""
+dtype and reduction; mismatched calls; dead and stalled processes. Each
+runs on both transports: MYPLUGIN_TRANSPORT=auto, which on this one host
+must pick shared memory, and Gloo; the workers report which one carried
+their calls."""
+import glob
 import re
 import signal
 import time
@@ -9,11 +13,19 @@ import pytest
 from job import Job
 
 HEARTBEAT = 4.0
+# The setting, and the transport the workers must then report.
+TRANSPORTS = {"auto": "shm", "gloo": "gloo"}
 
 
+def transport_env(transport, **env):
+  return dict(env, MYPLUGIN_TRANSPORT=transport)
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
 @pytest.mark.parametrize("n,devices", [(n, d) for n in (2, 3, 4) for d in (1, 2, 4)])
-def test_matrix_against_numpy(n, devices):
-  env = {"TEST_LARGE": "1" if (n, devices) == (2, 1) else "0", "MYPLUGIN_NUM_DEVICES": str(devices)}
+def test_matrix_against_numpy(n, devices, transport):
+  env = transport_env(transport, TEST_LARGE="1" if (n, devices) == (2, 1) else "0",
+                      MYPLUGIN_NUM_DEVICES=str(devices))
   with Job(n, ["matrix"], program="collectives_worker.py", env=env) as job:
     codes = job.wait(timeout=600)
     assert codes == {r: 0 for r in range(n)}, job.all_output()
@@ -21,13 +33,45 @@ def test_matrix_against_numpy(n, devices):
       m = job.event(r, "matrix")
       assert m["failures"] == [], m["failures"]
       assert m["checked"] > 300
+      assert m["transport"] == TRANSPORTS[transport], m
 
 
 def test_64_megabyte_all_reduce():
   with Job(2, ["big"], program="collectives_worker.py") as job:
     assert job.wait(timeout=300) == {0: 0, 1: 0}, job.all_output()
     for r in range(2):
-      assert job.event(r, "big") == {"event": "big", "ok": True, "nbytes": 64 << 20}
+      e = job.event(r, "big")
+      assert (e["ok"], e["nbytes"], e["transport"]) == (True, 64 << 20, "shm"), e
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize("n", [2, 4])
+def test_every_op_on_64_megabytes(n, transport):
+  with Job(n, ["big_ops"], program="collectives_worker.py", env=transport_env(transport)) as job:
+    assert job.wait(timeout=300) == {r: 0 for r in range(n)}, job.all_output()
+    for r in range(n):
+      e = job.event(r, "big_ops")
+      assert (e["failures"], e["transport"]) == ([], TRANSPORTS[transport]), e
+
+
+def test_bad_transport_setting_is_a_clear_error():
+  with Job(2, ["big"], program="collectives_worker.py", env=transport_env("infiniband")) as job:
+    codes = job.wait(timeout=120)
+    for r in range(2):
+      assert codes[r] != 0
+      assert "MYPLUGIN_TRANSPORT='infiniband' is not a transport: auto" in job.output(r), job.all_output()
+
+
+def mapped_anywhere(segment):
+  """The processes on this host that map `segment` (a memfd's name)."""
+  holders = []
+  for maps in glob.glob("/proc/[0-9]*/maps"):
+    try:
+      if segment in open(maps).read():
+        holders.append(maps)
+    except OSError:
+      pass  # gone, or not ours to read
+  return holders
 
 
 @pytest.mark.parametrize("scenario,deviant,others", [
@@ -39,8 +83,9 @@ def test_64_megabyte_all_reduce():
     ("mismatch_signed_vs_ring", "all-reduce sum f32[65536]", "all-reduce sum f32[4194304]"),
     ("mismatch_order", "all-gather s32[4]", "all-reduce sum f32[8]"),
 ])
-def test_mismatches_fail_everyone_with_both_sides_named(scenario, deviant, others):
-  with Job(3, [scenario], program="collectives_worker.py") as job:
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_mismatches_fail_everyone_with_both_sides_named(scenario, deviant, others, transport):
+  with Job(3, [scenario], program="collectives_worker.py", env=transport_env(transport)) as job:
     job.wait(timeout=120)
     for r in range(3):
       e = job.event(r, "error")
@@ -49,11 +94,16 @@ def test_mismatches_fail_everyone_with_both_sides_named(scenario, deviant, other
       assert f"process 1 issued {deviant} (call #0)" in e["error"], e["error"]
       assert f"processes 0, 2 issued {others} (call #0)" in e["error"], e["error"]
       assert e["seconds"] < 10
+      assert e["transport"] == TRANSPORTS[transport], e
 
 
-def test_sigkill_during_64mb_all_reduces():
-  with Job(3, ["loop_big"], program="collectives_worker.py", env={"TEST_HEARTBEAT_TIMEOUT": str(HEARTBEAT)}) as job:
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_sigkill_during_64mb_all_reduces(transport):
+  env = transport_env(transport, TEST_HEARTBEAT_TIMEOUT=str(HEARTBEAT))
+  with Job(3, ["loop_big"], program="collectives_worker.py", env=env) as job:
     job.wait_event("looping")
+    segments = {s for r in range(3) for s in job.event(r, "looping")["segments"]}
+    assert len(segments) == (1 if transport == "auto" else 0), job.all_output()
     time.sleep(1.0)
     job.signal(2, signal.SIGKILL)
     t0 = time.monotonic()
@@ -70,11 +120,15 @@ def test_sigkill_during_64mb_all_reduces():
         assert "all-reduce sum f32[16777216]" in e["error"] and "process 2 failed" in e["error"], e
         named += 1
     assert named >= 1, job.all_output()
+  # The job is over, crash included: no process on the host holds its segment.
+  for segment in segments:
+    assert mapped_anywhere(segment) == [], segment
 
 
-def test_sigstop_names_the_stalled_process():
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_sigstop_names_the_stalled_process(transport):
   # Heartbeat timeout far beyond the collective timeout: the collective layer itself must name it.
-  env = {"TEST_HEARTBEAT_TIMEOUT": "120", "MYPLUGIN_COLLECTIVE_TIMEOUT_SECONDS": "3"}
+  env = transport_env(transport, TEST_HEARTBEAT_TIMEOUT="120", MYPLUGIN_COLLECTIVE_TIMEOUT_SECONDS="3")
   with Job(3, ["loop_big"], program="collectives_worker.py", env=env) as job:
     job.wait_event("looping")
     time.sleep(1.0)
@@ -90,15 +144,18 @@ def test_sigstop_names_the_stalled_process():
       assert m, e
       waiting = {int(p) for p in m.group(1).split(",")}
       assert 1 in waiting and r not in waiting, e
+      assert job.event(r, "error")["transport"] == TRANSPORTS[transport]
 
 
-def test_last_batch_problem_names_the_process_that_left():
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_last_batch_problem_names_the_process_that_left(transport):
   """One process leaves its loop early and exits normally; the others' next
   collective can never complete. They fail promptly, naming it."""
-  env = {"MYPLUGIN_PEER_EXIT_GRACE_SECONDS": "2"}
+  env = transport_env(transport, MYPLUGIN_PEER_EXIT_GRACE_SECONDS="2")
   with Job(3, ["last_batch"], program="collectives_worker.py", env=env) as job:
     codes = job.wait(timeout=60)
-    assert job.event(1, "finished") == {"event": "finished", "batches": 3}
+    e = job.event(1, "finished")
+    assert (e["batches"], e["transport"]) == (3, TRANSPORTS[transport]), e
     for r in (0, 2):
       assert codes[r] != 0, job.all_output()
       out = job.output(r)

@@ -2,6 +2,7 @@
 Every job has deadlines and is killed on the way out (job.py)."""
 import os
 import signal
+import socket
 import time
 
 import pytest
@@ -21,6 +22,10 @@ def test_eight_processes_register_share_kv_and_barriers_and_shut_down():
     assert all(t == topologies[0] for t in topologies)  # everyone agrees
     assert [p["num_devices"] for p in topologies[0]] == [1] * 8
     assert len({p["pid"] for p in topologies[0]}) == 8
+    # One host: one identity, the kernel's boot id and this host's name.
+    boot_id = open("/proc/sys/kernel/random/boot_id").read().strip()
+    own = f"{boot_id}/{socket.gethostname()}/net:{os.stat('/proc/self/ns/net').st_ino}"
+    assert [p["host_id"] for p in topologies[0]] == [own] * 8
     for r in range(8):
       done = job.event(r, "done")
       assert done["got"] == f"value-{(r + 1) % 8}"

@@ -162,7 +162,7 @@ StatusOr<uint32_t> Communicator::Begin(Signature& sig, const void* payload, size
   return tag + 1;
 }
 
-size_t Communicator::signed_bytes() const {
+size_t Communicator::signed_bytes_limit() const {
   // Bytes on the wire per rank: (n - 1) * size here, against 2 (n - 1) / n *
   // size for a ring; for two ranks they are equal, and one round trip beats
   // the ring's two up to a few MB (bench/collectives.py).
@@ -268,7 +268,7 @@ Status Communicator::AllReduce(const void* send, void* recv, size_t count, DataT
                        for (size_t r = 1; r < process_group_.size(); ++r) fn.value()(recv, recv, records + r * record + off, count);
                      });
   }
-  if (bytes <= signed_bytes()) {
+  if (bytes <= signed_bytes_limit()) {
     // Kept between calls (calls on a communicator are serialized): a fresh
     // buffer of megabytes costs page faults on every call.
     if (scratch_.size() < bytes * process_group_.size()) scratch_.resize(bytes * process_group_.size());
@@ -306,7 +306,7 @@ Status Communicator::AllGather(const void* send, void* recv, size_t count, DataT
                        }
                      });
   }
-  if (bytes <= signed_bytes()) {
+  if (bytes <= signed_bytes_limit()) {
     return RunSigned({CollectiveOp::kAllGather, Reduction::kNone, type, count}, send, bytes, static_cast<char*>(recv));
   }
   return Run({CollectiveOp::kAllGather, Reduction::kNone, type, count}, count, [&](uint32_t tag) {
@@ -354,8 +354,9 @@ Status Communicator::Exchange(const std::vector<PeerBuffer>& sends, const std::v
   }
   Signature sig{CollectiveOp::kCollectivePermute, Reduction::kNone, type, count};
   sig.extra = pairs_hash;
-  // Every rank takes part in the signature exchange, even one that moves nothing.
-  return Run(sig, sends.size() + recvs.size(), [&](uint32_t tag) { return DoExchange(sends, recvs, tag); });
+  // Every rank takes part, even one that moves nothing: a backend whose
+  // transfers are collective steps (shared memory) needs every rank there.
+  return Run(sig, count, [&](uint32_t tag) { return DoExchange(sends, recvs, tag); });
 }
 
 Status Communicator::Agree(CollectiveOp op, Reduction reduction, DataType type, size_t count, uint64_t extra) {

@@ -93,6 +93,10 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
     return Unimplemented("no signed exchange");
   }
   virtual void DoAbort() = 0;
+  // The largest all-reduce or all-gather that goes through RunSigned: every
+  // rank receives every other rank's data, which beats a ring while round
+  // trips dominate.
+  virtual size_t signed_bytes_limit() const;
 
  private:
   // Signature exchange and checks; numbers the call (sig.sequence) and
@@ -108,9 +112,6 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   // `payloads` receives every rank's `bytes` of data, rank-major. Falls back
   // to two exchanges where the backend cannot.
   Status RunSigned(Signature sig, const void* payload, size_t bytes, char* payloads, bool copy_own = true);
-  // The largest call that goes through RunSigned: every rank receives every
-  // other rank's data, which beats a ring while round trips dominate.
-  size_t signed_bytes() const;
   // A call that fits: one exchange of records, then `finish(records, record_size)`.
   template <typename Finish>
   Status RunInline(Signature sig, const void* payload, size_t bytes, Finish&& finish);

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "collectives/gloo_communicator.h"
+#include "collectives/shm_communicator.h"
 #include "common/deadline.h"
 #include "coordination/network_address.h"
 #include "coordination/runtime.h"
@@ -66,6 +67,14 @@ std::string CommunicatorCache::TraceDir() {
   return env != nullptr ? env : "";
 }
 
+StatusOr<std::string> CommunicatorCache::Transport() {
+  const char* env = std::getenv("MYPLUGIN_TRANSPORT");
+  const std::string v = env != nullptr && *env != '\0' ? env : kDefaultTransport;
+  if (v == "auto" || v == "shm" || v == "gloo") return v;
+  return InvalidArgument("MYPLUGIN_TRANSPORT='" + v + "' is not a transport: auto (shared memory within a host, "
+                         "else Gloo), shm or gloo");
+}
+
 StatusOr<std::shared_ptr<Communicator>> CommunicatorCache::ForProcessGroup(std::vector<int> process_group,
                                                                      const std::vector<int>& devices) {
   coordination::DistributedRuntime& runtime = coordination::DistributedRuntime::Get();
@@ -102,6 +111,53 @@ StatusOr<std::shared_ptr<Communicator>> CommunicatorCache::ForProcessGroup(std::
 StatusOr<std::shared_ptr<Communicator>> CommunicatorCache::Make(
     const std::vector<int>& process_group, const std::vector<int>& devices,
     const std::shared_ptr<coordination::CoordinationClient>& client) {
+  coordination::DistributedRuntime& runtime = coordination::DistributedRuntime::Get();
+  std::vector<coordination::ProcessInfo> processes = runtime.processes();
+  StatusOr<std::string> transport = Transport();
+  if (!transport.ok()) return transport.status();
+  // One host is what every process published, not a guess from addresses.
+  bool one_host = true;
+  for (int p : process_group) {
+    one_host = one_host && !processes[p].host_id.empty() && processes[p].host_id == processes[process_group[0]].host_id;
+  }
+  if (transport.value() == "shm" && !one_host) {
+    return FailedPrecondition("MYPLUGIN_TRANSPORT=shm, but processes " + IdList(process_group) +
+                              " do not share one host (or network namespace): use auto or gloo");
+  }
+  // The epoch keeps a new membership's rendezvous apart from the old one's.
+  std::string prefix = std::to_string(runtime.epoch()) + "/";
+  for (int p : process_group) prefix += std::to_string(p) + ",";
+  prefix += "/";
+  for (int d : devices) prefix += std::to_string(d) + ",";
+  prefix += "/";
+  std::shared_ptr<Communicator> comm;
+  if (transport.value() == "shm" || (transport.value() == "auto" && one_host)) {
+    StatusOr<std::unique_ptr<ShmCommunicator>> made =
+        ShmCommunicator::Create(process_group, runtime.process_id(), TimeoutSeconds(), client, "myplugin/shm/" + prefix);
+    if (!made.ok()) return made.status();
+    comm.reset(made.take().release());
+  } else {
+    StatusOr<std::unique_ptr<GlooCommunicator>> made = MakeGloo(process_group, client, "myplugin/gloo/" + prefix);
+    if (!made.ok()) return made.status();
+    comm.reset(made.take().release());
+  }
+  if (!devices.empty()) comm->SetDeviceGroup(devices);
+  // A failure reported by the coordination service ends calls in flight.
+  std::weak_ptr<Communicator> weak = comm;
+  client->AddFailureCallback([weak](const Status& why) {
+    if (auto c = weak.lock()) c->Abort(why);
+  });
+  const double grace = PeerExitGraceSeconds();
+  client->AddPeerShutdownCallback([weak, grace](int process) {
+    if (auto c = weak.lock()) c->PeerFinished(process, grace);
+  });
+  for (int process : client->finished_peers()) comm->PeerFinished(process, grace);
+  return comm;
+}
+
+StatusOr<std::unique_ptr<GlooCommunicator>> CommunicatorCache::MakeGloo(
+    const std::vector<int>& process_group, const std::shared_ptr<coordination::CoordinationClient>& client,
+    const std::string& prefix) {
   coordination::DistributedRuntime& runtime = coordination::DistributedRuntime::Get();
   // Each process listens at the address it advertised when it registered
   // (coordination/runtime.h says how that is chosen). A loopback address is
@@ -140,28 +196,7 @@ StatusOr<std::shared_ptr<Communicator>> CommunicatorCache::Make(
                              "advertised address or interface setting differs between them)");
     }
   }
-  // The epoch keeps a new membership's rendezvous apart from the old one's.
-  std::string prefix = "myplugin/gloo/" + std::to_string(runtime.epoch()) + "/";
-  for (int p : process_group) prefix += std::to_string(p) + ",";
-  prefix += "/";
-  for (int d : devices) prefix += std::to_string(d) + ",";
-  prefix += "/";
-  StatusOr<std::unique_ptr<GlooCommunicator>> made =
-      GlooCommunicator::Create(process_group, runtime.process_id(), TimeoutSeconds(), host, client, prefix);
-  if (!made.ok()) return made.status();
-  std::shared_ptr<Communicator> comm(made.take().release());
-  if (!devices.empty()) comm->SetDeviceGroup(devices);
-  // A failure reported by the coordination service ends calls in flight.
-  std::weak_ptr<Communicator> weak = comm;
-  client->AddFailureCallback([weak](const Status& why) {
-    if (auto c = weak.lock()) c->Abort(why);
-  });
-  const double grace = PeerExitGraceSeconds();
-  client->AddPeerShutdownCallback([weak, grace](int process) {
-    if (auto c = weak.lock()) c->PeerFinished(process, grace);
-  });
-  for (int process : client->finished_peers()) comm->PeerFinished(process, grace);
-  return comm;
+  return GlooCommunicator::Create(process_group, runtime.process_id(), TimeoutSeconds(), host, client, prefix);
 }
 
 }  // namespace myplugin::collectives

@@ -10,6 +10,7 @@
 
 #include "collectives/communicator.h"
 #include "collectives/defaults.h"
+#include "collectives/gloo_communicator.h"
 #include "collectives/once_per_key.h"
 #include "common/status.h"
 
@@ -40,11 +41,17 @@ class CommunicatorCache {
   // MYPLUGIN_TRACE_DIR: where flight recorders are written; empty means a
   // per-job folder under the temp dir.
   static std::string TraceDir();
+  // MYPLUGIN_TRANSPORT: auto, shm or gloo; INVALID_ARGUMENT for another.
+  static StatusOr<std::string> Transport();
 
  private:
   CommunicatorCache() = default;
   StatusOr<std::shared_ptr<Communicator>> Make(const std::vector<int>& process_group, const std::vector<int>& devices,
                                                const std::shared_ptr<coordination::CoordinationClient>& client);
+  // The Gloo communicator of `process_group`, its rendezvous keys under `prefix`.
+  static StatusOr<std::unique_ptr<GlooCommunicator>> MakeGloo(
+      const std::vector<int>& process_group, const std::shared_ptr<coordination::CoordinationClient>& client,
+      const std::string& prefix);
   OncePerKey<std::pair<std::vector<int>, std::vector<int>>, Communicator> communicators_;
   std::mutex mu_;
   const void* client_seen_ = nullptr;  // under mu_: the coordination client the cache belongs to

@@ -21,5 +21,9 @@ inline constexpr double kDefaultStragglerSeconds = 15;
 inline constexpr size_t kDefaultTraceBuffer = 2000;
 inline constexpr size_t kMinTraceBuffer = 16;
 inline constexpr size_t kMaxTraceBuffer = size_t{1} << 24;
+// How a process group's processes move collective data (MYPLUGIN_TRANSPORT): "auto"
+// is shared memory when they all share this host, else Gloo; "shm" and
+// "gloo" force one.
+inline constexpr const char* kDefaultTransport = "auto";
 
 }  // namespace myplugin::collectives

@@ -12,6 +12,7 @@ std::string EncodeProcessInfo(const ProcessInfo& info) {
                           .Bytes(info.device_kind)
                           .U32(static_cast<uint32_t>(info.pid))
                           .Bytes(info.address)
+                          .Bytes(info.host_id)
                           .Finish();
   return frame.substr(4);
 }
@@ -27,6 +28,7 @@ StatusOr<ProcessInfo> DecodeProcessInfo(const std::string& bytes) {
   MYPLUGIN_RETURN_IF_ERROR(r.Bytes(&info.device_kind));
   MYPLUGIN_RETURN_IF_ERROR(r.U32(&pid));
   MYPLUGIN_RETURN_IF_ERROR(r.Bytes(&info.address));
+  MYPLUGIN_RETURN_IF_ERROR(r.Bytes(&info.host_id));
   MYPLUGIN_RETURN_IF_ERROR(r.End());
   info.num_devices = static_cast<int>(n);
   info.pid = static_cast<int>(pid);

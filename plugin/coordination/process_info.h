@@ -18,6 +18,8 @@ struct ProcessInfo {
   // Where peers reach this process for collectives (a numeric address, or
   // a host name the user gave).
   std::string address;
+  // Equal for processes that can share memory (coordination/host_identity.h).
+  std::string host_id;
 };
 
 std::string EncodeProcessInfo(const ProcessInfo& info);

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "common/deadline.h"
+#include "coordination/host_identity.h"
 #include "coordination/network_address.h"
 
 namespace myplugin::coordination {
@@ -56,6 +57,7 @@ Status DistributedRuntime::Initialize(const RuntimeOptions& options) {
   if (!client.ok()) return client.status();
 
   ProcessInfo local = options.local;
+  local.host_id = HostIdentity();
   local.address = options.advertise_address;
   if (local.address.empty() && !options.network_interface.empty()) {
     StatusOr<std::string> address = InterfaceAddress(options.network_interface, client.value()->local_address());

@@ -70,6 +70,7 @@ nb::list GlobalProcesses() {
     d["device_kind"] = p.device_kind;
     d["pid"] = p.pid;
     d["address"] = p.address;
+    d["host_id"] = p.host_id;
     out.append(d);
   }
   return out;

@@ -25,6 +25,7 @@ void BindDefaults(nb::module_& m) {
   d["trace_buffer"] = coll::kDefaultTraceBuffer;
   d["min_trace_buffer"] = coll::kMinTraceBuffer;
   d["max_trace_buffer"] = coll::kMaxTraceBuffer;
+  d["transport"] = coll::kDefaultTransport;
   m.attr("DEFAULTS") = d;
 }
 

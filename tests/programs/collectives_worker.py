@@ -5,6 +5,9 @@ usage: python collectives_worker.py SCENARIO
   big         one 64 MB all-reduce
   mismatch_*  this process issues something different from the others (rank 1 deviates)
   loop_big    64 MB all-reduces until an error
+  big_ops     every op on 64 MB per process against numpy
+Every RESULT says which transport carried the calls ("shm" when this
+process maps the shared-memory transport's segment, else "gloo").
 """
 import json
 import os
@@ -25,8 +28,16 @@ n = n_proc * D  # devices in the job: the ranks of the default device group
 mine_ranks = [r * D + j for j in range(D)]
 
 
+def segments():
+  """The shared-memory transport's segments this process maps."""
+  with open("/proc/self/maps") as f:
+    return sorted({line.split()[-2] if line.endswith("(deleted)\n") else line.split()[-1]
+                   for line in f if "memfd:myplugin-collectives" in line})
+
+
 def result(**kv):
-  print("RESULT " + json.dumps(kv), flush=True)
+  print("RESULT " + json.dumps(dict(kv, transport="shm" if segments() else "gloo", segments=segments())),
+        flush=True)
 
 
 DTYPES = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16", "bfloat16",
@@ -141,6 +152,27 @@ elif scenario == "big":
   got = C.all_reduce(x)
   result(event="big", ok=bool(np.all(got == n * (n + 1) / 2)), nbytes=int(x.nbytes))
 
+elif scenario == "big_ops":
+  per = 16 << 20  # float32 elements: 64 MB per process
+  ref = [np.arange(per, dtype=np.float32) % 1000 + k for k in range(n)]
+  mine = [ref[g] for g in mine_ranks]
+  failures = []
+  if not all(np.array_equal(x, np.sum(np.stack(ref), axis=0)) for x in C.all_reduce(mine)):
+    failures.append("all_reduce")
+  want = np.sum(np.stack(ref), axis=0).reshape(n, -1)
+  if not all(np.array_equal(x, want[g]) for g, x in zip(mine_ranks, C.reduce_scatter(mine))):
+    failures.append("reduce_scatter")
+  want = [np.concatenate([ref[k].reshape(n, -1)[g] for k in range(n)]) for g in mine_ranks]
+  if not all(np.array_equal(x, w) for x, w in zip(C.all_to_all(mine), want)):
+    failures.append("all_to_all")
+  got = C.collective_permute(mine, [(k, (k + 1) % n) for k in range(n)])
+  if not all(np.array_equal(x, ref[(g - 1) % n]) for g, x in zip(mine_ranks, got)):
+    failures.append("collective_permute")
+  part = [x[:per // n] for x in mine]  # 64 MB gathered
+  if not all(np.array_equal(x, np.stack([ref[k][:per // n] for k in range(n)])) for x in C.all_gather(part)):
+    failures.append("all_gather")
+  result(event="big_ops", failures=failures)
+
 elif scenario.startswith("mismatch_"):
   deviant = r == 1
   t0 = time.monotonic()
@@ -180,8 +212,9 @@ elif scenario == "last_batch":
 
 elif scenario == "loop_big":
   x = np.ones(16 << 20, np.float32)
-  result(event="looping", os_pid=os.getpid())
   try:
+    C.all_reduce(x)  # the communicator (and its segment) exists when "looping" says so
+    result(event="looping", os_pid=os.getpid())
     while True:
       C.all_reduce(x)
   except RuntimeError as e:
