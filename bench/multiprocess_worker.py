@@ -4,7 +4,7 @@ time), then a tensor-parallel one on a 2-D mesh (step time). Runs on myplugin (M
 over Gloo (BENCH_JAX_COORDINATOR set). Process 0 prints RESULT lines:
 
   RESULT psum BYTES BEST_S MEDIAN_S
-  RESULT compile SECONDS
+  RESULT compile SECONDS CPU_SECONDS  (CPU: this process's, all its threads)
   RESULT step BEST_S MEDIAN_S
   RESULT tp_step BEST_S MEDIAN_S
 """
@@ -57,12 +57,13 @@ params, xs, ys = training_step.inputs(mesh)
 step = training_step.step
 
 
-t0 = time.perf_counter()
+c0, t0 = time.process_time(), time.perf_counter()
 compiled = jax.jit(step).lower(params, xs, ys).compile()
 compile_s = time.perf_counter() - t0
+compile_cpu_s = time.process_time() - c0
 best, med = timed(lambda: jax.block_until_ready(compiled(params, xs, ys)), 20)
 if me == 0:
-  print(f"RESULT compile {compile_s}", flush=True)
+  print(f"RESULT compile {compile_s} {compile_cpu_s}", flush=True)
   print(f"RESULT step {best} {med}", flush=True)
 
 # The tensor-parallel step (bench/tensor_parallel_step.py).

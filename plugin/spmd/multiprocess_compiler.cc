@@ -38,16 +38,16 @@ class RemoveOnExit {
   std::string path_;
 };
 
-bool LogCompiles() {
-  const char* v = std::getenv("MYPLUGIN_SPMD_LOG");
-  return v != nullptr && *v != '\0' && std::strcmp(v, "0") != 0;
-}
-
 double Seconds(std::chrono::steady_clock::time_point since) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
 }
 
 }  // namespace
+
+bool LogCompiles() {
+  const char* v = std::getenv("MYPLUGIN_SPMD_LOG");
+  return v != nullptr && *v != '\0' && std::strcmp(v, "0") != 0;
+}
 
 StatusOr<EngineClient*> MultiProcessCompiler::Shadow() {
   if (!shadow_) {

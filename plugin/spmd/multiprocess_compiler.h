@@ -70,4 +70,8 @@ class MultiProcessCompiler {
   std::unordered_map<std::string, std::shared_ptr<const PartitionedProgram>> cache_;
 };
 
+// Whether MYPLUGIN_SPMD_LOG asks for a line per step of a multi-process
+// compile (partition, rewrite, local compile) with its time.
+bool LogCompiles();
+
 }  // namespace myplugin::spmd
