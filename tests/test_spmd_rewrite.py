@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from jax_plugin.spmd import replica_groups as rg
-from jax_plugin.spmd.hlo_text import HloTextError, parse_instruction
+from jax_plugin.spmd.hlo_text import HloTextError, matching, parse_instruction, split_top_level
 from jax_plugin.spmd.rewrite import UnsupportedProgram, rewrite_module
 
 ADD = """%add (a: f32[], b: f32[]) -> f32[] {
@@ -408,3 +408,31 @@ def test_new_names_are_fresh_and_never_a_tuple_element():
   except Exception:
     return  # this jaxlib's parser predates the `#index` shorthand
   parses(out)
+
+
+def test_top_level_split_and_brackets_skip_string_literals():
+  # Commas and brackets inside a string (with escaped quotes, or one left
+  # open to the end) neither split nor close; a backslash outside a string
+  # is an ordinary character.
+  assert split_top_level('a, "b,\\" c", d') == ["a", '"b,\\" c"', "d"]
+  assert split_top_level('f(x, "y)"), g') == ['f(x, "y)")', "g"]
+  assert split_top_level('a, "b, c') == ["a", '"b, c']
+  assert split_top_level('a, "b\\') == ["a", '"b\\']
+  assert split_top_level("x\\, y") == ["x\\", "y"]
+  assert split_top_level("a,,b, ") == ["a", "", "b"]
+  assert matching('(a, "(", b) c', 0) == 11
+  assert matching('[x{"]"}] y', 0) == 8
+  with pytest.raises(HloTextError, match="unbalanced"):
+    matching('(a, ")"', 0)
+
+
+def test_a_cached_instruction_is_a_fresh_copy():
+  # The rewrite edits parsed instructions in place; the same line read
+  # again must come back as written.
+  line = "  %s = f32[4]{0} all-reduce(%p), channel_id=1, to_apply=%add"
+  first = parse_instruction(line)
+  first.operands[0] = "%other"
+  first.attrs.append("x=1")
+  again = parse_instruction(line)
+  assert again.operands == ["%p"] and again.attrs == ["channel_id=1", "to_apply=%add"]
+  assert again.line() == line

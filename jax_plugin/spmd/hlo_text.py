@@ -13,6 +13,7 @@ misread becomes a parse error there, never a silently different program.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 
 _ASSIGN = re.compile(r"^(\s*)(ROOT\s+)?(%?[^\s=]+)\s*=\s*(.*)$")
@@ -41,37 +42,44 @@ def to_int(digits: str) -> int:
     raise HloTextError(f"cannot read the number {digits[:40]!r}") from None
 
 
-def _outside_strings(text: str, start: int = 0):
-  """(index, character, bracket depth after it) of every character of
-  `text` from `start` that is not inside a string literal."""
-  depth, quoted, i = 0, False, start
-  while i < len(text):
-    c = text[i]
-    if quoted:
-      if c == "\\":
-        i += 1
-      elif c == '"':
-        quoted = False
-    elif c == '"':
-      quoted = True
-    else:
-      depth += 1 if c in OPENERS else -1 if c in CLOSERS else 0
-      yield i, c, depth
-    i += 1
+# A string literal (to its closing quote, or to the end of an unterminated
+# one; a backslash escapes the character after it) or one character that
+# brackets or separates. The scan is a regex so that Python steps only over
+# these, not over every character of a line (the rewrite reads each line of
+# a module three times).
+_TOKENS = {}
+
+
+def _tokens(sep: str):
+  if sep not in _TOKENS:
+    _TOKENS[sep] = re.compile(r'"(?:[^"\\]|\\[\s\S])*(?:"|\\)?|[][(){}' + re.escape(sep) + "]")
+  return _TOKENS[sep]
+
+
+def _outside_strings(text: str, sep: str, start: int = 0):
+  """(index, character, bracket depth after it) of every bracket and `sep`
+  of `text` from `start` that is not inside a string literal."""
+  depth = 0
+  for m in _tokens(sep).finditer(text, start):
+    c = m.group()
+    if c[0] == '"':
+      continue
+    depth += 1 if c in OPENERS else -1 if c in CLOSERS else 0
+    yield m.start(), c, depth
 
 
 def matching(text: str, start: int) -> int:
   """Index just past the bracket that closes the one at `start`."""
-  for i, c, depth in _outside_strings(text, start):
+  for i, c, depth in _outside_strings(text, ",", start):
     if c in CLOSERS and depth == 0:
       return i + 1
   raise HloTextError(f"unbalanced brackets in: {text[:200]}")
 
 
 def split_top_level(text: str, sep: str = ",") -> list[str]:
-  """Splits at `sep` outside brackets and strings."""
+  """Splits at `sep` (one character, not a bracket or a quote) outside brackets and strings."""
   parts, begin = [], 0
-  for i, c, depth in _outside_strings(text):
+  for i, c, depth in _outside_strings(text, sep):
     if c == sep and depth == 0:
       parts.append(text[begin:i].strip())
       begin = i + 1
@@ -137,6 +145,18 @@ class Instruction:
 
 def parse_instruction(line: str) -> Instruction | None:
   """The instruction on `line`, or None for a line that holds none."""
+  fields = _instruction_fields(line)
+  if fields is None:
+    return None
+  indent, root, name, shape_text, opcode, operands, attrs = fields
+  # Fresh lists: the rewrite edits an instruction's operands and attributes.
+  return Instruction(indent, root, name, shape_text, opcode, list(operands), list(attrs))
+
+
+# The rewrite reads every line three times (names, computations, the rewrite
+# itself), and the compile rewrites a module once per device assignment.
+@functools.lru_cache(maxsize=8192)
+def _instruction_fields(line: str) -> tuple | None:
   m = _ASSIGN.match(line)
   if not m or line.lstrip().startswith(("HloModule", "ENTRY")):
     return None
@@ -168,7 +188,7 @@ def parse_instruction(line: str) -> Instruction | None:
       attrs[-1] += ", " + a
     else:
       attrs.append(a)
-  return Instruction(indent, root, name, shape_text, om.group(1), operands, attrs)
+  return indent, root, name, shape_text, om.group(1), tuple(operands), tuple(attrs)
 
 
 @dataclasses.dataclass
@@ -196,9 +216,15 @@ def computation_header(line: str) -> str | None:
 
 def callees(inst: Instruction) -> list[str]:
   """The computations an instruction calls (loop bodies, branches, reducers)."""
+  found: dict[str, str] = {}
+  for a in inst.attrs:  # one pass: the first of each key counts, as in attr()
+    k, _, v = a.partition("=")
+    k = k.strip()
+    if k in _CALLEE_ATTRS and k not in found:
+      found[k] = v.strip()
   out = []
   for key in _CALLEE_ATTRS:
-    v = inst.attr(key)
+    v = found.get(key)
     if v:
       out += [c.strip() for c in v.strip("{}").split(",") if c.strip()]
   return out
