@@ -115,12 +115,12 @@ class ServiceState {
     std::set<int> arrived;
     std::vector<Waiter> waiters;
     Clock::time_point deadline;
-    double timeout_s = 0;
+    double timeout_s;  // set with the deadline (no initializer here: clang then refuses optional<Agreement>::emplace())
   };
   struct KeyWaiter {
     Waiter waiter;
     Clock::time_point deadline;
-    double timeout_s = 0;
+    double timeout_s;  // set with the deadline (no initializer here: clang then refuses optional<Agreement>::emplace())
   };
   enum class ProcessState { kAbsent, kConnected, kRegistered, kShuttingDown, kDeparted, kFailed };
   struct Process {
@@ -201,7 +201,7 @@ class ServiceState {
   struct Agreement {
     std::map<int, Waiter> arrived;
     Clock::time_point deadline;
-    double timeout_s = 0;
+    double timeout_s;  // set with the deadline (no initializer here: clang then refuses optional<Agreement>::emplace())
   };
   std::optional<Agreement> agreement_;
   std::map<int, Waiter> joiners_;
