@@ -2,13 +2,14 @@
 the installed metadata, and enforced when the plugin initializes."""
 
 import os
-import subprocess
 import sys
 import tomllib
 
 import jax
 import jaxlib.version
 import pytest
+
+from proc import run
 
 from jax_plugin import compatibility
 
@@ -65,8 +66,7 @@ def test_backend_refuses_an_unsupported_jax_at_initialization():
   code = ("import jax; jax.__version__ = '0.12.0'\n"
           "try:\n  jax.devices('myplugin')\nexcept RuntimeError as e:\n  print('RAISED', e)\n")
   env = dict(os.environ, JAX_PLATFORMS="myplugin")
-  out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120,
-                       cwd="/")
+  out = run([sys.executable, "-c", code], env, timeout=120, cwd="/")
   assert "RAISED" in out.stdout, out.stdout + out.stderr
   assert "myplugin does not support this jax: jax 0.12.0 (supported: jax>=0.10.2,<0.12)" in out.stderr
   assert out.returncode == 0

@@ -1,10 +1,11 @@
 """Builds and runs the C++ unit tests (tests/cpp) with CMake."""
 import os
 import shutil
-import subprocess
 import sys
 
 import pytest
+
+from proc import run as run_command
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -13,14 +14,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def test_cpp_unit_tests(tmp_path):
   build = tmp_path / "build"
   generator = ["-G", "Ninja"] if shutil.which("ninja") else []
-  configure = subprocess.run(
-      ["cmake", "-S", ROOT, "-B", str(build), *generator, "-DMYPLUGIN_BUILD_TESTS=ON",
-       f"-DPython_EXECUTABLE={sys.executable}"], capture_output=True, text=True, timeout=300)
+  configure = run_command(["cmake", "-S", ROOT, "-B", str(build), *generator, "-DMYPLUGIN_BUILD_TESTS=ON",
+                           f"-DPython_EXECUTABLE={sys.executable}"], dict(os.environ), timeout=300)
   assert configure.returncode == 0, configure.stdout + configure.stderr
-  compile_ = subprocess.run(["cmake", "--build", str(build), "--target", "myplugin_unit_tests", "-j2"],
-                            capture_output=True, text=True, timeout=600)
+  compile_ = run_command(["cmake", "--build", str(build), "--target", "myplugin_unit_tests", "-j2"],
+                         dict(os.environ), timeout=600)
   assert compile_.returncode == 0, compile_.stdout + compile_.stderr
-  run = subprocess.run([str(build / "myplugin_unit_tests")], capture_output=True, text=True, timeout=120)
+  run = run_command([str(build / "myplugin_unit_tests")], dict(os.environ), timeout=120)
   assert run.returncode == 0, run.stdout + run.stderr
   assert " 0 failed" in run.stdout
   # The test extra installs NCCL's headers, so the NCCL backend (built and

@@ -6,9 +6,10 @@ import glob
 import importlib
 import os
 import shutil
-import subprocess
 
 import pytest
+
+from proc import run
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SOURCES = sorted(glob.glob(os.path.join(ROOT, "plugin", "collectives", "nccl_*.cc")))
@@ -40,7 +41,7 @@ def test_nccl_backend_compiles_against(cuda):
   for d in [ffi, nccl, *cuda_dirs]:
     flags += ["-isystem", d]
   for source in SOURCES:
-    r = subprocess.run(["c++", *flags, source], capture_output=True, text=True, timeout=300)
+    r = run(["c++", *flags, source], dict(os.environ), timeout=300)
     assert r.returncode == 0, f"{os.path.basename(source)} against {cuda} headers:\n{r.stderr[-4000:]}"
   # The headers really were CUDA 12's or 13's: the runtime says which.
   with open(os.path.join(cuda_dirs[0], "cuda_runtime_api.h")) as f:

@@ -1,12 +1,14 @@
 """What jax and users see of the plugin: names, devices, memories, the
 C API table, and the library's exports."""
 import ctypes
+import os
 import shutil
-import subprocess
 
 import jax
 import numpy as np
 import pytest
+
+from proc import run
 
 import jax_plugin
 from jax_plugin import _myplugin
@@ -125,8 +127,9 @@ def test_api_table_has_ffi_extension():
 
 @pytest.mark.skipif(shutil.which("nm") is None, reason="binutils' nm is not installed")
 def test_library_exports_only_get_pjrt_api():
-  out = subprocess.run(["nm", "-D", "--defined-only", jax_plugin.library_path()], capture_output=True, text=True,
-                       check=True, timeout=60).stdout
+  listed = run(["nm", "-D", "--defined-only", jax_plugin.library_path()], dict(os.environ), timeout=60)
+  assert listed.returncode == 0, listed.stderr
+  out = listed.stdout
   symbols = {line.split()[-1] for line in out.splitlines() if line.strip()}
   assert symbols == {"GetPjrtApi"}
 
