@@ -10,6 +10,12 @@ bandwidth is the ceiling.
 
 usage: python bench/collectives.py [--processes 2,4] [--rounds 2] [--max-mb 64]
        python bench/collectives.py --latency [--processes 2] [--rounds 5] [--transports shm,gloo]
+       python bench/collectives.py --hosts [--rounds 3] [--max-mb 64]   (root: network namespaces)
+--hosts runs 2 "hosts" (network namespaces on a bridge, tests/cluster/hosts.py)
+x 2 processes each, 1 to 64 MB: the hierarchical transport (shared memory
+within each host, Gloo between the hosts' leaders), Gloo over all 4, and raw
+Gloo's ring over all 4; it chose MYPLUGIN_TRANSPORT=auto's pick for such
+groups (collectives/defaults.h).
 --latency times 4 KB all-reduces alone (2000 calls per round, each after a
 barrier), for comparing builds: the flight recorder's cost on the
 collective path is measured this way (README, "When a job hangs").
@@ -44,9 +50,11 @@ def reps_for(nbytes: int) -> int:
   return max(3, min(50, (64 << 20) // max(nbytes, 1)))
 
 
-def run_job(argvs, envs, timeout=900) -> dict[int, tuple[float, float]]:
-  procs = [subprocess.Popen(a, env=e, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                            start_new_session=True) for a, e in zip(argvs, envs)]
+def run_job(argvs, envs, timeout=900, prefixes=None) -> dict[int, tuple[float, float]]:
+  """`prefixes[r]` runs rank r under a command (nsenter into its host)."""
+  prefixes = prefixes or [[] for _ in argvs]
+  procs = [subprocess.Popen(pre + a, env=e, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                            start_new_session=True) for pre, a, e in zip(prefixes, argvs, envs)]
   try:
     out, _ = procs[0].communicate(timeout=timeout)
     for p in procs[1:]:
@@ -83,6 +91,62 @@ def raw(n: int, sizes: list[int], binary: str) -> dict:
   return results
 
 
+def across_hosts(rounds: int, max_mb: int) -> None:
+  """2 namespaces x 2 processes: hierarchical vs Gloo whole vs raw Gloo."""
+  sys.path.insert(0, os.path.join(ROOT, "tests"))
+  from cluster.hosts import Cluster  # noqa: E402
+  sizes = [1 << 20]
+  while sizes[-1] < max_mb << 20:
+    sizes.append(sizes[-1] * 4)
+  binary = build_raw_gloo()
+  n = 4
+  with Cluster(2, ipv6=False) as c:
+    hosts = [c.hosts[0], c.hosts[0], c.hosts[1], c.hosts[1]]
+    pre = [["nsenter", f"--net=/run/netns/{h.ns}", "--"] for h in hosts]
+    base = {k: v for k, v in os.environ.items() if not k.startswith("MYPLUGIN_")}
+
+    def ours_across(transport):
+      res = {}
+      for nbytes in sizes:
+        port = free_port()
+        envs = [dict(base, MYPLUGIN_COORDINATOR_ADDRESS=f"{hosts[0].ipv4}:{port}", MYPLUGIN_NUM_PROCESSES=str(n),
+                     MYPLUGIN_PROCESS_ID=str(r), MYPLUGIN_TRANSPORT=transport) for r in range(n)]
+        argvs = [[sys.executable, os.path.join(HERE, "collectives_worker.py"), str(reps_for(nbytes)), str(nbytes)]] * n
+        res.update(run_job(argvs, envs, prefixes=pre))
+      return res
+
+    def raw_across():
+      res = {}
+      for nbytes in sizes:
+        with tempfile.TemporaryDirectory() as store:
+          argvs = [[binary, str(r), str(n), store, str(reps_for(nbytes)), str(nbytes)] for r in range(n)]
+          envs = [dict(os.environ, RAW_GLOO_HOSTNAME=h.ipv4) for h in hosts]
+          res.update(run_job(argvs, envs, prefixes=pre))
+      return res
+
+    kinds = {"hierarchical": lambda: ours_across("hierarchical"), "gloo": lambda: ours_across("gloo"),
+             "raw": raw_across}
+    got = {k: {b: [] for b in sizes} for k in kinds}
+    for _ in range(rounds):  # interleaved
+      for k, f in kinds.items():
+        for b, v in f().items():
+          got[k][b].append(v)
+  factor = 2 * (n - 1) / n
+  print(f"\n2 hosts x 2 processes: all-reduce f32, bus bandwidth GB/s (best / median of {rounds} interleaved "
+        "rounds; time of the best call in brackets)")
+  print("| size | myplugin hierarchical | myplugin Gloo (whole) | raw Gloo ring | hier/Gloo (best, median) | hier/raw (best, median) |")
+  print("|---|---|---|---|---|---|")
+  for b in sizes:
+    if not all(got[k][b] for k in kinds):
+      print(f"| {b} | missing | | | | |")
+      continue
+    cols = [(min(t for t, _ in got[k][b]), statistics.median(m for _, m in got[k][b])) for k in kinds]
+    bw = lambda t: b / t * factor / 1e9
+    cells = " | ".join(f"{bw(best):.3f} / {bw(med):.3f} ({best * 1e6:.0f} us)" for best, med in cols)
+    (hb, hm), (gb, gm), (rb, rm) = cols
+    print(f"| {b >> 20} MB | {cells} | {gb / hb:.2f}, {gm / hm:.2f} | {rb / hb:.2f}, {rm / hm:.2f} |", flush=True)
+
+
 def memcpy_gbps() -> float:
   a = np.ones(256 << 20, np.uint8)
   b = np.empty_like(a)
@@ -103,7 +167,11 @@ def main():
   parser.add_argument("--max-mb", type=int, default=64)
   parser.add_argument("--latency", action="store_true", help="4 KB all-reduce latency only (no raw Gloo)")
   parser.add_argument("--transports", default="shm,gloo", help="for --latency")
+  parser.add_argument("--hosts", action="store_true", help="2 namespaces x 2 processes, 1-64 MB (needs root)")
   args = parser.parse_args()
+  if args.hosts:
+    across_hosts(args.rounds, args.max_mb)
+    return
   if args.latency:
     for n in [int(x) for x in args.processes.split(",")]:
       transports = args.transports.split(",")

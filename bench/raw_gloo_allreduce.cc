@@ -24,7 +24,9 @@ int main(int argc, char** argv) {
   const int rank = std::atoi(argv[1]), size = std::atoi(argv[2]), reps = std::atoi(argv[4]);
   gloo::rendezvous::FileStore store(argv[3]);
   gloo::transport::tcp::attr attr;
-  attr.hostname = "127.0.0.1";
+  // RAW_GLOO_HOSTNAME: this process's address, for ranks on several hosts.
+  const char* host = std::getenv("RAW_GLOO_HOSTNAME");
+  attr.hostname = host != nullptr && *host != '\0' ? host : "127.0.0.1";
   auto device = gloo::transport::tcp::CreateDevice(attr);
   auto context = std::make_shared<gloo::rendezvous::Context>(rank, size);
   context->connectFullMesh(store, device);

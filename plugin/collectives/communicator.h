@@ -24,6 +24,9 @@
 namespace myplugin::collectives {
 
 class Communicator : public std::enable_shared_from_this<Communicator> {
+  // Composes other communicators' Do* steps under its own signature check.
+  friend class HierarchicalCommunicator;
+
  public:
   // `process_group[r]` is the process id of rank r. `coordination` (may be null in
   // unit tests) explains failures: who failed, who never arrived.

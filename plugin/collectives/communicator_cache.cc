@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <map>
 #include <string>
 #include <set>
 
 #include "collectives/gloo_communicator.h"
+#include "collectives/hierarchical_communicator.h"
 #include "collectives/shm_communicator.h"
 #include "common/deadline.h"
 #include "coordination/network_address.h"
@@ -70,9 +72,9 @@ std::string CommunicatorCache::TraceDir() {
 StatusOr<std::string> CommunicatorCache::Transport() {
   const char* env = std::getenv("MYPLUGIN_TRANSPORT");
   const std::string v = env != nullptr && *env != '\0' ? env : kDefaultTransport;
-  if (v == "auto" || v == "shm" || v == "gloo") return v;
+  if (v == "auto" || v == "shm" || v == "gloo" || v == "hierarchical") return v;
   return InvalidArgument("MYPLUGIN_TRANSPORT='" + v + "' is not a transport: auto (shared memory within a host, "
-                         "else Gloo), shm or gloo");
+                         "else Gloo), shm, gloo or hierarchical");
 }
 
 StatusOr<std::shared_ptr<Communicator>> CommunicatorCache::ForProcessGroup(std::vector<int> process_group,
@@ -116,14 +118,28 @@ StatusOr<std::shared_ptr<Communicator>> CommunicatorCache::Make(
   StatusOr<std::string> transport = Transport();
   if (!transport.ok()) return transport.status();
   // One host is what every process published, not a guess from addresses.
-  bool one_host = true;
+  std::vector<std::string> host_of;
+  std::map<std::string, int> per_host;
+  bool known = true;
   for (int p : process_group) {
-    one_host = one_host && !processes[p].host_id.empty() && processes[p].host_id == processes[process_group[0]].host_id;
+    host_of.push_back(processes[p].host_id);
+    known = known && !processes[p].host_id.empty();
+    ++per_host[processes[p].host_id];
   }
+  const bool one_host = known && per_host.size() == 1;
   if (transport.value() == "shm" && !one_host) {
     return FailedPrecondition("MYPLUGIN_TRANSPORT=shm, but processes " + IdList(process_group) +
-                              " do not share one host (or network namespace): use auto or gloo");
+                              " do not share one host (or network namespace): use auto, hierarchical or gloo");
   }
+  if (transport.value() == "hierarchical" && !known) {
+    return FailedPrecondition("MYPLUGIN_TRANSPORT=hierarchical, but some of processes " + IdList(process_group) +
+                              " published no host identity: use auto or gloo");
+  }
+  // Shared memory pays only where a host has several of the group's processes.
+  bool every_host_shares = known && per_host.size() > 1;
+  for (const auto& [host, count] : per_host) every_host_shares = every_host_shares && count > 1;
+  std::string kind = transport.value();
+  if (kind == "auto") kind = one_host ? "shm" : every_host_shares && kHierarchicalAcrossHosts ? "hierarchical" : "gloo";
   // The epoch keeps a new membership's rendezvous apart from the old one's.
   std::string prefix = std::to_string(runtime.epoch()) + "/";
   for (int p : process_group) prefix += std::to_string(p) + ",";
@@ -131,9 +147,20 @@ StatusOr<std::shared_ptr<Communicator>> CommunicatorCache::Make(
   for (int d : devices) prefix += std::to_string(d) + ",";
   prefix += "/";
   std::shared_ptr<Communicator> comm;
-  if (transport.value() == "shm" || (transport.value() == "auto" && one_host)) {
+  if (kind == "shm") {
     StatusOr<std::unique_ptr<ShmCommunicator>> made =
         ShmCommunicator::Create(process_group, runtime.process_id(), TimeoutSeconds(), client, "myplugin/shm/" + prefix);
+    if (!made.ok()) return made.status();
+    comm.reset(made.take().release());
+  } else if (kind == "hierarchical") {
+    auto gloo = [client](const std::vector<int>& processes,
+                         const std::string& key_prefix) -> StatusOr<std::unique_ptr<Communicator>> {
+      StatusOr<std::unique_ptr<GlooCommunicator>> made = MakeGloo(processes, client, key_prefix);
+      if (!made.ok()) return made.status();
+      return std::unique_ptr<Communicator>(made.take().release());
+    };
+    StatusOr<std::unique_ptr<HierarchicalCommunicator>> made = HierarchicalCommunicator::Create(
+        process_group, host_of, runtime.process_id(), TimeoutSeconds(), client, "myplugin/hier/" + prefix, gloo);
     if (!made.ok()) return made.status();
     comm.reset(made.take().release());
   } else {

@@ -41,7 +41,7 @@ class CommunicatorCache {
   // MYPLUGIN_TRACE_DIR: where flight recorders are written; empty means a
   // per-job folder under the temp dir.
   static std::string TraceDir();
-  // MYPLUGIN_TRANSPORT: auto, shm or gloo; INVALID_ARGUMENT for another.
+  // MYPLUGIN_TRANSPORT: auto, shm, gloo or hierarchical; INVALID_ARGUMENT for another.
   static StatusOr<std::string> Transport();
 
  private:

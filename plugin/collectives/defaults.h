@@ -22,8 +22,14 @@ inline constexpr size_t kDefaultTraceBuffer = 2000;
 inline constexpr size_t kMinTraceBuffer = 16;
 inline constexpr size_t kMaxTraceBuffer = size_t{1} << 24;
 // How a process group's processes move collective data (MYPLUGIN_TRANSPORT): "auto"
-// is shared memory when they all share this host, else Gloo; "shm" and
-// "gloo" force one.
+// is shared memory when they all share this host, hierarchical (shared
+// memory within each host, Gloo between them) when they span hosts that
+// each hold several of them and kHierarchicalAcrossHosts, else Gloo;
+// "shm", "gloo" and "hierarchical" force one.
 inline constexpr const char* kDefaultTransport = "auto";
+// What "auto" picks for a group across hosts that each hold several of its
+// processes: hierarchical, else Gloo over the whole group. Chosen by
+// bench/collectives.py --hosts (README, "Across hosts").
+inline constexpr bool kHierarchicalAcrossHosts = true;
 
 }  // namespace myplugin::collectives

@@ -388,6 +388,20 @@ Status ShmCommunicator::DoAllReduce(const void* send, void* recv, size_t count, 
   return OkStatus();
 }
 
+Status ShmCommunicator::DoBroadcast(void* data, size_t bytes, int root) {
+  char* buf = static_cast<char*>(data);
+  // The whole segment carries the root's data: every slot of a half is its.
+  const size_t chunk = slot_bytes_ * size();
+  for (size_t off = 0; off < bytes; off += chunk) {
+    const size_t len = std::min(chunk, bytes - off);
+    const int half = static_cast<int>(phase_++ & 1);
+    if (rank() == root) std::memcpy(slot(half, 0), buf + off, len);
+    MYPLUGIN_RETURN_IF_ERROR(Step());
+    if (rank() != root) std::memcpy(buf + off, slot(half, 0), len);
+  }
+  return OkStatus();
+}
+
 Status ShmCommunicator::DoAllToAllBytes(const void* send, void* recv, size_t bytes_per_rank, uint32_t) {
   const int n = size(), me = rank();
   const size_t sub = slot_bytes_ / n;

@@ -19,6 +19,8 @@
 namespace myplugin::collectives {
 
 class ShmCommunicator : public Communicator {
+  friend class HierarchicalCommunicator;  // runs its steps without signatures
+
  public:
   // Maps the process group's segment: every rank of `process_group` (process ids, in rank
   // order, all on this host) must call this; it waits up to `timeout_s`.
@@ -36,6 +38,9 @@ class ShmCommunicator : public Communicator {
   Status DoExchange(const std::vector<PeerBuffer>& sends, const std::vector<PeerBuffer>& recvs,
                     uint32_t tag) override;
   void DoAbort() override;
+  // Rank `root`'s `bytes` at `data` land at `data` on every rank. The
+  // signature check is the caller's (a hierarchical communicator's step).
+  Status DoBroadcast(void* data, size_t bytes, int root);
   // Loads and stores beat a one-round-trip exchange at every size.
   size_t signed_bytes_limit() const override { return 0; }
 
