@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import secrets
 import statistics
 import subprocess
 import sys
@@ -103,7 +104,9 @@ def across_hosts(rounds: int, max_mb: int) -> None:
   with Cluster(2, ipv6=False) as c:
     hosts = [c.hosts[0], c.hosts[0], c.hosts[1], c.hosts[1]]
     pre = [["nsenter", f"--net=/run/netns/{h.ns}", "--"] for h in hosts]
+    # A coordinator off loopback listens only with a token.
     base = {k: v for k, v in os.environ.items() if not k.startswith("MYPLUGIN_")}
+    base["MYPLUGIN_COORDINATOR_TOKEN"] = secrets.token_hex(8)
 
     def ours_across(transport):
       res = {}

@@ -74,7 +74,8 @@ def mapped_anywhere(segment):
   return holders
 
 
-@pytest.mark.parametrize("scenario,deviant,others", [
+# The worker's mismatch scenarios: what process 1 issues, what the others do.
+MISMATCHES = [
     ("mismatch_shape", "all-reduce sum f64[7]".replace("f64", "f32"), "all-reduce sum f32[8]"),
     ("mismatch_dtype", "all-reduce sum f64[8]", "all-reduce sum f32[8]"),
     ("mismatch_op", "all-gather f32[8]", "all-reduce sum f32[8]"),
@@ -82,7 +83,10 @@ def mapped_anywhere(segment):
     ("mismatch_inline_vs_signed", "all-reduce sum f32[1024]", "all-reduce sum f32[65536]"),
     ("mismatch_signed_vs_ring", "all-reduce sum f32[65536]", "all-reduce sum f32[4194304]"),
     ("mismatch_order", "all-gather s32[4]", "all-reduce sum f32[8]"),
-])
+]
+
+
+@pytest.mark.parametrize("scenario,deviant,others", MISMATCHES)
 @pytest.mark.parametrize("transport", TRANSPORTS)
 def test_mismatches_fail_everyone_with_both_sides_named(scenario, deviant, others, transport):
   with Job(3, [scenario], program="collectives_worker.py", env=transport_env(transport)) as job:

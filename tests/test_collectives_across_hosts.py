@@ -18,7 +18,7 @@ import pytest
 
 from cluster.hosts import Cluster
 from cluster.job import ClusterJob
-from test_collectives import mapped_anywhere
+from test_collectives import MISMATCHES, mapped_anywhere
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "programs", "collectives_worker.py")
@@ -106,10 +106,7 @@ def test_shm_across_hosts_is_a_clear_error(net, tmp_path):
     assert "MYPLUGIN_TRANSPORT=shm, but processes [0, 1, 2, 3] do not share one host" in job.output(r)
 
 
-@pytest.mark.parametrize("scenario,deviant,others", [
-    ("mismatch_op", "all-gather f32[8]", "all-reduce sum f32[8]"),
-    ("mismatch_signed_vs_ring", "all-reduce sum f32[65536]", "all-reduce sum f32[4194304]"),
-])
+@pytest.mark.parametrize("scenario,deviant,others", MISMATCHES)
 def test_mismatch_fails_everyone_with_both_sides_named(net, tmp_path, scenario, deviant, others):
   job = ClusterJob(net, placed(net, "abab"), [WORKER, scenario], tmp_path, port=next_port(), env=job_env("auto"))
   job.wait(120)
@@ -170,3 +167,17 @@ def test_sigstop_names_the_stalled_process(net, tmp_path):
   finally:
     job.procs[3].send_signal(signal.SIGCONT)
     net.kill_processes()
+
+
+def test_last_batch_problem_names_the_process_that_left(net, tmp_path):
+  """Process 1 (host b) leaves its loop early and exits normally; the
+  others, on both hosts, fail promptly, naming it."""
+  job = ClusterJob(net, placed(net, "abab"), [WORKER, "last_batch"], tmp_path, port=next_port(),
+                   env=job_env("auto", MYPLUGIN_PEER_EXIT_GRACE_SECONDS="2"))
+  job.wait(60)
+  assert job.event(1, "finished")["batches"] == 3, job.all_output()
+  for r in (0, 2, 3):
+    assert job.returncodes()[r] != 0, job.all_output()
+    out = job.output(r)
+    assert "process 1" in out and "finished (entered shutdown)" in out, job.all_output()
+    assert "all-reduce sum f32[1000] (call #3)" in out, job.all_output()
