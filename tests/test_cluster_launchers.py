@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from cluster import slurm
-from cluster.hosts import Cluster
+from cluster.hosts import module_hosts
 from cluster.job import ClusterJob, numpy_training
 from proc import child_env
 
@@ -40,15 +40,7 @@ def _check_training(path, processes: int, devices: int):
 
 @pytest.fixture(scope="module")
 def net():
-  if os.geteuid() != 0:
-    pytest.skip("the launchers' hosts are network namespaces, which need root; CI runs the suite as root")
-  why = Cluster.refusal()
-  if why:
-    pytest.fail(f"cannot build the test hosts: {why}")
-  with Cluster(2) as c:
-    yield c
-    left = c.leftover_processes()
-  assert not left, f"processes left in the test hosts: {left}"
+  yield from module_hosts(2)
 
 
 def _run(net, argv, env, timeout, cwd):

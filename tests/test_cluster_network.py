@@ -24,7 +24,7 @@ import time
 import numpy as np
 import pytest
 
-from cluster.hosts import Cluster
+from cluster.hosts import Cluster, module_hosts, skip_or_fail_without_namespaces
 from cluster.job import ClusterJob, numpy_training
 from proc import child_env, run_python
 
@@ -43,29 +43,17 @@ COLLECTIVE_TIMEOUT = 2.0
 PARTITION_DEADLINE = 3 * COLLECTIVE_TIMEOUT + 5.0
 
 
-def _refusal_or_skip():
-  if os.geteuid() != 0:
-    pytest.skip("network namespaces need root; CI runs the suite as root")
-  why = Cluster.refusal()
-  if why:
-    pytest.fail(f"cannot build the test hosts: {why}")
-
-
 @pytest.fixture(scope="module")
 def net():
   """Three hosts with IPv4 and IPv6 addresses, for the jobs that leave the
   network as they found it."""
-  _refusal_or_skip()
-  with Cluster(3) as c:
-    yield c
-    left = c.leftover_processes()
-  assert not left, f"processes left in the test hosts: {left}"
+  yield from module_hosts(3)
 
 
 @pytest.fixture
 def fresh():
   """Two or three hosts of its own, for a test that breaks the network."""
-  _refusal_or_skip()
+  skip_or_fail_without_namespaces()
   made = []
 
   def make(n, **kw):

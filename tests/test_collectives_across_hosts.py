@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from cluster.hosts import Cluster
+from cluster.hosts import module_hosts
 from cluster.job import ClusterJob
 from test_collectives import MISMATCHES, mapped_anywhere
 
@@ -33,15 +33,7 @@ def next_port() -> int:
 
 @pytest.fixture(scope="module")
 def net():
-  if os.geteuid() != 0:
-    pytest.skip("network namespaces need root; CI runs the suite as root")
-  why = Cluster.refusal()
-  if why:
-    pytest.fail(f"cannot build the test hosts: {why}")
-  with Cluster(2) as c:
-    yield c
-    left = c.leftover_processes()
-  assert not left, f"processes left in the test hosts: {left}"
+  yield from module_hosts(2)
 
 
 def placed(net, layout):

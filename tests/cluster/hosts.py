@@ -226,6 +226,27 @@ class Cluster:
     self.close()
 
 
+def skip_or_fail_without_namespaces() -> None:
+  """Skips a test where namespaces need root it lacks (CI runs as root);
+  fails one where root is refused them."""
+  import pytest
+  if os.geteuid() != 0:
+    pytest.skip("the test hosts are network namespaces, which need root; CI runs the suite as root")
+  why = Cluster.refusal()
+  if why:
+    pytest.fail(f"cannot build the test hosts: {why}")
+
+
+def module_hosts(n_hosts: int):
+  """A test module's hosts (a module-scoped fixture yields from it); at the
+  end, no process may be left in them."""
+  skip_or_fail_without_namespaces()
+  with Cluster(n_hosts) as c:
+    yield c
+    left = c.leftover_processes()
+  assert not left, f"processes left in the test hosts: {left}"
+
+
 def wait_all(procs: list[subprocess.Popen], deadline: float) -> list[float | None]:
   """Waits until every process has exited or the monotonic deadline passes;
   returns each one's exit time (None if still running)."""
