@@ -86,18 +86,28 @@ MISMATCHES = [
 ]
 
 
+def assert_mismatch_named(job, n, deviant, others):
+  """Every one of the n processes failed within 10 s, naming process 1's
+  call and the others'; their error events."""
+  events = []
+  for r in range(n):
+    e = job.event(r, "error")
+    assert e, job.all_output()
+    assert "collective mismatch" in e["error"]
+    assert f"process 1 issued {deviant} (call #0)" in e["error"], e["error"]
+    rest = ", ".join(str(k) for k in range(n) if k != 1)
+    assert f"processes {rest} issued {others} (call #0)" in e["error"], e["error"]
+    assert e["seconds"] < 10
+    events.append(e)
+  return events
+
+
 @pytest.mark.parametrize("scenario,deviant,others", MISMATCHES)
 @pytest.mark.parametrize("transport", TRANSPORTS)
 def test_mismatches_fail_everyone_with_both_sides_named(scenario, deviant, others, transport):
   with Job(3, [scenario], program="collectives_worker.py", env=transport_env(transport)) as job:
     job.wait(timeout=120)
-    for r in range(3):
-      e = job.event(r, "error")
-      assert e, job.all_output()
-      assert "collective mismatch" in e["error"]
-      assert f"process 1 issued {deviant} (call #0)" in e["error"], e["error"]
-      assert f"processes 0, 2 issued {others} (call #0)" in e["error"], e["error"]
-      assert e["seconds"] < 10
+    for e in assert_mismatch_named(job, 3, deviant, others):
       assert e["transport"] == TRANSPORTS[transport], e
 
 
