@@ -202,7 +202,7 @@ def test_unsupported_construct_is_an_unimplemented_compile_error():
       "jax.devices()\n"
       "def refuse(*args):\n"
       "  raise UnsupportedProgram('the program uses collective-broadcast (%cb), which myplugin cannot run')\n"
-      "_myplugin.set_program_hooks(compile_hooks.shadow_options, refuse, UnsupportedProgram)\n"
+      "_myplugin.set_program_hooks(compile_hooks.shadow_program, refuse, UnsupportedProgram)\n"
       "from jax.sharding import Mesh, NamedSharding, PartitionSpec as P\n"
       "import numpy as np\n"
       "mesh = Mesh(np.array(jax.devices()), ('i',))\n"

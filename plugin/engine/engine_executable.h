@@ -20,6 +20,8 @@ class EngineExecutable {
 
   // The engine's own serialized form of the executable.
   StatusOr<std::string> Serialize() const;
+  // The engine's optimized program (PJRT_Executable_OptimizedProgram's bytes).
+  StatusOr<std::string> OptimizedProgram() const;
   // Loads `bytes` (from Serialize) into `client` with `compile_options` (a
   // serialized CompileOptionsProto; the device assignment counts), or with
   // the options inside `bytes` when they are empty.

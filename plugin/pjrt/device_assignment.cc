@@ -11,6 +11,7 @@ constexpr int kDebugOptions = 3;            // in ExecutableBuildOptionsProto
 constexpr int kDeviceAssignment = 9;        // in ExecutableBuildOptionsProto
 constexpr int kComputationDevices = 3;      // in DeviceAssignmentProto
 constexpr int kReplicaDeviceIds = 1;        // in ComputationDevice
+constexpr int kHloModule = 1;               // in HloModuleProtoWithConfig
 
 enum WireType { kVarint = 0, kFixed64 = 1, kLengthDelimited = 2, kFixed32 = 5 };
 
@@ -185,6 +186,38 @@ StatusOr<std::string> RemapCompileOptionDevices(const std::string& compile_optio
   return RewriteField(compile_options, kExecutableBuildOptions, [&](const std::string& build) {
     return RewriteField(build, kDeviceAssignment, [&](const std::string& da) { return RemapDeviceAssignment(da, map); });
   });
+}
+
+std::string WriteDeviceAssignment(const std::vector<std::vector<int64_t>>& assignment) {
+  const size_t replicas = assignment.size();
+  const size_t computations = replicas == 0 ? 0 : assignment[0].size();
+  std::string out;
+  WriteVarint(&out, (1 << 3) | kVarint);  // replica_count
+  WriteVarint(&out, replicas);
+  WriteVarint(&out, (2 << 3) | kVarint);  // computation_count
+  WriteVarint(&out, computations);
+  for (size_t c = 0; c < computations; ++c) {
+    std::string ids;
+    for (size_t r = 0; r < replicas; ++r) WriteVarint(&ids, static_cast<uint64_t>(assignment[r][c]));
+    std::string device;
+    WriteVarint(&device, (kReplicaDeviceIds << 3) | kLengthDelimited);
+    WriteVarint(&device, ids.size());
+    device += ids;
+    WriteVarint(&out, (kComputationDevices << 3) | kLengthDelimited);
+    WriteVarint(&out, device.size());
+    out += device;
+  }
+  return out;
+}
+
+StatusOr<std::string> ReplaceHloModule(const std::string& hlo_with_config, const std::string& module) {
+  bool replaced = false;
+  StatusOr<std::string> out = RewriteField(hlo_with_config, kHloModule, [&](const std::string&) -> StatusOr<std::string> {
+    replaced = true;
+    return module;
+  });
+  if (out.ok() && !replaced) return Malformed("no module in the engine's optimized program");
+  return out;
 }
 
 }  // namespace myplugin

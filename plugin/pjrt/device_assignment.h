@@ -40,4 +40,11 @@ StatusOr<std::string> CanonicalCompileOptions(const std::string& compile_options
 // Rewrites the ids of a serialized DeviceAssignmentProto.
 StatusOr<std::string> RemapDeviceAssignment(const std::string& device_assignment, const DeviceIdMap& map);
 
+// A DeviceAssignmentProto of [replica][computation] device ids.
+std::string WriteDeviceAssignment(const std::vector<std::vector<int64_t>>& assignment);
+
+// `hlo_with_config` (an HloModuleProtoWithConfig, field 1 the module) with
+// `module` (an HloModuleProto) as its module.
+StatusOr<std::string> ReplaceHloModule(const std::string& hlo_with_config, const std::string& module);
+
 }  // namespace myplugin
