@@ -12,6 +12,9 @@ constexpr int kDeviceAssignment = 9;        // in ExecutableBuildOptionsProto
 constexpr int kComputationDevices = 3;      // in DeviceAssignmentProto
 constexpr int kReplicaDeviceIds = 1;        // in ComputationDevice
 constexpr int kHloModule = 1;               // in HloModuleProtoWithConfig
+constexpr int kModuleConfig = 2;            // in HloModuleProtoWithConfig
+constexpr int kReplicaCount = 4;            // in HloModuleConfigProto
+constexpr int kNumPartitions = 5;           // in HloModuleConfigProto
 
 enum WireType { kVarint = 0, kFixed64 = 1, kLengthDelimited = 2, kFixed32 = 5 };
 
@@ -210,13 +213,42 @@ std::string WriteDeviceAssignment(const std::vector<std::vector<int64_t>>& assig
   return out;
 }
 
-StatusOr<std::string> ReplaceHloModule(const std::string& hlo_with_config, const std::string& module) {
+StatusOr<std::string> WholeProgramModule(const std::string& hlo_with_config, const std::string& module,
+                                         int64_t replicas, int64_t partitions) {
   bool replaced = false;
-  StatusOr<std::string> out = RewriteField(hlo_with_config, kHloModule, [&](const std::string&) -> StatusOr<std::string> {
-    replaced = true;
-    return module;
-  });
-  if (out.ok() && !replaced) return Malformed("no module in the engine's optimized program");
+  std::string out;
+  for (size_t pos = 0; pos < hlo_with_config.size();) {
+    StatusOr<Field> f = NextField(hlo_with_config, &pos);
+    if (!f.ok()) return f.status();
+    const Field& fd = f.value();
+    std::string value;
+    if (fd.wire == kLengthDelimited && fd.number == kHloModule) {
+      value = module;
+      replaced = true;
+    } else if (fd.wire == kLengthDelimited && fd.number == kModuleConfig) {
+      // The config's counts, the whole program's; every other field as it is.
+      const std::string config = hlo_with_config.substr(fd.value_start, fd.end - fd.value_start);
+      for (size_t c = 0; c < config.size();) {
+        StatusOr<Field> g = NextField(config, &c);
+        if (!g.ok()) return g.status();
+        if (g.value().wire == kVarint && (g.value().number == kReplicaCount || g.value().number == kNumPartitions)) {
+          continue;
+        }
+        value.append(config, g.value().start, g.value().end - g.value().start);
+      }
+      WriteVarint(&value, (kReplicaCount << 3) | kVarint);
+      WriteVarint(&value, static_cast<uint64_t>(replicas));
+      WriteVarint(&value, (kNumPartitions << 3) | kVarint);
+      WriteVarint(&value, static_cast<uint64_t>(partitions));
+    } else {
+      out.append(hlo_with_config, fd.start, fd.end - fd.start);
+      continue;
+    }
+    WriteVarint(&out, fd.key);
+    WriteVarint(&out, value.size());
+    out += value;
+  }
+  if (!replaced) return Malformed("no module in the engine's optimized program");
   return out;
 }
 

@@ -163,7 +163,9 @@ StatusOr<std::string> LoadedExecutable::WholeOptimizedProgram() const {
   }
   StatusOr<std::string> local = engine_.OptimizedProgram();
   if (!local.ok()) return local.status();
-  StatusOr<std::string> out = ReplaceHloModule(local.value(), whole->local.partitioned_module_proto);
+  StatusOr<std::string> out =
+      WholeProgramModule(local.value(), whole->local.partitioned_module_proto, whole->assignment.size(),
+                         whole->assignment.empty() ? 0 : whole->assignment[0].size());
   if (!out.ok()) return out.status();
   whole_optimized_ = out.take();
   return whole_optimized_;
