@@ -3,12 +3,15 @@
 The C++ compile (plugin/spmd/multiprocess_compiler.cc) calls them with the
 GIL taken (jaxlib releases it while it compiles):
 
-1. `shadow_options`: the caller's compile options plus the debug options
-   that make the shadow engine dump the module right after SPMD
-   partitioning.
+1. `shadow_program`: the caller's program with the stop mark in it (the
+   shadow's compile ends after its HLO passes), and the caller's compile
+   options plus the debug options that make the shadow engine dump the
+   module right after SPMD partitioning.
 2. `local_program`: that dump rewritten (see rewrite.py), parsed by jaxlib's
    HLO parser into an HloModuleProto, and compile options for this
-   process's devices alone: one replica per local device, no partitions.
+   process's devices alone: one replica per local device, no partitions;
+   and the partitioned whole program, which answers jax's questions about
+   the executable.
 """
 
 from __future__ import annotations
@@ -72,6 +75,8 @@ def _with_stop_mark(code: bytes, shardy: bool) -> bytes | None:
             f"mhlo.frontend_attributes = {{{_STOP_ATTRIBUTE} = \"\"}}, {sharding}}} : () -> ()")
     text = text[:main.start()] + mesh + text[main.start():body] + mark + text[body:]
     marked = ir.Module.parse(text)
+    # (jaxlib writes Shardy's shardings here as frontend attributes, which
+    # the engine's importer reads as it reads the dialect's own.)
     return xc._xla.mlir.serialize_portable_artifact(marked, header.group(1).decode())
 
 
