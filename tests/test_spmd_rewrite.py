@@ -481,7 +481,11 @@ def test_the_stop_mark_becomes_an_empty_tuple():
                  '  ROOT %custom-call.2 = () custom-call(), custom_call_target="xla_ffi_python_cpu_callback", '
                  'custom_call_has_side_effect=true, frontend_attributes={myplugin_shadow_stop=""}\n}\n')
   other = '  %cc = f32[4] custom-call(%p), custom_call_target="mine", frontend_attributes={x="1"}\n'
-  text, count = compile_hooks._STOP_INSTRUCTION.subn(r"\1tuple()", true_branch + other)
+  around = ('  %t = () tuple(), frontend_attributes={myplugin_shadow_stop=""}, metadata={op_name="c"}\n'
+            '  %u = () tuple(), frontend_attributes={a="1",myplugin_shadow_stop=""}\n'
+            '  %v = () tuple(), frontend_attributes={myplugin_shadow_stop="",b="2"}\n')
+  text, count = compile_hooks._without_stop_mark(true_branch + other + around)
   assert count == 1
   assert text == ("%true_computation (p: ()) -> () {\n  %p = () parameter(0)\n  ROOT %custom-call.2 = () tuple()\n}\n"
-                  + other)
+                  + other + '  %t = () tuple(), metadata={op_name="c"}\n  %u = () tuple(), frontend_attributes={a="1"}\n'
+                  '  %v = () tuple(), frontend_attributes={b="2"}\n')

@@ -125,9 +125,18 @@ def _partitioned_dump(dump_dir: str) -> str:
 
 
 # The stop mark's instruction (after partitioning, inside a conditional on
-# the partition id that runs it on one device) becomes an empty tuple.
+# the partition id that runs it on one device) becomes an empty tuple, and
+# its attribute, which the partitioner copies onto what it made around it,
+# goes.
 _STOP_INSTRUCTION = re.compile(r"^(\s*(?:ROOT )?%[^\s=]+ = \(\) )custom-call\(\)[^\n]*" + _STOP_ATTRIBUTE + r"[^\n]*$",
                                re.MULTILINE)
+_STOP_ATTRIBUTE_TEXT = re.compile(r', frontend_attributes=\{' + _STOP_ATTRIBUTE + r'=""\}|' + _STOP_ATTRIBUTE +
+                                  r'="",|,' + _STOP_ATTRIBUTE + r'=""')
+
+
+def _without_stop_mark(text: str) -> tuple[str, int]:
+  text, marks = _STOP_INSTRUCTION.subn(r"\1tuple()", text)
+  return _STOP_ATTRIBUTE_TEXT.sub("", text), marks
 
 
 def _proto_fields(message: bytes, numbers: tuple[int, ...]) -> bytes:
@@ -212,7 +221,7 @@ def local_program(dump_dir: str, options: bytes, assignment: list[list[int]], nu
   # the same on every process, so one compilation-cache entry serves them all.
   dump = _partitioned_dump(dump_dir)
   with open(dump + ".txt") as f:
-    partitioned, marks = _STOP_INSTRUCTION.subn(r"\1tuple()", f.read())
+    partitioned, marks = _without_stop_mark(f.read())
   text = rewrite_module(partitioned, assignment, num_devices, order, fences=host, runtime_device_ids=host)
   if not order:
     # Every device of the program belongs to other processes: nothing runs

@@ -29,7 +29,7 @@ StatusOr<std::string> EngineExecutable::Serialize() const {
   return bytes;
 }
 
-StatusOr<std::string> EngineExecutable::OptimizedProgram() const {
+StatusOr<std::string> EngineExecutable::OptimizedProgram(std::string* format) const {
   const PJRT_Api* api = engine_.api();
   MYPLUGIN_PJRT_ARGS(PJRT_LoadedExecutable_GetExecutable_Args, get);
   get.loaded_executable = executable_;
@@ -50,6 +50,7 @@ StatusOr<std::string> EngineExecutable::OptimizedProgram() const {
     program.code = bytes.data();
     st = engine_.Consume(api->PJRT_Executable_OptimizedProgram(&args));
     bytes.resize(program.code_size);
+    if (st.ok() && format != nullptr) format->assign(program.format, program.format_size);
   }
   MYPLUGIN_PJRT_ARGS(PJRT_Executable_Destroy_Args, destroy);
   destroy.executable = get.executable;

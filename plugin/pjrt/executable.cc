@@ -103,15 +103,9 @@ StatusOr<std::string> LoadedExecutable::Serialize() const {
     // The shadow's executable answers for the program after a load (on a
     // process with no device in it too); a partition that stopped early has
     // none yet, so the entry pays for the whole compile now.
-    std::unique_ptr<EngineExecutable> compiled;
-    const EngineExecutable* whole = partitioned_->shadow.get();
-    if (whole == nullptr) {
-      StatusOr<std::unique_ptr<EngineExecutable>> c = client_->multiprocess_compiler().CompileWholeProgram(*partitioned_);
-      if (!c.ok()) return c.status();
-      compiled = c.take();
-      whole = compiled.get();
-    }
-    StatusOr<std::string> shadow = whole->Serialize();
+    StatusOr<const EngineExecutable*> whole = WholeProgramExecutable();
+    if (!whole.ok()) return whole.status();
+    StatusOr<std::string> shadow = whole.value()->Serialize();
     if (!shadow.ok()) return shadow.status();
     out.shadow_executable = shadow.take();
   }
@@ -138,14 +132,14 @@ Status CanDescribeWithoutLocalPart(const EngineExecutable& shadow) {
   return OkStatus();
 }
 
-namespace {
-
 const LoadedExecutable* OriginOf(const PJRT_Executable* executable) {
   ExecutableOrigins& o = Origins();
   std::lock_guard<std::mutex> lock(o.mu);
   auto it = o.of.find(executable);
   return it == o.of.end() ? nullptr : it->second;
 }
+
+namespace {
 
 const spmd::PartitionedProgram* StoodInFor(const PJRT_Executable* executable) {
   const LoadedExecutable* origin = OriginOf(executable);
@@ -169,6 +163,18 @@ StatusOr<std::string> LoadedExecutable::WholeOptimizedProgram() const {
   if (!out.ok()) return out.status();
   whole_optimized_ = out.take();
   return whole_optimized_;
+}
+
+StatusOr<const EngineExecutable*> LoadedExecutable::WholeProgramExecutable() const {
+  if (!partitioned_) return FailedPrecondition("this executable is not a multi-process program");
+  if (partitioned_->shadow) return partitioned_->shadow.get();
+  std::lock_guard<std::mutex> lock(whole_mu_);
+  if (!whole_executable_) {
+    StatusOr<std::unique_ptr<EngineExecutable>> c = client_->multiprocess_compiler().CompileWholeProgram(*partitioned_);
+    if (!c.ok()) return c.status();
+    whole_executable_ = c.take();
+  }
+  return whole_executable_.get();
 }
 
 PJRT_Error* PjrtExecutableNumReplicas(PJRT_Executable_NumReplicas_Args* args) {

@@ -56,6 +56,10 @@ class LoadedExecutable {
   // The engine's optimized program of the local part with the whole
   // program's partitioned module in it (made on first call).
   StatusOr<std::string> WholeOptimizedProgram() const;
+  // The whole program's executable on the shadow engine: the partition's,
+  // or (where it stopped early) compiled on first call: a cost analysis or
+  // a compilation-cache entry needs it.
+  StatusOr<const EngineExecutable*> WholeProgramExecutable() const;
 
  private:
   LoadedExecutable(Client* client, PJRT_LoadedExecutable* engine);
@@ -68,6 +72,7 @@ class LoadedExecutable {
   std::string unserializable_;
   mutable std::mutex whole_mu_;
   mutable std::string whole_optimized_;  // WholeOptimizedProgram's, once made
+  mutable std::unique_ptr<EngineExecutable> whole_executable_;  // WholeProgramExecutable's, once compiled
 };
 
 inline PJRT_LoadedExecutable* ToC(LoadedExecutable* e) { return reinterpret_cast<PJRT_LoadedExecutable*>(e); }
@@ -88,6 +93,8 @@ PJRT_Error* PjrtExecutableSerialize(PJRT_Executable_Serialize_Args* args);
 PJRT_Error* PjrtExecutableNumReplicas(PJRT_Executable_NumReplicas_Args* args);
 PJRT_Error* PjrtExecutableNumPartitions(PJRT_Executable_NumPartitions_Args* args);
 PJRT_Error* PjrtExecutableOptimizedProgram(PJRT_Executable_OptimizedProgram_Args* args);
+// The loaded executable that handed out `executable` (still loaded), or null.
+const LoadedExecutable* OriginOf(const PJRT_Executable* executable);
 // PJRT_Executable_Destroy calls it: `executable` no longer names one of ours.
 void ForgetExecutableOrigin(const PJRT_Executable* executable);
 PJRT_Error* PjrtLoadedExecutableDestroy(PJRT_LoadedExecutable_Destroy_Args* args);
