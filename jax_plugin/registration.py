@@ -87,7 +87,7 @@ def _initialize() -> None:
   from jax_plugin import cost_analysis, lowering
   from jax_plugin.spmd import compile_hooks
   _install_custom_call_handler(_c_api)
-  _myplugin.set_program_hooks(compile_hooks.shadow_options, compile_hooks.local_program,
+  _myplugin.set_program_hooks(compile_hooks.shadow_program, compile_hooks.local_program,
                               compile_hooks.UnsupportedProgram)
   _myplugin.set_cost_analysis_hook(cost_analysis.analyze)
   lowering.enable_donation()

@@ -202,7 +202,7 @@ def test_unsupported_construct_is_an_unimplemented_compile_error():
       "jax.devices()\n"
       "def refuse(*args):\n"
       "  raise UnsupportedProgram('the program uses collective-broadcast (%cb), which myplugin cannot run')\n"
-      "_myplugin.set_program_hooks(compile_hooks.shadow_options, refuse, UnsupportedProgram)\n"
+      "_myplugin.set_program_hooks(compile_hooks.shadow_program, refuse, UnsupportedProgram)\n"
       "from jax.sharding import Mesh, NamedSharding, PartitionSpec as P\n"
       "import numpy as np\n"
       "mesh = Mesh(np.array(jax.devices()), ('i',))\n"
@@ -216,3 +216,30 @@ def test_unsupported_construct_is_an_unimplemented_compile_error():
                                          MYPLUGIN_SPMD_REWRITE="always"), timeout=120)
   assert r.returncode == 0, r.output
   assert "ERROR UNIMPLEMENTED" in r.stdout and "collective-broadcast (%cb)" in r.stdout, r.output
+
+
+def test_the_whole_program_answers_come_from_the_partition_that_stopped_early(tmp_path):
+  """The shadow's compile ends after its HLO passes (MYPLUGIN_SPMD_LOG says
+  so), and what jax reads back about the whole program (output and input
+  shardings the partitioner chose, the partition count in its module) and
+  every shard equal jax's CPU backend running the same program."""
+  program = os.path.join(PROGRAMS, "whole_program_answers.py")
+  ref_out = str(tmp_path / "cpu.{rank}.npz")
+  on_cpu(program, ref_out)
+  reference = load(ref_out.format(rank=0))
+  out = str(tmp_path / "mp.{rank}.npz")
+  r = launch(2, 4, program, out, MYPLUGIN_SPMD_LOG="1")
+  assert "stopped after the HLO passes" in r.output, r.output
+  assert "partitioning again in full" not in r.output, r.output
+  compared = 0
+  for rank in range(2):
+    got = load(out.format(rank=rank))
+    for key, value in got.items():
+      if key.endswith((".partitions", ".no_mark")):
+        assert bool(value), key
+      elif key.endswith("_specs"):
+        assert str(value) == str(reference[key]), (key, str(value), str(reference[key]))
+      else:
+        np.testing.assert_allclose(value, reference[key], rtol=1e-5, atol=1e-5, err_msg=key)
+        compared += 1
+  assert compared == sum(1 for k in reference if ".shard." in k)

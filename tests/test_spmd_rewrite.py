@@ -436,3 +436,56 @@ def test_a_cached_instruction_is_a_fresh_copy():
   again = parse_instruction(line)
   assert again.operands == ["%p"] and again.attrs == ["channel_id=1", "to_apply=%add"]
   assert again.line() == line
+
+
+def test_the_stop_mark_goes_first_into_a_portable_artifact_and_only_there():
+  """The shadow's stop mark: placed, with its one-device sharding, first in
+  main of a StableHLO portable artifact (the form jaxlib hands a plugin);
+  anything else is left alone (the shadow then compiles in full)."""
+  import jax
+  import jax.numpy as jnp
+  from jax._src.interpreters import mlir
+  from jax._src.lib import xla_client as xc
+  from jax_plugin.spmd import compile_hooks
+
+  assert compile_hooks._with_stop_mark(b"not a portable artifact", True) is None
+  from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+  on_mesh = NamedSharding(Mesh(np.array(jax.devices()[:1]), ("d",)), P("d"))
+  lowered = jax.jit(lambda v: jnp.sin(v) + 1, in_shardings=on_mesh).lower(jnp.ones((4,), jnp.float32))
+  from jax._src.lib.mlir.dialects import hlo as stablehlo
+  version = stablehlo.get_current_version()  # as jaxlib writes it for a plugin
+  with mlir.make_ir_context():
+    module = jax._src.lib.mlir.ir.Module.parse(lowered.as_text())
+    artifact = xc._xla.mlir.serialize_portable_artifact(module, version)
+  for shardy in (True, False):
+    marked = compile_hooks._with_stop_mark(artifact, shardy)
+    assert marked is not None and marked.startswith(f"StableHLO_v{version}\x00".encode(), 5)
+    with mlir.make_ir_context():
+      text = str(xc._xla.mlir.deserialize_portable_artifact(marked))
+    main = text.index("func.func public @main")
+    mark = text.index("stablehlo.custom_call @xla_ffi_python_cpu_callback()")
+    assert main < mark < text.index("stablehlo.sine"), text
+    assert 'myplugin_shadow_stop = ""' in text, text
+    if shardy:  # the dialect's own form, or (as jaxlib writes it) frontend attributes
+      assert re.search(r'sdy\.sharding = "?#sdy\.sharding_per_value<\[<@myplugin_shadow_stop_mesh, \[\]>\]>', text), text
+      assert re.search(r"myplugin_shadow_stop_mesh = (#sdy\.mesh)?<\[\], device_ids=\[0\]>", text), text
+    else:
+      assert 'mhlo.sharding = "{maximal device=0}"' in text and "myplugin_shadow_stop_mesh" not in text, text
+
+
+def test_the_stop_mark_becomes_an_empty_tuple():
+  """After partitioning the mark sits in a conditional on the partition id;
+  the local program gets an empty tuple in its place, and nothing else changes."""
+  from jax_plugin.spmd import compile_hooks
+  true_branch = ("%true_computation (p: ()) -> () {\n  %p = () parameter(0)\n"
+                 '  ROOT %custom-call.2 = () custom-call(), custom_call_target="xla_ffi_python_cpu_callback", '
+                 'custom_call_has_side_effect=true, frontend_attributes={myplugin_shadow_stop=""}\n}\n')
+  other = '  %cc = f32[4] custom-call(%p), custom_call_target="mine", frontend_attributes={x="1"}\n'
+  around = ('  %t = () tuple(), frontend_attributes={myplugin_shadow_stop=""}, metadata={op_name="c"}\n'
+            '  %u = () tuple(), frontend_attributes={a="1",myplugin_shadow_stop=""}\n'
+            '  %v = () tuple(), frontend_attributes={myplugin_shadow_stop="",b="2"}\n')
+  text, count = compile_hooks._without_stop_mark(true_branch + other + around)
+  assert count == 1
+  assert text == ("%true_computation (p: ()) -> () {\n  %p = () parameter(0)\n  ROOT %custom-call.2 = () tuple()\n}\n"
+                  + other + '  %t = () tuple(), metadata={op_name="c"}\n  %u = () tuple(), frontend_attributes={a="1"}\n'
+                  '  %v = () tuple(), frontend_attributes={b="2"}\n')

@@ -3,18 +3,22 @@
 The C++ compile (plugin/spmd/multiprocess_compiler.cc) calls them with the
 GIL taken (jaxlib releases it while it compiles):
 
-1. `shadow_options`: the caller's compile options plus the debug options
-   that make the shadow engine dump the module right after SPMD
-   partitioning.
+1. `shadow_program`: the caller's program with the stop mark in it (the
+   shadow's compile ends after its HLO passes), and the caller's compile
+   options plus the debug options that make the shadow engine dump the
+   module right after SPMD partitioning.
 2. `local_program`: that dump rewritten (see rewrite.py), parsed by jaxlib's
    HLO parser into an HloModuleProto, and compile options for this
-   process's devices alone: one replica per local device, no partitions.
+   process's devices alone: one replica per local device, no partitions;
+   and the partitioned whole program, which answers jax's questions about
+   the executable.
 """
 
 from __future__ import annotations
 
 import glob
 import os
+import re
 
 import numpy as np
 
@@ -24,38 +28,183 @@ from jax_plugin.spmd.rewrite import rewrite_module
 _PASS = "spmd-partitioning"
 
 
-def shadow_options(options: bytes, dump_dir: str) -> bytes:
+# The mark that ends the shadow's compile once its HLO passes are done (its
+# machine code never runs, and emitting it was most of the partition's
+# cost): a side-effecting custom call that no engine implements in this form.
+# Its target is a host-callback name because Shardy keeps the sharding of a
+# side-effecting call without results only for those (XLA's
+# import_callback_custom_calls), and the partitioner refuses such a call
+# without one; the untyped form of that name is registered nowhere, so the
+# engine's back end refuses it before any code is generated. The partitioned
+# module, dumped before that, is all we need.
+_STOP_TARGET = "xla_ffi_python_cpu_callback"
+_STOP_ATTRIBUTE = "myplugin_shadow_stop"
+_STOP_MESH = "myplugin_shadow_stop_mesh"
+# Passes after partitioning whose work a stopped shadow throws away (checked:
+# the partitioned module is the same with and without them).
+_PASSES_AFTER_PARTITIONING = (
+    "fusion", "fusion-wrapper", "algsimp", "cse", "constant_folding", "reshape-mover", "copy-insertion",
+    "layout-assignment", "gemv-rewriter", "dot-library-rewriter", "cpu-parallel-task-assigner",
+    "shape-canonicalizer", "reshape-decomposer")
+
+
+def _with_stop_mark(code: bytes, shardy: bool) -> bytes | None:
+  """The program (a StableHLO portable artifact) with the stop mark first in
+  its main function; None when it cannot be placed."""
+  from jax._src.interpreters import mlir
+  from jax._src.lib import xla_client as xc
+  from jax._src.lib.mlir import ir
+
+  header = re.match(rb"ML\xefR.StableHLO_v(\d+\.\d+\.\d+)\x00", code, re.DOTALL)
+  if header is None:
+    return None
+  with mlir.make_ir_context():
+    module = xc._xla.mlir.deserialize_portable_artifact(code)
+    text = module.operation.get_asm(enable_debug_info=True)
+    main = re.search(r"\n  func\.func public @main\(", text)
+    if main is None:
+      return None
+    body = text.index("{\n", main.end()) + 1
+    if shardy:
+      sharding = f"sdy.sharding = #sdy.sharding_per_value<[<@{_STOP_MESH}, []>]>"
+      mesh = f"\n  sdy.mesh @{_STOP_MESH} = <[], device_ids=[0]>"
+    else:
+      sharding = 'mhlo.sharding = "{maximal device=0}"'
+      mesh = ""
+    mark = (f"\n    stablehlo.custom_call @{_STOP_TARGET}() {{has_side_effect = true, "
+            f"mhlo.frontend_attributes = {{{_STOP_ATTRIBUTE} = \"\"}}, {sharding}}} : () -> ()")
+    text = text[:main.start()] + mesh + text[main.start():body] + mark + text[body:]
+    marked = ir.Module.parse(text)
+    # (jaxlib writes Shardy's shardings here as frontend attributes, which
+    # the engine's importer reads as it reads the dialect's own.)
+    return xc._xla.mlir.serialize_portable_artifact(marked, header.group(1).decode())
+
+
+def shadow_program(code: bytes, fmt: str, options: bytes, dump_dir: str,
+                   stop_early: bool) -> tuple[bytes, bytes, bool]:
+  """(program, compile options, whether the compile ends after the dump)."""
+  from jax._src.lib import xla_client as xc
+
+  marked = None
+  if stop_early and fmt == "mlir":
+    opts = xc.CompileOptions.ParseFromString(options)
+    marked = _with_stop_mark(code, opts.executable_build_options.use_shardy_partitioner)
+  return (marked or code), shadow_options(options, dump_dir, marked is not None), marked is not None
+
+
+def shadow_options(options: bytes, dump_dir: str, stops_early: bool = False) -> bytes:
   from jax._src.lib import xla_client as xc
 
   opts = xc.CompileOptions.ParseFromString(options)
   overrides = [(k, v) for k, v in opts.env_option_overrides
                if not k.startswith("xla_dump")]
   overrides += [("xla_dump_to", dump_dir), ("xla_dump_hlo_pass_re", _PASS), ("xla_dump_hlo_as_text", True),
-                ("xla_dump_hlo_module_re", ".*")]
+                ("xla_dump_hlo_as_proto", True), ("xla_dump_hlo_module_re", ".*")]
   # The shadow's machine code never runs: LLVM need not optimize it (a
   # quarter of the partition step's time). The HLO, shardings included, is
   # what it would be anyway.
   overrides += [("xla_backend_optimization_level", 0)]
+  if stops_early:
+    disabled = [v for k, v in overrides if k == "xla_disable_hlo_passes"]
+    overrides = [(k, v) for k, v in overrides if k != "xla_disable_hlo_passes"]
+    overrides += [("xla_disable_hlo_passes", ",".join([*disabled, *_PASSES_AFTER_PARTITIONING]))]
   opts.env_option_overrides = overrides
   return opts.SerializeAsString()
 
 
-def _partitioned_text(dump_dir: str) -> str:
-  """The module after SPMD partitioning; a program of replicas only (pmap)
-  is not partitioned, and its module before optimizations is the one."""
+def _partitioned_dump(dump_dir: str) -> str:
+  """The dump of the module after SPMD partitioning (without its extension);
+  a program of replicas only (pmap) is not partitioned, and its module before
+  optimizations is the one."""
   after = sorted(glob.glob(os.path.join(dump_dir, f"*.after_{_PASS}*.txt")))
   if not after:
     after = sorted(glob.glob(os.path.join(dump_dir, "*.before_optimizations.txt")))
   if not after:
     raise RuntimeError(f"the shadow compile left no partitioned module in {dump_dir}: {sorted(os.listdir(dump_dir))}")
-  with open(after[-1]) as f:
-    return f.read()
+  return after[-1][:-len(".txt")]
+
+
+# The stop mark's instruction (after partitioning, inside a conditional on
+# the partition id that runs it on one device) becomes an empty tuple, and
+# its attribute, which the partitioner copies onto what it made around it,
+# goes.
+_STOP_INSTRUCTION = re.compile(r"^(\s*(?:ROOT )?%[^\s=]+ = \(\) )custom-call\(\)[^\n]*" + _STOP_ATTRIBUTE + r"[^\n]*$",
+                               re.MULTILINE)
+_STOP_ATTRIBUTE_TEXT = re.compile(r', frontend_attributes=\{' + _STOP_ATTRIBUTE + r'=""\}|' + _STOP_ATTRIBUTE +
+                                  r'="",|,' + _STOP_ATTRIBUTE + r'=""')
+
+
+def _without_stop_mark(text: str) -> tuple[str, int]:
+  text, marks = _STOP_INSTRUCTION.subn(r"\1tuple()", text)
+  return _STOP_ATTRIBUTE_TEXT.sub("", text), marks
+
+
+def _proto_fields(message: bytes, numbers: tuple[int, ...]) -> bytes:
+  """The encoded fields of a serialized protobuf message with these numbers."""
+  out = bytearray()
+  pos = 0
+
+  def varint() -> int:
+    nonlocal pos
+    value = shift = 0
+    while True:
+      byte = message[pos]
+      pos += 1
+      value |= (byte & 0x7F) << shift
+      shift += 7
+      if not byte & 0x80:
+        return value
+
+  while pos < len(message):
+    start = pos
+    key = varint()
+    wire = key & 7
+    if wire == 0:
+      varint()
+    elif wire == 2:
+      length = varint()  # (first: it moves pos)
+      pos += length
+    elif wire in (1, 5):
+      pos += 8 if wire == 1 else 4
+    else:
+      raise ValueError(f"unexpected protobuf wire type {wire}")
+    if key >> 3 in numbers:
+      out += message[start:pos]
+  return bytes(out)
+
+
+# HloModuleProto's spmd_output_sharding and spmd_parameters_shardings: what
+# the partitioner decided, which jax reads back as the executable's shardings.
+_SPMD_SHARDING_FIELDS = (12, 14)
+
+
+def _whole_program(dump: str, text: str) -> bytes:
+  """The partitioned module (HloModuleProto) without the stop mark, with the
+  partitioner's shardings; empty for a module the mark was not in."""
+  from jax._src.lib import hlo
+  if not os.path.exists(dump + ".hlo.pb"):
+    return b""
+  with open(dump + ".hlo.pb", "rb") as f:
+    dumped = f.read()  # an HloProto: field 1 is the module
+  module = _proto_fields(dumped, (1,))
+  if not module:
+    return b""
+  pos, length, shift = 1, 0, 0
+  while True:
+    length |= (module[pos] & 0x7F) << shift
+    shift += 7
+    pos += 1
+    if not module[pos - 1] & 0x80:
+      break
+  shardings = _proto_fields(module[pos:pos + length], _SPMD_SHARDING_FIELDS)
+  return hlo.hlo_module_from_text(text).as_serialized_hlo_module_proto() + shardings
 
 
 def local_program(dump_dir: str, options: bytes, assignment: list[list[int]], num_devices: int,
-                  local_engine_ids: dict[int, int]) -> tuple[bytes, bytes, list[int], bool]:
+                  local_engine_ids: dict[int, int]) -> tuple[bytes, bytes, list[int], bool, bytes]:
   """(HloModuleProto, compile options, local devices in execution order,
-  whether the module is the same on every process).
+  whether the module is the same on every process, and the whole program
+  after partitioning where the shadow stopped early (else empty)).
 
   assignment: [replicas][partitions] global device ids of the program.
   local_engine_ids: this process's global device ids -> the engine's ids.
@@ -70,13 +219,15 @@ def local_program(dump_dir: str, options: bytes, assignment: list[list[int]], nu
   host = _myplugin.library_choice()["engine_kind"] != "cuda"
   # On the host engine our partition-id/replica-id handlers make the module
   # the same on every process, so one compilation-cache entry serves them all.
-  text = rewrite_module(_partitioned_text(dump_dir), assignment, num_devices, order, fences=host,
-                        runtime_device_ids=host)
+  dump = _partitioned_dump(dump_dir)
+  with open(dump + ".txt") as f:
+    partitioned, marks = _without_stop_mark(f.read())
+  text = rewrite_module(partitioned, assignment, num_devices, order, fences=host, runtime_device_ids=host)
   if not order:
     # Every device of the program belongs to other processes: nothing runs
     # here (the rewrite above still refuses, on every process alike, what
     # the others could not run).
-    return b"", b"", [], host
+    return b"", b"", [], host, b""
   if os.environ.get("MYPLUGIN_DUMP_REWRITTEN"):
     with open(os.path.join(os.environ["MYPLUGIN_DUMP_REWRITTEN"], f"rewritten.{os.getpid()}.txt"), "a") as f:
       f.write(text)
@@ -91,4 +242,5 @@ def local_program(dump_dir: str, options: bytes, assignment: list[list[int]], nu
   build.use_shardy_partitioner = False
   build.allow_spmd_sharding_propagation_to_output = [False]
   build.allow_spmd_sharding_propagation_to_parameters = [False]
-  return module.as_serialized_hlo_module_proto(), opts.SerializeAsString(), order, host
+  whole = _whole_program(dump, partitioned) if marks else b""
+  return module.as_serialized_hlo_module_proto(), opts.SerializeAsString(), order, host, whole

@@ -29,6 +29,36 @@ StatusOr<std::string> EngineExecutable::Serialize() const {
   return bytes;
 }
 
+StatusOr<std::string> EngineExecutable::OptimizedProgram(std::string* format) const {
+  const PJRT_Api* api = engine_.api();
+  MYPLUGIN_PJRT_ARGS(PJRT_LoadedExecutable_GetExecutable_Args, get);
+  get.loaded_executable = executable_;
+  MYPLUGIN_RETURN_IF_ERROR(engine_.Consume(api->PJRT_LoadedExecutable_GetExecutable(&get)));
+  PJRT_Program program;
+  program.struct_size = PJRT_Program_STRUCT_SIZE;
+  program.extension_start = nullptr;
+  program.code = nullptr;
+  program.code_size = 0;
+  MYPLUGIN_PJRT_ARGS(PJRT_Executable_OptimizedProgram_Args, args);
+  args.executable = get.executable;
+  args.program = &program;
+  // First the size, then the bytes.
+  Status st = engine_.Consume(api->PJRT_Executable_OptimizedProgram(&args));
+  std::string bytes;
+  if (st.ok()) {
+    bytes.resize(program.code_size);
+    program.code = bytes.data();
+    st = engine_.Consume(api->PJRT_Executable_OptimizedProgram(&args));
+    bytes.resize(program.code_size);
+    if (st.ok() && format != nullptr) format->assign(program.format, program.format_size);
+  }
+  MYPLUGIN_PJRT_ARGS(PJRT_Executable_Destroy_Args, destroy);
+  destroy.executable = get.executable;
+  engine_.Consume(api->PJRT_Executable_Destroy(&destroy));
+  if (!st.ok()) return st;
+  return bytes;
+}
+
 StatusOr<std::unique_ptr<EngineExecutable>> EngineExecutable::Deserialize(const EngineLibrary& engine,
                                                                           PJRT_Client* client,
                                                                           const std::string& bytes,

@@ -20,6 +20,9 @@ class EngineExecutable {
 
   // The engine's own serialized form of the executable.
   StatusOr<std::string> Serialize() const;
+  // The engine's optimized program (PJRT_Executable_OptimizedProgram's
+  // bytes); `format` gets its format when given.
+  StatusOr<std::string> OptimizedProgram(std::string* format = nullptr) const;
   // Loads `bytes` (from Serialize) into `client` with `compile_options` (a
   // serialized CompileOptionsProto; the device assignment counts), or with
   // the options inside `bytes` when they are empty.

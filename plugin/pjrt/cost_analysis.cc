@@ -7,6 +7,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "pjrt/executable.h"
 #include "pjrt/forwarding.h"
 #include "spmd/cost_analysis_hook.h"
 
@@ -93,7 +94,21 @@ StatusOr<std::unique_ptr<Properties>> Analyze(PJRT_Executable* executable) {
     return Unimplemented("cost analysis of myplugin executables needs the jax_plugin package loaded");
   }
   std::string format;
-  StatusOr<std::string> program = OptimizedProgram(executable, &format);
+  StatusOr<std::string> program = Internal("no program");
+  const LoadedExecutable* origin = OriginOf(executable);
+  if (origin != nullptr && origin->stood_in_for() != nullptr) {
+    // A multi-process program's analysis is its whole program's per device,
+    // as on jax's CPU backend; the local executable (our collectives in
+    // place of XLA's) would count other bytes.
+    // (Under the CUDA engine the whole program is the CPU shadow's, which
+    // cannot speak for the GPU: the local part answers there.)
+    StatusOr<const EngineExecutable*> whole = origin->WholeProgramExecutable();
+    if (!whole.ok()) return whole.status();
+    program = &whole.value()->engine() == &Engine() ? whole.value()->OptimizedProgram(&format)
+                                                    : OptimizedProgram(executable, &format);
+  } else {
+    program = OptimizedProgram(executable, &format);
+  }
   if (!program.ok()) return program.status();
   std::string module;
   if (format == "hlo_with_config") {

@@ -11,6 +11,10 @@ constexpr int kDebugOptions = 3;            // in ExecutableBuildOptionsProto
 constexpr int kDeviceAssignment = 9;        // in ExecutableBuildOptionsProto
 constexpr int kComputationDevices = 3;      // in DeviceAssignmentProto
 constexpr int kReplicaDeviceIds = 1;        // in ComputationDevice
+constexpr int kHloModule = 1;               // in HloModuleProtoWithConfig
+constexpr int kModuleConfig = 2;            // in HloModuleProtoWithConfig
+constexpr int kReplicaCount = 4;            // in HloModuleConfigProto
+constexpr int kNumPartitions = 5;           // in HloModuleConfigProto
 
 enum WireType { kVarint = 0, kFixed64 = 1, kLengthDelimited = 2, kFixed32 = 5 };
 
@@ -185,6 +189,67 @@ StatusOr<std::string> RemapCompileOptionDevices(const std::string& compile_optio
   return RewriteField(compile_options, kExecutableBuildOptions, [&](const std::string& build) {
     return RewriteField(build, kDeviceAssignment, [&](const std::string& da) { return RemapDeviceAssignment(da, map); });
   });
+}
+
+std::string WriteDeviceAssignment(const std::vector<std::vector<int64_t>>& assignment) {
+  const size_t replicas = assignment.size();
+  const size_t computations = replicas == 0 ? 0 : assignment[0].size();
+  std::string out;
+  WriteVarint(&out, (1 << 3) | kVarint);  // replica_count
+  WriteVarint(&out, replicas);
+  WriteVarint(&out, (2 << 3) | kVarint);  // computation_count
+  WriteVarint(&out, computations);
+  for (size_t c = 0; c < computations; ++c) {
+    std::string ids;
+    for (size_t r = 0; r < replicas; ++r) WriteVarint(&ids, static_cast<uint64_t>(assignment[r][c]));
+    std::string device;
+    WriteVarint(&device, (kReplicaDeviceIds << 3) | kLengthDelimited);
+    WriteVarint(&device, ids.size());
+    device += ids;
+    WriteVarint(&out, (kComputationDevices << 3) | kLengthDelimited);
+    WriteVarint(&out, device.size());
+    out += device;
+  }
+  return out;
+}
+
+StatusOr<std::string> WholeProgramModule(const std::string& hlo_with_config, const std::string& module,
+                                         int64_t replicas, int64_t partitions) {
+  bool replaced = false;
+  std::string out;
+  for (size_t pos = 0; pos < hlo_with_config.size();) {
+    StatusOr<Field> f = NextField(hlo_with_config, &pos);
+    if (!f.ok()) return f.status();
+    const Field& fd = f.value();
+    std::string value;
+    if (fd.wire == kLengthDelimited && fd.number == kHloModule) {
+      value = module;
+      replaced = true;
+    } else if (fd.wire == kLengthDelimited && fd.number == kModuleConfig) {
+      // The config's counts, the whole program's; every other field as it is.
+      const std::string config = hlo_with_config.substr(fd.value_start, fd.end - fd.value_start);
+      for (size_t c = 0; c < config.size();) {
+        StatusOr<Field> g = NextField(config, &c);
+        if (!g.ok()) return g.status();
+        if (g.value().wire == kVarint && (g.value().number == kReplicaCount || g.value().number == kNumPartitions)) {
+          continue;
+        }
+        value.append(config, g.value().start, g.value().end - g.value().start);
+      }
+      WriteVarint(&value, (kReplicaCount << 3) | kVarint);
+      WriteVarint(&value, static_cast<uint64_t>(replicas));
+      WriteVarint(&value, (kNumPartitions << 3) | kVarint);
+      WriteVarint(&value, static_cast<uint64_t>(partitions));
+    } else {
+      out.append(hlo_with_config, fd.start, fd.end - fd.start);
+      continue;
+    }
+    WriteVarint(&out, fd.key);
+    WriteVarint(&out, value.size());
+    out += value;
+  }
+  if (!replaced) return Malformed("no module in the engine's optimized program");
+  return out;
 }
 
 }  // namespace myplugin

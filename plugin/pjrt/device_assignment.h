@@ -40,4 +40,13 @@ StatusOr<std::string> CanonicalCompileOptions(const std::string& compile_options
 // Rewrites the ids of a serialized DeviceAssignmentProto.
 StatusOr<std::string> RemapDeviceAssignment(const std::string& device_assignment, const DeviceIdMap& map);
 
+// A DeviceAssignmentProto of [replica][computation] device ids.
+std::string WriteDeviceAssignment(const std::vector<std::vector<int64_t>>& assignment);
+
+// `hlo_with_config` (an HloModuleProtoWithConfig: the module, field 1, and
+// its HloModuleConfigProto, field 2) with `module` (an HloModuleProto) as its
+// module and the config's replica_count (4) and num_partitions (5) set.
+StatusOr<std::string> WholeProgramModule(const std::string& hlo_with_config, const std::string& module,
+                                         int64_t replicas, int64_t partitions);
+
 }  // namespace myplugin

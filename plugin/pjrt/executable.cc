@@ -1,5 +1,6 @@
 #include "pjrt/executable.h"
 
+#include <cstring>
 #include <mutex>
 #include <unordered_map>
 
@@ -99,7 +100,12 @@ StatusOr<std::string> LoadedExecutable::Serialize() const {
       out.engine_ids.push_back(engine_id.value());
     }
     out.local_compile_options = partitioned_->local.compile_options;
-    StatusOr<std::string> shadow = partitioned_->shadow->Serialize();
+    // The shadow's executable answers for the program after a load (on a
+    // process with no device in it too); a partition that stopped early has
+    // none yet, so the entry pays for the whole compile now.
+    StatusOr<const EngineExecutable*> whole = WholeProgramExecutable();
+    if (!whole.ok()) return whole.status();
+    StatusOr<std::string> shadow = whole.value()->Serialize();
     if (!shadow.ok()) return shadow.status();
     out.shadow_executable = shadow.take();
   }
@@ -126,14 +132,93 @@ Status CanDescribeWithoutLocalPart(const EngineExecutable& shadow) {
   return OkStatus();
 }
 
-PJRT_Error* PjrtExecutableSerialize(PJRT_Executable_Serialize_Args* args) {
-  const LoadedExecutable* origin = nullptr;
-  {
-    ExecutableOrigins& o = Origins();
-    std::lock_guard<std::mutex> lock(o.mu);
-    auto it = o.of.find(args->executable);
-    if (it != o.of.end()) origin = it->second;
+const LoadedExecutable* OriginOf(const PJRT_Executable* executable) {
+  ExecutableOrigins& o = Origins();
+  std::lock_guard<std::mutex> lock(o.mu);
+  auto it = o.of.find(executable);
+  return it == o.of.end() ? nullptr : it->second;
+}
+
+namespace {
+
+const spmd::PartitionedProgram* StoodInFor(const PJRT_Executable* executable) {
+  const LoadedExecutable* origin = OriginOf(executable);
+  return origin ? origin->stood_in_for() : nullptr;
+}
+
+}  // namespace
+
+StatusOr<std::string> LoadedExecutable::WholeOptimizedProgram() const {
+  std::lock_guard<std::mutex> lock(whole_mu_);
+  if (!whole_optimized_.empty()) return whole_optimized_;
+  const spmd::PartitionedProgram* whole = stood_in_for();
+  if (whole == nullptr || whole->local.partitioned_module_proto.empty()) {
+    return FailedPrecondition("this executable has no partitioned whole program to describe");
   }
+  StatusOr<std::string> local = engine_.OptimizedProgram();
+  if (!local.ok()) return local.status();
+  StatusOr<std::string> out =
+      WholeProgramModule(local.value(), whole->local.partitioned_module_proto, whole->assignment.size(),
+                         whole->assignment.empty() ? 0 : whole->assignment[0].size());
+  if (!out.ok()) return out.status();
+  whole_optimized_ = out.take();
+  return whole_optimized_;
+}
+
+StatusOr<const EngineExecutable*> LoadedExecutable::WholeProgramExecutable() const {
+  if (!partitioned_) return FailedPrecondition("this executable is not a multi-process program");
+  if (partitioned_->shadow) return partitioned_->shadow.get();
+  std::lock_guard<std::mutex> lock(whole_mu_);
+  if (!whole_executable_) {
+    StatusOr<std::unique_ptr<EngineExecutable>> c = client_->multiprocess_compiler().CompileWholeProgram(*partitioned_);
+    if (!c.ok()) return c.status();
+    whole_executable_ = c.take();
+  }
+  return whole_executable_.get();
+}
+
+PJRT_Error* PjrtExecutableNumReplicas(PJRT_Executable_NumReplicas_Args* args) {
+  if (const spmd::PartitionedProgram* whole = StoodInFor(args->executable)) {
+    args->num_replicas = whole->assignment.size();
+    return nullptr;
+  }
+  return MYPLUGIN_CALL_ENGINE(PJRT_Executable_NumReplicas, args);
+}
+
+PJRT_Error* PjrtExecutableNumPartitions(PJRT_Executable_NumPartitions_Args* args) {
+  if (const spmd::PartitionedProgram* whole = StoodInFor(args->executable)) {
+    args->num_partitions = whole->assignment.empty() ? 0 : whole->assignment[0].size();
+    return nullptr;
+  }
+  return MYPLUGIN_CALL_ENGINE(PJRT_Executable_NumPartitions, args);
+}
+
+PJRT_Error* PjrtExecutableOptimizedProgram(PJRT_Executable_OptimizedProgram_Args* args) {
+  const LoadedExecutable* origin = OriginOf(args->executable);
+  if (origin == nullptr || origin->stood_in_for() == nullptr ||
+      origin->stood_in_for()->local.partitioned_module_proto.empty()) {
+    return MYPLUGIN_CALL_ENGINE(PJRT_Executable_OptimizedProgram, args);
+  }
+  StatusOr<std::string> whole = origin->WholeOptimizedProgram();
+  if (!whole.ok()) return ToPjrtError(whole.status());
+  static const char kFormat[] = "hlo_with_config";
+  PJRT_Program* program = args->program;
+  program->format = kFormat;
+  program->format_size = sizeof(kFormat) - 1;
+  if (program->code == nullptr) {
+    program->code_size = whole.value().size();
+    return nullptr;
+  }
+  if (program->code_size < whole.value().size()) {
+    return ToPjrtError(InvalidArgument("the buffer for the optimized program is too small"));
+  }
+  std::memcpy(program->code, whole.value().data(), whole.value().size());
+  program->code_size = whole.value().size();
+  return nullptr;
+}
+
+PJRT_Error* PjrtExecutableSerialize(PJRT_Executable_Serialize_Args* args) {
+  const LoadedExecutable* origin = OriginOf(args->executable);
   if (origin == nullptr) {
     return ToPjrtError(FailedPrecondition(
         "myplugin serializes only executables obtained from its loaded executables (and still loaded)"));
@@ -255,6 +340,14 @@ void DeleteRemappedAssignment(PJRT_DeviceAssignmentSerialized* p) {
 
 PJRT_Error* PjrtLoadedExecutableGetDeviceAssignment(PJRT_LoadedExecutable_GetDeviceAssignment_Args* args) {
   LoadedExecutable* exec = FromC(args->executable);
+  if (const spmd::PartitionedProgram* whole = exec->stood_in_for()) {
+    auto* r = new RemappedAssignment{WriteDeviceAssignment(whole->assignment), nullptr, nullptr};
+    args->serialized_bytes = r->bytes.data();
+    args->serialized_bytes_size = r->bytes.size();
+    args->serialized_device_assignment = reinterpret_cast<PJRT_DeviceAssignmentSerialized*>(r);
+    args->serialized_device_assignment_deleter = &DeleteRemappedAssignment;
+    return nullptr;
+  }
   if (const EngineExecutable* global = exec->global_program()) {
     // The shadow engine's device ids are the global ids.
     ScopedSwap<PJRT_LoadedExecutable*> engine_exec(args->executable, global->get());

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -46,6 +47,19 @@ class LoadedExecutable {
   const std::vector<PJRT_Device*>& c_addressable_devices() const { return c_addressable_devices_; }
   // The whole program as compiled on the shadow engine, or null.
   const EngineExecutable* global_program() const { return partitioned_ ? partitioned_->shadow.get() : nullptr; }
+  // A multi-process program whose shadow stopped early: its local
+  // executable stands in for the whole program, and these answer what only
+  // the whole program knows. Null otherwise.
+  const spmd::PartitionedProgram* stood_in_for() const {
+    return partitioned_ && !partitioned_->shadow ? partitioned_.get() : nullptr;
+  }
+  // The engine's optimized program of the local part with the whole
+  // program's partitioned module in it (made on first call).
+  StatusOr<std::string> WholeOptimizedProgram() const;
+  // The whole program's executable on the shadow engine: the partition's,
+  // or (where it stopped early) compiled on first call: a cost analysis or
+  // a compilation-cache entry needs it.
+  StatusOr<const EngineExecutable*> WholeProgramExecutable() const;
 
  private:
   LoadedExecutable(Client* client, PJRT_LoadedExecutable* engine);
@@ -56,6 +70,9 @@ class LoadedExecutable {
   std::shared_ptr<const spmd::PartitionedProgram> partitioned_;
   std::atomic<bool> deleted_{false};
   std::string unserializable_;
+  mutable std::mutex whole_mu_;
+  mutable std::string whole_optimized_;  // WholeOptimizedProgram's, once made
+  mutable std::unique_ptr<EngineExecutable> whole_executable_;  // WholeProgramExecutable's, once compiled
 };
 
 inline PJRT_LoadedExecutable* ToC(LoadedExecutable* e) { return reinterpret_cast<PJRT_LoadedExecutable*>(e); }
@@ -73,6 +90,11 @@ Status CanDescribeWithoutLocalPart(const EngineExecutable& shadow);
 PJRT_Error* PjrtClientCompile(PJRT_Client_Compile_Args* args);
 PJRT_Error* PjrtExecutableDeserializeAndLoad(PJRT_Executable_DeserializeAndLoad_Args* args);
 PJRT_Error* PjrtExecutableSerialize(PJRT_Executable_Serialize_Args* args);
+PJRT_Error* PjrtExecutableNumReplicas(PJRT_Executable_NumReplicas_Args* args);
+PJRT_Error* PjrtExecutableNumPartitions(PJRT_Executable_NumPartitions_Args* args);
+PJRT_Error* PjrtExecutableOptimizedProgram(PJRT_Executable_OptimizedProgram_Args* args);
+// The loaded executable that handed out `executable` (still loaded), or null.
+const LoadedExecutable* OriginOf(const PJRT_Executable* executable);
 // PJRT_Executable_Destroy calls it: `executable` no longer names one of ours.
 void ForgetExecutableOrigin(const PJRT_Executable* executable);
 PJRT_Error* PjrtLoadedExecutableDestroy(PJRT_LoadedExecutable_Destroy_Args* args);

@@ -162,12 +162,9 @@ MYPLUGIN_PASS_THROUGH(PJRT_Event_IsReady)
 MYPLUGIN_PASS_THROUGH(PJRT_Event_Error)
 MYPLUGIN_PASS_THROUGH(PJRT_Event_Await)
 MYPLUGIN_PASS_THROUGH(PJRT_Executable_Name)
-MYPLUGIN_PASS_THROUGH(PJRT_Executable_NumReplicas)
-MYPLUGIN_PASS_THROUGH(PJRT_Executable_NumPartitions)
 MYPLUGIN_PASS_THROUGH(PJRT_Executable_NumOutputs)
 MYPLUGIN_PASS_THROUGH(PJRT_Executable_SizeOfGeneratedCodeInBytes)
 MYPLUGIN_PASS_THROUGH(PJRT_Executable_OutputMemoryKinds)
-MYPLUGIN_PASS_THROUGH(PJRT_Executable_OptimizedProgram)
 MYPLUGIN_PASS_THROUGH(PJRT_Executable_OutputElementTypes)
 MYPLUGIN_PASS_THROUGH(PJRT_Executable_OutputDimensions)
 MYPLUGIN_PASS_THROUGH(PJRT_Executable_Fingerprint)
@@ -238,12 +235,13 @@ void InstallPassThroughEntries(PJRT_Api& api) {
   MYPLUGIN_INSTALL(PJRT_Event_Error);
   MYPLUGIN_INSTALL(PJRT_Event_Await);
   MYPLUGIN_INSTALL(PJRT_Executable_Name);
-  MYPLUGIN_INSTALL(PJRT_Executable_NumReplicas);
-  MYPLUGIN_INSTALL(PJRT_Executable_NumPartitions);
+  api.PJRT_Executable_NumReplicas = MYPLUGIN_ENTRY_POINT(PJRT_Executable_NumReplicas, PjrtExecutableNumReplicas);
+  api.PJRT_Executable_NumPartitions = MYPLUGIN_ENTRY_POINT(PJRT_Executable_NumPartitions, PjrtExecutableNumPartitions);
   MYPLUGIN_INSTALL(PJRT_Executable_NumOutputs);
   MYPLUGIN_INSTALL(PJRT_Executable_SizeOfGeneratedCodeInBytes);
   MYPLUGIN_INSTALL(PJRT_Executable_OutputMemoryKinds);
-  MYPLUGIN_INSTALL(PJRT_Executable_OptimizedProgram);
+  api.PJRT_Executable_OptimizedProgram =
+      MYPLUGIN_ENTRY_POINT(PJRT_Executable_OptimizedProgram, PjrtExecutableOptimizedProgram);
   MYPLUGIN_INSTALL(PJRT_Executable_OutputElementTypes);
   MYPLUGIN_INSTALL(PJRT_Executable_OutputDimensions);
   MYPLUGIN_INSTALL(PJRT_Executable_Fingerprint);

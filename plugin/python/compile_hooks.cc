@@ -46,22 +46,28 @@ std::shared_ptr<nb::object> Keep(nb::object fn) {
   });
 }
 
-void SetProgramHooks(nb::callable shadow_options, nb::callable local_program, nb::type_object unsupported) {
+void SetProgramHooks(nb::callable shadow_program, nb::callable local_program, nb::type_object unsupported) {
   if (!PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(unsupported.ptr()),
                         reinterpret_cast<PyTypeObject*>(PyExc_BaseException))) {
     throw nb::type_error("set_program_hooks: 'unsupported' must be an exception class");
   }
-  auto shadow_fn = Keep(std::move(shadow_options));
+  auto shadow_fn = Keep(std::move(shadow_program));
   auto local_fn = Keep(std::move(local_program));
   auto unsupported_cls = Keep(std::move(unsupported));
   spmd::ProgramHooks hooks;
-  hooks.shadow_options = [shadow_fn, unsupported_cls](const std::string& options,
-                                     const std::string& dump_dir) -> StatusOr<std::string> {
+  hooks.shadow_program = [shadow_fn, unsupported_cls](const std::string& code, const std::string& format,
+                                                      const std::string& options, const std::string& dump_dir,
+                                                      bool stop_early) -> StatusOr<spmd::ShadowProgram> {
     nb::gil_scoped_acquire gil;
     try {
-      nb::object out = (*shadow_fn)(nb::bytes(options.data(), options.size()), dump_dir);
-      nb::bytes b = nb::cast<nb::bytes>(out);
-      return std::string(b.c_str(), b.size());
+      nb::object out = (*shadow_fn)(nb::bytes(code.data(), code.size()), format,
+                                    nb::bytes(options.data(), options.size()), dump_dir, stop_early);
+      auto t = nb::cast<std::tuple<nb::bytes, nb::bytes, bool>>(out);
+      spmd::ShadowProgram p;
+      p.code.assign(std::get<0>(t).c_str(), std::get<0>(t).size());
+      p.compile_options.assign(std::get<1>(t).c_str(), std::get<1>(t).size());
+      p.stops_early = std::get<2>(t);
+      return p;
     } catch (nb::python_error& e) {
       return FromPythonError(e, "preparing the partition step", *unsupported_cls);
     }
@@ -72,12 +78,13 @@ void SetProgramHooks(nb::callable shadow_options, nb::callable local_program, nb
     try {
       nb::object out = (*local_fn)(r.dump_dir, nb::bytes(r.compile_options.data(), r.compile_options.size()),
                                    r.assignment, r.num_devices, r.local_engine_ids);
-      auto t = nb::cast<std::tuple<nb::bytes, nb::bytes, std::vector<int64_t>, bool>>(out);
+      auto t = nb::cast<std::tuple<nb::bytes, nb::bytes, std::vector<int64_t>, bool, nb::bytes>>(out);
       spmd::LocalProgram p;
       p.hlo_module_proto.assign(std::get<0>(t).c_str(), std::get<0>(t).size());
       p.compile_options.assign(std::get<1>(t).c_str(), std::get<1>(t).size());
       p.device_order = std::get<2>(t);
       p.process_independent = std::get<3>(t);
+      p.partitioned_module_proto.assign(std::get<4>(t).c_str(), std::get<4>(t).size());
       return p;
     } catch (nb::python_error& e) {
       return FromPythonError(e, "rewriting the partitioned program", *unsupported_cls);
@@ -114,7 +121,7 @@ void SetCostAnalysisHook(nb::callable analyze) {
 }  // namespace
 
 void BindCompileHooks(nb::module_& m) {
-  m.def("set_program_hooks", &SetProgramHooks, nb::arg("shadow_options"), nb::arg("local_program"),
+  m.def("set_program_hooks", &SetProgramHooks, nb::arg("shadow_program"), nb::arg("local_program"),
         nb::arg("unsupported"),
         "Installs the Python steps of the multi-process compile; an exception of class `unsupported` becomes "
         "UNIMPLEMENTED.");

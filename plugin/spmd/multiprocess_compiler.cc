@@ -80,7 +80,15 @@ StatusOr<std::shared_ptr<const PartitionedProgram>> MultiProcessCompiler::Partit
     if (LogCompiles()) LogLine("myplugin: multi-process compile: partitioned program found in the cache");
     return hit->second;
   }
-  StatusOr<std::shared_ptr<const PartitionedProgram>> partitioned = PartitionUncached(program, options, assignment);
+  // A program with a device here is answered for by its local executable,
+  // so its shadow may stop before machine code; one without needs the
+  // shadow's executable.
+  bool has_local_device = false;
+  for (const auto& replica : assignment) {
+    for (int64_t id : replica) has_local_device = has_local_device || local_engine_ids_.count(id) > 0;
+  }
+  StatusOr<std::shared_ptr<const PartitionedProgram>> partitioned =
+      PartitionUncached(program, options, assignment, has_local_device);
   if (partitioned.ok()) cache_.emplace(std::move(key), partitioned.value());
   return partitioned;
 }
@@ -93,10 +101,55 @@ StatusOr<std::unique_ptr<EngineExecutable>> MultiProcessCompiler::LoadShadow(con
   return EngineExecutable::Deserialize(*engine_, shadow.value()->get(), bytes, options);
 }
 
-StatusOr<std::shared_ptr<const PartitionedProgram>> MultiProcessCompiler::PartitionUncached(
-    const PJRT_Program& program, const std::string& options, const std::vector<std::vector<int64_t>>& assignment) {
+StatusOr<MultiProcessCompiler::ShadowCompile> MultiProcessCompiler::CompileShadow(const std::string& code,
+                                                                                 const std::string& format,
+                                                                                 const std::string& options,
+                                                                                 const std::string& dump_dir,
+                                                                                 bool stop_early) {
   ProgramHooks hooks = GetProgramHooks();
-  if (!hooks.shadow_options || !hooks.local_program) {
+  StatusOr<ShadowProgram> prepared = hooks.shadow_program(code, format, options, dump_dir, stop_early);
+  if (!prepared.ok()) return prepared.status();
+  StatusOr<EngineClient*> shadow = Shadow();
+  if (!shadow.ok()) return shadow.status();
+  PJRT_Program shadow_program;
+  shadow_program.struct_size = PJRT_Program_STRUCT_SIZE;
+  shadow_program.extension_start = nullptr;
+  shadow_program.code = prepared.value().code.data();
+  shadow_program.code_size = prepared.value().code.size();
+  shadow_program.format = format.data();
+  shadow_program.format_size = format.size();
+  MYPLUGIN_PJRT_ARGS(PJRT_Client_Compile_Args, compile);
+  compile.client = shadow.value()->get();
+  compile.program = &shadow_program;
+  compile.compile_options = prepared.value().compile_options.data();
+  compile.compile_options_size = prepared.value().compile_options.size();
+  ShadowCompile out;
+  out.stopped_early = prepared.value().stops_early;
+  out.status = engine_->Consume(engine_->api()->PJRT_Client_Compile(&compile));
+  if (out.status.ok()) out.executable = std::make_unique<EngineExecutable>(*engine_, compile.executable);
+  return out;
+}
+
+StatusOr<std::unique_ptr<EngineExecutable>> MultiProcessCompiler::CompileWholeProgram(
+    const PartitionedProgram& program) {
+  std::lock_guard<std::mutex> lock(mu_);
+  StatusOr<std::string> dir = MakeTempDir();
+  if (!dir.ok()) return dir.status();
+  RemoveOnExit remove_dir(dir.value());
+  StatusOr<ShadowCompile> compiled = CompileShadow(program.code, program.format, program.options, dir.value(), false);
+  if (!compiled.ok()) return compiled.status();
+  if (!compiled.value().status.ok()) {
+    return Status(compiled.value().status.code(), "compiling the whole program on the shadow engine failed: " +
+                                                      compiled.value().status.message());
+  }
+  return std::move(compiled.value().executable);
+}
+
+StatusOr<std::shared_ptr<const PartitionedProgram>> MultiProcessCompiler::PartitionUncached(
+    const PJRT_Program& program, const std::string& options, const std::vector<std::vector<int64_t>>& assignment,
+    bool stop_early) {
+  ProgramHooks hooks = GetProgramHooks();
+  if (!hooks.shadow_program || !hooks.local_program) {
     return FailedPrecondition("this program spans processes, and compiling it needs the jax_plugin Python package "
                               "(its multi-process compile hooks are not installed)");
   }
@@ -104,23 +157,21 @@ StatusOr<std::shared_ptr<const PartitionedProgram>> MultiProcessCompiler::Partit
   StatusOr<std::string> dir = MakeTempDir();
   if (!dir.ok()) return dir.status();
   RemoveOnExit remove_dir(dir.value());
-  StatusOr<std::string> shadow_options = hooks.shadow_options(options, dir.value());
-  if (!shadow_options.ok()) return shadow_options.status();
-
-  StatusOr<EngineClient*> shadow = Shadow();
-  if (!shadow.ok()) return shadow.status();
-  PJRT_Program shadow_program = program;
-  MYPLUGIN_PJRT_ARGS(PJRT_Client_Compile_Args, compile);
-  compile.client = shadow.value()->get();
-  compile.program = &shadow_program;
-  compile.compile_options = shadow_options.value().data();
-  compile.compile_options_size = shadow_options.value().size();
-  Status st = engine_->Consume(engine_->api()->PJRT_Client_Compile(&compile));
-  if (!st.ok()) return Status(st.code(), "partitioning the program for " + std::to_string(num_devices_) +
-                                             " devices failed: " + st.message());
   auto result = std::make_shared<PartitionedProgram>();
   result->assignment = assignment;
-  result->shadow = std::make_unique<EngineExecutable>(*engine_, compile.executable);
+  result->code.assign(program.code, program.code_size);
+  result->format.assign(program.format, program.format_size);
+  result->options = options;
+
+  StatusOr<ShadowCompile> compiled = CompileShadow(result->code, result->format, options, dir.value(), stop_early);
+  if (!compiled.ok()) return compiled.status();
+  const bool stopped = compiled.value().stopped_early && !compiled.value().status.ok();
+  if (!compiled.value().status.ok() && !stopped) {
+    const Status& st = compiled.value().status;
+    return Status(st.code(), "partitioning the program for " + std::to_string(num_devices_) +
+                                 " devices failed: " + st.message());
+  }
+  result->shadow = std::move(compiled.value().executable);
   double shadow_seconds = Seconds(start);
 
   LocalProgramRequest request;
@@ -130,12 +181,22 @@ StatusOr<std::shared_ptr<const PartitionedProgram>> MultiProcessCompiler::Partit
   request.num_devices = num_devices_;
   request.local_engine_ids = local_engine_ids_;
   StatusOr<LocalProgram> local = hooks.local_program(request);
+  if (!local.ok() && stopped && local.status().code() != Code::kUnimplemented) {
+    // The compile ended before the dump was written: the mark that stops it
+    // may itself be what this program cannot take. Partition it whole.
+    // (UNIMPLEMENTED is the rewrite's verdict on the program, not this.)
+    if (LogCompiles()) {
+      LogLine("myplugin: multi-process compile: the shortened partition failed (" +
+              compiled.value().status.message() + "; " + local.status().message() + "); partitioning again in full");
+    }
+    return PartitionUncached(program, options, assignment, false);
+  }
   if (!local.ok()) return local.status();
   result->local = local.take();
   if (LogCompiles()) {
     LogLine("myplugin: multi-process compile: partitioned for " + std::to_string(num_devices_) + " devices in " +
-            std::to_string(shadow_seconds) + " s, rewritten in " + std::to_string(Seconds(start) - shadow_seconds) +
-            " s");
+            std::to_string(shadow_seconds) + " s" + (stopped ? " (stopped after the HLO passes)" : "") +
+            ", rewritten in " + std::to_string(Seconds(start) - shadow_seconds) + " s");
   }
   return std::shared_ptr<const PartitionedProgram>(std::move(result));
 }

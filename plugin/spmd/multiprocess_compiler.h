@@ -30,9 +30,15 @@ namespace myplugin::spmd {
 struct PartitionedProgram {
   LocalProgram local;
   std::vector<std::vector<int64_t>> assignment;  // the whole program's [replica][partition] global ids
-  // The global program as the shadow compiled it: what jax asks about the
-  // executable (shardings, device assignment, partitions) is answered by it.
+  // The global program as the shadow compiled it, or null where the shadow
+  // stopped after its HLO passes (a program with a local part): then the
+  // local executable and `local.partitioned_module_proto` answer what jax
+  // asks about the executable (shardings, device assignment, partitions).
   std::unique_ptr<EngineExecutable> shadow;
+  // What the shadow compiled (the caller's program and options), kept so
+  // that the whole executable can be compiled when one is needed after all
+  // (a compilation-cache entry).
+  std::string code, format, options;
 };
 
 class MultiProcessCompiler {
@@ -52,6 +58,10 @@ class MultiProcessCompiler {
                                                                 const std::string& cache_key,
                                                                 const std::vector<std::vector<int64_t>>& assignment);
 
+  // The whole program's executable on the shadow engine, compiled now for a
+  // program whose partition stopped early.
+  StatusOr<std::unique_ptr<EngineExecutable>> CompileWholeProgram(const PartitionedProgram& program);
+
   // The whole program from its serialized shadow executable (a compilation
   // cache entry), loaded into the shadow client with `options` (global ids).
   StatusOr<std::unique_ptr<EngineExecutable>> LoadShadow(const std::string& bytes, const std::string& options);
@@ -59,7 +69,16 @@ class MultiProcessCompiler {
  private:
   StatusOr<EngineClient*> Shadow();
   StatusOr<std::shared_ptr<const PartitionedProgram>> PartitionUncached(
-      const PJRT_Program& program, const std::string& options, const std::vector<std::vector<int64_t>>& assignment);
+      const PJRT_Program& program, const std::string& options, const std::vector<std::vector<int64_t>>& assignment,
+      bool stop_early);
+  struct ShadowCompile {
+    Status status;                              // the engine's verdict
+    std::unique_ptr<EngineExecutable> executable;  // when it compiled
+    bool stopped_early = false;                 // it was meant to end once the dump was written
+  };
+  // Called with mu_ held.
+  StatusOr<ShadowCompile> CompileShadow(const std::string& code, const std::string& format,
+                                        const std::string& options, const std::string& dump_dir, bool stop_early);
 
   std::function<StatusOr<const EngineLibrary*>()> shadow_engine_;
   const EngineLibrary* engine_ = nullptr;  // the shadow's, once loaded

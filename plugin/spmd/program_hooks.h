@@ -22,6 +22,16 @@ struct LocalProgramRequest {
   std::map<int64_t, int64_t> local_engine_ids;   // this process: global id -> engine id
 };
 
+// What the shadow engine compiles: the caller's program and options with
+// the dump options, and, where it could be placed, a mark that ends the
+// compile right after the HLO passes (see the README, "Multi-process
+// programs": the shadow's machine code is never needed).
+struct ShadowProgram {
+  std::string code;
+  std::string compile_options;
+  bool stops_early = false;  // the compile is expected to fail once the dump is written
+};
+
 struct LocalProgram {
   std::string hlo_module_proto;          // the rewritten module
   std::string compile_options;           // for this process's devices alone
@@ -29,11 +39,18 @@ struct LocalProgram {
   // The module is the same on every process (it reads device ids at run
   // time, not from constants), so its compiled form may serve any process.
   bool process_independent = false;
+  // The whole program right after SPMD partitioning (HloModuleProto, with the
+  // partitioner's parameter and output shardings): what jax asks about the
+  // executable is answered from it when the shadow stopped early.
+  std::string partitioned_module_proto;
 };
 
 struct ProgramHooks {
-  // The caller's compile options plus the shadow compile's dump options.
-  std::function<StatusOr<std::string>(const std::string& options, const std::string& dump_dir)> shadow_options;
+  // `stop_early`: whether the compile may end after the dump (false where the
+  // shadow's executable itself is wanted).
+  std::function<StatusOr<ShadowProgram>(const std::string& code, const std::string& format, const std::string& options,
+                                        const std::string& dump_dir, bool stop_early)>
+      shadow_program;
   std::function<StatusOr<LocalProgram>(const LocalProgramRequest&)> local_program;
 };
 

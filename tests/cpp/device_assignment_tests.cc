@@ -104,9 +104,37 @@ void TestCanonicalOrder() {
   CHECK(c1.value().size() == one.size());
 }
 
+void TestWriteAssignment() {
+  // Two replicas of three computations, [replica][computation]: written as
+  // replica_count, computation_count, then each computation's device per replica.
+  std::string written = myplugin::WriteDeviceAssignment(Matrix{{4, 5, 6}, {7, 8, 9}});
+  CHECK(written == Assignment({PackedIds({4, 7}), PackedIds({5, 8}), PackedIds({6, 9})}, 2));
+  // It reads back through the compile options as it was given.
+  auto back = myplugin::ReadCompileOptionDevices(CompileOptions(written));
+  CHECK(back.ok() && back.value() == (Matrix{{4, 5, 6}, {7, 8, 9}}));
+}
+
+void TestWholeProgramModule() {
+  // HloModuleProtoWithConfig: hlo_module = 1, config = 2; the config holds
+  // entry_computation_layout = 1, replica_count = 4 and num_partitions = 5.
+  std::string layout = Field(1, "layout");
+  std::string config = layout + "\x20\x02" + "\x28\x01" + "\x38\x01";  // 2 replicas, 1 partition, field 7 set
+  std::string engine = Field(1, "local module") + Field(2, config) + Field(3, "other");
+  auto whole = myplugin::WholeProgramModule(engine, "whole module", 1, 8);
+  CHECK(whole.ok());
+  // The module replaced, the counts the whole program's, every other byte kept.
+  CHECK(whole.value() == Field(1, "whole module") + Field(2, layout + "\x38\x01" + "\x20\x01" + "\x28\x08") +
+                             Field(3, "other"));
+  // No module to replace: refused, not made up.
+  CHECK(!myplugin::WholeProgramModule(Field(2, config), "whole module", 1, 8).ok());
+  CHECK(!myplugin::WholeProgramModule("\x0a\x05ab", "whole module", 1, 8).ok());  // truncated
+}
+
 }  // namespace
 
 void RunDeviceAssignmentTests() {
+  TestWriteAssignment();
+  TestWholeProgramModule();
   TestRead();
   TestRemap();
   TestRefusals();

@@ -101,7 +101,7 @@ try:
         time.sleep(seconds)  # COMPILE_HOOK_LINE: a test-only hook, inside this process's compile
         return compile_hooks.local_program(*args)
 
-      _myplugin.set_program_hooks(compile_hooks.shadow_options, slow_local_program,
+      _myplugin.set_program_hooks(compile_hooks.shadow_program, slow_local_program,
                                   compile_hooks.UnsupportedProgram)
     else:
       event("waiting")
