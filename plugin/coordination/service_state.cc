@@ -285,6 +285,20 @@ void ServiceState::OnStoppedReading(ConnectionId conn, const std::string& detail
   DeclareFailure(pid, "stopped reading from the coordination service (" + detail + ")", out);
 }
 
+ConnectionId ServiceState::OnProcessEnded(int pid, const std::string& how, Outbox& out) {
+  if (pid < 0 || pid >= options_.num_processes) return 0;
+  Process& p = processes_[pid];
+  // Never started or already free: a new process may take the id as it is.
+  if (p.state == ProcessState::kAbsent) return 0;
+  const ConnectionId conn = p.conn;
+  if (conn) members_.erase(conn);
+  p.conn = 0;
+  if (p.state != ProcessState::kDeparted && p.state != ProcessState::kFailed) {
+    DeclareFailure(pid, "its process ended " + how, out);
+  }
+  return conn;
+}
+
 void ServiceState::DeclareFailure(int process_id, const std::string& reason_in, Outbox& out) {
   processes_[process_id].state = ProcessState::kFailed;
   std::string reason = reason_in.size() > kMaxReasonBytes ? reason_in.substr(0, kMaxReasonBytes) + "..." : reason_in;
