@@ -86,6 +86,45 @@ def test_collective_fails_then_the_rebuilt_backend_computes_over_the_survivors()
       assert third["process_index"] == survivors.index(r)
 
 
+@pytest.mark.parametrize("victim", [0, 1])
+def test_straggler_report_after_a_recovery_follows_the_membership(tmp_path, victim):
+  """A process dies (0: the reporter itself); the three survivors agree, and
+  member 3 is late to an all-reduce: the first member reports it by its id,
+  with its stack, and the dead process is neither waited for nor reported."""
+  import re
+  from jax_plugin import _myplugin
+  members = [r for r in range(4) if r != victim]
+  reporter = members[0]
+  service = _myplugin.CoordinationService.start("127.0.0.1", 0, 4, "", 5.0, 60.0)
+  try:
+    with Job(4, ["straggler", str(victim)], program="recovery_worker.py",
+             env={"MYPLUGIN_COORDINATOR_ADDRESS": f"127.0.0.1:{service.port}",
+                  "MYPLUGIN_COORDINATOR_STANDALONE": "1", "MYPLUGIN_STRAGGLER_SECONDS": "1",
+                  "MYPLUGIN_TRACE_DIR": str(tmp_path)}) as job:
+      codes = job.wait(timeout=120)
+      out = job.all_output()
+      assert codes[victim] == -9 and all(codes[r] == 0 for r in members), out
+      for r in members:
+        assert job.event(r, "verdict")["members"] == members, out
+        assert job.event(r, "sum")["total"] == sum(i + 1 for i in members), out
+      text = job.output(reporter)
+      assert "myplugin: straggler report #1" in text, out
+      assert f"membership epoch 1: processes {members}" in text, out
+      assert f"arrived: processes {members[:2]}; not arrived: processes [3]" in text, out
+      report = text[text.index("straggler report #1"):]
+      assert re.search(r"process 3 \(pid \d+ on ", report), out
+      # Its own stack, fetched from it while it slept: the sleeping line of the program.
+      program = os.path.join(os.path.dirname(os.path.abspath(__file__)), "programs", "recovery_worker.py")
+      with open(program) as f:
+        line = next(i for i, text_line in enumerate(f, 1) if "# STRAGGLER_LINE" in text_line)
+      assert re.search(rf'recovery_worker.py", line {line} in <module>', report), out
+      # Nobody else reports, and the dead process is in no report.
+      assert all("straggler report" not in job.output(r) for r in members[1:]), out
+      assert f"process {victim} did not answer" not in text and f"process {victim} (pid" not in text, out
+  finally:
+    service.stop()
+
+
 def _launcher_events(stdout):
   """The RESULT lines of a job run under myplugin-run, per rank, in order."""
   import json

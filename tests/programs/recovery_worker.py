@@ -16,6 +16,9 @@ test.
                8, ...), each time leaving a child that holds its connection
                to the service open, and is started again at once; the
                members redo the failed step with it back.
+  straggler    (MYPLUGIN_STRAGGLER_SECONDS set) the victim dies; the survivors
+               agree; after a first all-reduce of the members, the last one
+               sleeps before the second, long enough for a straggler report.
 
 usage: python recovery_worker.py SCENARIO VICTIM [DEATHS]
 """
@@ -108,6 +111,26 @@ if scenario in ("verdict", "no_agreement"):
     sys.exit(0)
   distributed.barrier("survivors", timeout=30)
   result(event="survivors_barrier")
+  sys.exit(0)
+
+if scenario == "straggler":
+  import numpy as np
+  from jax_plugin import collectives
+
+  distributed.barrier("start", timeout=30)
+  if pid == victim:
+    die()
+  try:
+    distributed.barrier("after", timeout=60)
+  except RuntimeError as e:
+    result(event="barrier_error", error=str(e))
+  m = distributed.agree_membership(timeout=60)
+  result(event="verdict", **verdict(m))
+  collectives.all_reduce(np.array([pid + 1], np.float64))  # the new epoch's communicator, made together
+  if m.process_id == m.num_processes - 1:
+    time.sleep(4)  # STRAGGLER_LINE: the members wait for it in the all-reduce
+  got = collectives.all_reduce(np.array([pid + 1], np.float64))
+  result(event="sum", total=float(got[0]))
   sys.exit(0)
 
 if scenario == "collective":
