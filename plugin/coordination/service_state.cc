@@ -211,6 +211,13 @@ Status ServiceState::HandleRegister(int pid, const std::string& payload, Outbox&
                                                        ByteCount(kMaxTopologyBytes) + " limit"), out);
     return OkStatus();
   }
+  if (registration_complete_ && !recoverable()) {
+    // Nobody will agree again (the job finished, or its failure is final):
+    // a restarted process must not wait for an agreement that never comes.
+    ReplyError(w, recovery_failure_ ? *recovery_failure_ : failure_ ? *failure_ : FailedPrecondition("the job ended"),
+               out);
+    return OkStatus();
+  }
   self.state = ProcessState::kRegistered;
   self.incarnation = m.value().incarnation;
   self.topology = std::move(m.value().topology);

@@ -516,6 +516,29 @@ void TestDepartedProcessEndingIsNoFailure() {
   CHECK(job.state.CheckInvariants().empty());
 }
 
+void TestRestartAfterTheJobFinishedHearsSoAtOnce() {
+  FakeJob job(3);
+  RegisterAll(job, 3);
+  CHECK(job.state.OnProcessEnded(2, "(killed by SIGKILL)", job.out) == 12);
+  AllAsk(job, {10, 11});
+  CHECK(Ids(VerdictFor(job, 10)) == (std::vector<uint32_t>{0, 1}));
+  msg::Shutdown sd;
+  sd.timeout_ms = 60000;
+  CHECK(job.Send(10, sd).ok());
+  CHECK(job.Send(11, sd).ok());
+  job.out.frames.clear();
+  // Its new process comes only now: its registration is refused at once,
+  // not left waiting for an agreement that nobody will ask for.
+  CHECK(job.Hello(22, 2).ok());
+  job.Take(22);
+  msg::Register r;
+  r.num_processes = 3;
+  r.request_id = 4;
+  CHECK(job.Send(22, r).ok());
+  CHECK(job.ErrorFor(22).find("the job finished before this process could rejoin it") != std::string::npos);
+  CHECK(job.state.CheckInvariants().empty());
+}
+
 void TestAgreementErrorReachesEveryone() {
   FakeJob job(3);
   RegisterAll(job, 3);
@@ -560,6 +583,7 @@ void RunServiceStateTests() {
   TestAgreementWaitsForAnExpectedRestart();
   TestEndedProcessFreesItsIdAtOnce();
   TestDepartedProcessEndingIsNoFailure();
+  TestRestartAfterTheJobFinishedHearsSoAtOnce();
   TestAgreementErrorReachesEveryone();
   TestNoAgreementBeforeRegistration();
 }
