@@ -156,14 +156,14 @@ class Reporter {
   }
 
   // A member's name in a report: its coordination id, as membership() has it.
-  std::string Id(int index) const {
-    return index >= 0 && index < static_cast<int>(membership_.member_ids.size())
-               ? std::to_string(membership_.member_ids[index])
-               : std::to_string(index);
+  int IdOf(int index) const {
+    return index >= 0 && index < static_cast<int>(membership_.member_ids.size()) ? membership_.member_ids[index]
+                                                                                   : index;
   }
+  std::string Id(int index) const { return std::to_string(IdOf(index)); }
   std::string Ids(const std::vector<int>& indices) const {
     std::vector<int> ids;
-    for (int p : indices) ids.push_back(std::atoi(Id(p).c_str()));
+    for (int p : indices) ids.push_back(IdOf(p));
     return IdList(ids);
   }
 
