@@ -17,6 +17,14 @@ the rounds are reported.
              resumes from the checkpoint on disk.
   by hand    the job fails (exit 100 + rank), then a new myplugin-run is
              started by hand and resumes from the checkpoint on disk.
+
+--compilation-cache job (the default): every job, in every mode, starts
+with an empty jax persistent compilation cache of its own (the two jobs of
+"by hand" share one, as a user's setting would): a membership seen before
+(the job's own, after a restart or a rejoin) loads its program instead of
+compiling it. shared: one cache for the whole run, warmed by a first round
+that is not counted (the steady state of a user who keeps a cache: the
+survivors' smaller membership is loaded too). off: no cache.
 """
 import argparse
 import os
@@ -34,10 +42,19 @@ EXAMPLE = os.path.join(HERE, "..", "examples", "elastic_training.py")
 JOB_TIMEOUT_S = 400
 
 
-def run_job(launcher_args, example_args) -> float:
+CACHE = "job"  # --compilation-cache
+SHARED_CACHE = None  # the one folder of --compilation-cache shared
+
+
+def run_job(launcher_args, example_args, cache_dir=None) -> float:
   """Wall seconds of one myplugin-run job; raises if it fails or outlives its deadline."""
+  cache_dir = SHARED_CACHE or cache_dir
+  own_cache = CACHE == "job" and cache_dir is None
+  if own_cache:
+    cache_dir = tempfile.mkdtemp(prefix="myplugin-bench-cache-")
+  cache = ["--compilation-cache", cache_dir] if CACHE != "off" else []
   argv = [sys.executable, "-m", "jax_plugin.launcher", *launcher_args, "--timeout", str(JOB_TIMEOUT_S), "--",
-          sys.executable, EXAMPLE, *example_args]
+          sys.executable, EXAMPLE, *example_args, *cache]
   env = {k: v for k, v in os.environ.items() if not k.startswith("MYPLUGIN_")}
   t0 = time.monotonic()
   p = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -50,6 +67,8 @@ def run_job(launcher_args, example_args) -> float:
     except ProcessLookupError:
       pass
   elapsed = time.monotonic() - t0
+  if own_cache:
+    shutil.rmtree(cache_dir, ignore_errors=True)
   return elapsed, p.returncode, out
 
 
@@ -67,13 +86,21 @@ def main():
   parser.add_argument("--steps", type=int, default=60)
   parser.add_argument("--every", type=int, default=10)
   parser.add_argument("--kill-step", type=int, default=25)
+  parser.add_argument("--compilation-cache", choices=("job", "shared", "off"), default="job")
   args = parser.parse_args()
+  global CACHE, SHARED_CACHE
+  CACHE = args.compilation_cache
+  if CACHE == "shared":
+    SHARED_CACHE = tempfile.mkdtemp(prefix="myplugin-bench-cache-")
   common = ["--steps", str(args.steps), "--checkpoint-every", str(args.every), "--kill-rank", str(args.n - 1)]
   n = ["-n", str(args.n)]
   lost = {"in place": [], "survivors": [], "restarts": [], "by hand": []}
-  for r in range(args.rounds):
+  for r in range(-1 if CACHE == "shared" else 0, args.rounds):
     base = must(run_job(n + ["--recover", "0"], common + ["--kill-step", "-1"]), "the run with no failure")
-    inplace = must(run_job(n + ["--recover", "1"], common + ["--kill-step", str(args.kill_step)]), "in place")
+    inplace_run = run_job(n + ["--recover", "1"], common + ["--kill-step", str(args.kill_step)])
+    inplace = must(inplace_run, "in place")
+    # Whether the restarted rank got back in before the job finished, and at which step.
+    rejoined = re.findall(rf"\[{args.n - 1}\] epoch \d+: members .*resuming at step (\d+)", inplace_run[2])
     # The killed rank stays out: the launcher's exit code says so (1), the survivors finished.
     survivors_run = run_job(n + ["--recover", "0"], common + ["--kill-step", str(args.kill_step)])
     if "final loss" not in survivors_run[2]:
@@ -88,22 +115,28 @@ def main():
     finally:
       shutil.rmtree(d, ignore_errors=True)
     d = tempfile.mkdtemp(prefix="myplugin-bench-recovery-")
+    cache = os.path.join(d, "cache") if CACHE == "job" else None
     try:
-      first = run_job(n, common + ["--kill-step", str(args.kill_step), "--mode", "restart", "--dir", d])
+      first = run_job(n, common + ["--kill-step", str(args.kill_step), "--mode", "restart", "--dir", d], cache)
       if first[1] == 0:
         raise SystemExit("the job that should fail did not:\n" + first[2][-4000:])
       # The second job is not killed: MYPLUGIN_RESTART_COUNT is set only by --max-restarts.
-      second = must(run_job(n, common + ["--kill-step", "-1", "--mode", "restart", "--dir", d]), "by hand")
+      second = must(run_job(n, common + ["--kill-step", "-1", "--mode", "restart", "--dir", d], cache), "by hand")
       by_hand = first[0] + second
     finally:
       shutil.rmtree(d, ignore_errors=True)
+    if r < 0:
+      print("warm-up round done (not counted)", flush=True)
+      continue
     for k, v in (("in place", inplace), ("survivors", survivors), ("restarts", restarts), ("by hand", by_hand)):
       lost[k].append(v - base)
-    print(f"round {r}: no failure {base:.2f} s; lost: in place {inplace - base:.2f} s, survivors "
+    print(f"round {r}: no failure {base:.2f} s; lost: in place {inplace - base:.2f} s "
+          f"(rank back at step {rejoined[0] if rejoined else 'never: the job finished first'}), survivors "
           f"{survivors - base:.2f} s (error to training again: {max(back, default=float('nan')):.2f} s), "
           f"restarts {restarts - base:.2f} s, by hand {by_hand - base:.2f} s", flush=True)
   print(f"\ntime lost per failure ({args.n} processes, {args.steps} steps, checkpoint every {args.every}, "
-        f"rank {args.n - 1} killed at step {args.kill_step}; {args.rounds} rounds):")
+        f"rank {args.n - 1} killed at step {args.kill_step}; {args.rounds} rounds; compilation cache "
+        f"{CACHE}):")
   for k, v in lost.items():
     print(f"  {k:9s} best {min(v):7.2f} s   median {statistics.median(v):7.2f} s")
   for k in ("in place", "survivors"):
@@ -113,4 +146,8 @@ def main():
 
 
 if __name__ == "__main__":
-  main()
+  try:
+    main()
+  finally:
+    if SHARED_CACHE:
+      shutil.rmtree(SHARED_CACHE, ignore_errors=True)

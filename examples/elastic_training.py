@@ -18,6 +18,14 @@ given step (it kills itself, so the example is repeatable). Two ways on:
 
     myplugin-run -n 4 --max-restarts 1 -- python examples/elastic_training.py --mode restart --dir /tmp/ckpt
 
+A restarted rank is ready before it asks to rejoin: it imports jax and
+sets up before `initialize` registers it, so the members, who let it in at
+their next checkpoint after it registered, never wait for its start-up.
+With `--compilation-cache DIR` (jax's persistent compilation cache) the
+program compiled for a membership seen before (the job's own, when the
+rank is back) is loaded instead of compiled, by the members and by the
+restarted rank alike.
+
 The global batch of step s depends on s only, never on the membership, so
 any schedule of failures ends with the loss of an uninterrupted run (up to
 float rounding): `--reference` computes that on one process.
@@ -204,7 +212,15 @@ def main(argv=None):
   parser.add_argument("--dir", default=None, help="the checkpoint folder (--mode restart)")
   parser.add_argument("--agreement-timeout", type=float, default=60)
   parser.add_argument("--reference", action="store_true", help="print the uninterrupted run's final loss")
+  parser.add_argument("--compilation-cache", default=None, metavar="DIR",
+                      help="jax's persistent compilation cache, for every program however fast it compiles")
   args = parser.parse_args(argv)
+  # Before initialize: a restarted rank registers (and so rejoins) only once it is ready.
+  import jax
+  if args.compilation_cache:
+    jax.config.update("jax_compilation_cache_dir", args.compilation_cache)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
   if args.reference:
     print(f"final loss {reference(args.steps, args.lr):.8f}")
     return 0

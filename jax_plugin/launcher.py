@@ -216,11 +216,6 @@ def _start_rank(command, env, rank, lock, pumps) -> subprocess.Popen:
   return p
 
 
-# A rank's connection must be seen closed by the service before the rank's
-# new process claims its id: a moment after its exit.
-RESPAWN_DELAY_S = 0.5
-
-
 def _run_recovering(command, env, num_processes, service, deadline, interrupted, timeout, respawns,
                     rejoin_wait) -> int:
   """--recover: ranks fail alone; each failed one starts again while respawns last."""
@@ -255,6 +250,14 @@ def _run_recovering(command, env, num_processes, service, deadline, interrupted,
       for rank, code in enumerate(codes):
         if code in (None, 0) or rank in given_up:
           continue
+        if respawns > 0 and rejoin_wait:
+          # Before the service hears of the death: an agreement that the
+          # death completes must already wait for the new process.
+          service.expect_rejoin(rank, True)
+        # The process is gone (reaped): the service hears it from here, not
+        # from its connection's close, which may come later (or never, while
+        # a child of it holds the socket); its id is free from now on.
+        service.process_ended(rank, _describe(code))
         if respawns == 0:
           # Whatever agreement waited for it to come back waits no more.
           given_up.add(rank)
@@ -265,9 +268,6 @@ def _run_recovering(command, env, num_processes, service, deadline, interrupted,
         respawns -= 1
         print(f"myplugin-run: rank {rank} failed {_describe(code)}; starting it again to rejoin the job "
               f"({respawns} restarts left)", file=sys.stderr)
-        if rejoin_wait:
-          service.expect_rejoin(rank, True)
-        time.sleep(RESPAWN_DELAY_S)
         procs[rank] = _start_rank(command, dict(env, MYPLUGIN_REJOIN="1"), rank, lock, pumps)
       time.sleep(0.02)
   finally:

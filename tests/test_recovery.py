@@ -86,6 +86,96 @@ def test_collective_fails_then_the_rebuilt_backend_computes_over_the_survivors()
       assert third["process_index"] == survivors.index(r)
 
 
+@pytest.mark.parametrize("victim", [0, 1])
+def test_straggler_report_after_a_recovery_follows_the_membership(tmp_path, victim):
+  """A process dies (0: the reporter itself); the three survivors agree, and
+  member 3 is late to an all-reduce: the first member reports it by its id,
+  with its stack, and the dead process is neither waited for nor reported."""
+  import re
+  from jax_plugin import _myplugin
+  members = [r for r in range(4) if r != victim]
+  reporter = members[0]
+  service = _myplugin.CoordinationService.start("127.0.0.1", 0, 4, "", 5.0, 60.0)
+  try:
+    with Job(4, ["straggler", str(victim)], program="recovery_worker.py",
+             env={"MYPLUGIN_COORDINATOR_ADDRESS": f"127.0.0.1:{service.port}",
+                  "MYPLUGIN_COORDINATOR_STANDALONE": "1", "MYPLUGIN_STRAGGLER_SECONDS": "1",
+                  "MYPLUGIN_TRACE_DIR": str(tmp_path)}) as job:
+      codes = job.wait(timeout=120)
+      out = job.all_output()
+      assert codes[victim] == -9 and all(codes[r] == 0 for r in members), out
+      for r in members:
+        assert job.event(r, "verdict")["members"] == members, out
+        assert job.event(r, "sum")["total"] == sum(i + 1 for i in members), out
+      text = job.output(reporter)
+      assert "myplugin: straggler report #1" in text, out
+      assert f"membership epoch 1: processes {members}" in text, out
+      assert f"arrived: processes {members[:2]}; not arrived: processes [3]" in text, out
+      report = text[text.index("straggler report #1"):]
+      assert re.search(r"process 3 \(pid \d+ on ", report), out
+      # Its own stack, fetched from it while it slept: the sleeping line of the program.
+      program = os.path.join(os.path.dirname(os.path.abspath(__file__)), "programs", "recovery_worker.py")
+      with open(program) as f:
+        line = next(i for i, text_line in enumerate(f, 1) if "# STRAGGLER_LINE" in text_line)
+      assert re.search(rf'recovery_worker.py", line {line} in <module>', report), out
+      # Nobody else reports, and the dead process is in no report.
+      assert all("straggler report" not in job.output(r) for r in members[1:]), out
+      assert f"process {victim} did not answer" not in text and f"process {victim} (pid" not in text, out
+  finally:
+    service.stop()
+
+
+def _launcher_events(stdout):
+  """The RESULT lines of a job run under myplugin-run, per rank, in order."""
+  import json
+  import re
+  events = {}
+  for rank, payload in re.findall(r"^\[(\d+)\] RESULT (.*)$", stdout, re.M):
+    events.setdefault(int(rank), []).append(json.loads(payload))
+  return events
+
+
+def test_rank_started_again_at_once_while_its_old_connection_is_open():
+  """The launcher starts a dead rank again the moment it reaps it, with no
+  delay: the service hears of the death from the launcher, not from the
+  connection, which the dead process's child still holds open (a heartbeat
+  timeout of 30 s would notice it only much later). Three deaths in a row;
+  every step's sum is the members' reference sum."""
+  from proc import child_env, run_python
+  deaths = 3
+  r = run_python(["-m", "jax_plugin.launcher", "-n", "3", "--recover", str(deaths), "--rejoin-wait",
+                  "--heartbeat-timeout", "30", "--timeout", "200", "--",
+                  sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "programs",
+                                               "recovery_worker.py"), "respawn", str(VICTIM), str(deaths)],
+                 child_env(), timeout=260)
+  assert r.returncode == 0, r.output
+  assert "already taken" not in r.output, r.output
+  events = _launcher_events(r.stdout)
+  assert len([e for e in events[VICTIM] if e["event"] == "dying"]) == deaths, r.output
+  assert r.stderr.count(f"myplugin-run: rank {VICTIM} failed (killed by SIGKILL)") == deaths, r.output
+  # Each of its processes resumed where the members were when they let it in.
+  starts = [e for e in events[VICTIM] if e["event"] == "started"]
+  assert [e["deaths"] for e in starts] == list(range(deaths + 1)), starts
+  assert starts[0]["step"] == 0 and all(e["step"] >= 2 + 3 * (e["deaths"] - 1) for e in starts[1:]), starts
+  for rank in (0, 1):
+    verdicts = [e for e in events[rank] if e["event"] == "verdict"]
+    # Each rejoin is a verdict with it; epochs move by one each time.
+    assert [v["epoch"] for v in verdicts] == list(range(1, len(verdicts) + 1)), verdicts
+    assert [(v["epoch"], v["step"]) for v in verdicts if v["members"] == [0, 1, 2]] == \
+        [(e["epoch"], e["step"]) for e in starts[1:]], (verdicts, starts)
+    assert verdicts[-1]["members"] == [0, 1, 2], verdicts
+    errors = [e for e in events[rank] if e["event"] == "step_error"]
+    assert [e["step"] for e in errors] == [2, 5, 8], errors
+    assert all(f"process {VICTIM} failed" in e["error"] for e in errors), errors
+  for rank in (0, 1, 2):
+    done = [e for e in events[rank] if e["event"] == "step"]
+    # The reference: the members' (id + 1) * (step + 1), summed in numpy's float64 exactly.
+    assert all(e["total"] == e["expected"] == sum(i + 1 for i in e["members"]) * (e["step"] + 1) for e in done), done
+    assert done[-1]["step"] == 11 and done[-1]["members"] == [0, 1, 2], r.output
+  # Every step ran exactly once on each survivor.
+  assert [e["step"] for e in events[0] if e["event"] == "step"] == list(range(12)), r.output
+
+
 EXAMPLE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples",
                        "elastic_training.py")
 # The issue's job is 4 processes, 200 steps, a checkpoint every 20, rank 2

@@ -110,37 +110,71 @@ class Reporter {
     while (true) {
       auto c = ClientOf(*s_);
       if (!c) return;
-      const int64_t asked = MonotonicNanos();
-      StatusOr<std::string> bell = c->KeyValueGet(std::string(kPrefix) + "doorbell", kLongWaitS);
-      if (!bell.ok()) {
-        if (bell.status().code() != Code::kDeadlineExceeded) return;
-        PaceRetry(asked);
+      const coordination::MembershipSnapshot now = MembershipNow();
+      if (now.index != 0) {
+        // Another member reports; this one takes over if an agreement
+        // makes it the first member.
+        if (!AwaitNextEpoch(*s_, now.epoch)) return;
         continue;
       }
-      c->KeyValueDelete(std::string(kPrefix) + "doorbell");
+      if (now.epoch != membership_.epoch || reports_ == 0) StartEpoch(now);
+      const std::string prefix = EpochPrefix(now.epoch);
+      const int64_t asked = MonotonicNanos();
+      StatusOr<std::string> bell = c->KeyValueGet(prefix + "doorbell", kLongWaitS);
+      if (!bell.ok()) {
+        if (bell.status().code() == Code::kDeadlineExceeded) {
+          PaceRetry(asked);
+        } else if (!AwaitNextEpoch(*s_, now.epoch)) {
+          return;
+        }
+        continue;
+      }
+      c->KeyValueDelete(prefix + "doorbell");
       // Armed: look once per tick while anyone waits.
       double next_report = 0;
       while (true) {
-        auto entries = c->KeyValueList(std::string(kPrefix) + "waiting/");
-        if (!entries.ok()) return;
-        if (entries.value().empty()) break;
-        const double now = MonotonicNanos() / 1e9;
-        if (now >= next_report) {
-          Report(*c, entries.value());
+        auto entries = c->KeyValueList(prefix + "waiting/");
+        if (!entries.ok() || entries.value().empty()) break;  // done, or the job failed: the loop above sees which
+        const double now_s = MonotonicNanos() / 1e9;
+        if (now_s >= next_report) {
+          Report(*c, prefix, entries.value());
           next_report = MonotonicNanos() / 1e9 + s_->straggler_s;
         }
         std::this_thread::sleep_for(Millis(tick));
-        if (!ClientOf(*s_)) return;
+        if (!ClientOf(*s_) || MembershipNow().epoch != now.epoch) break;
       }
     }
   }
 
  private:
-  void Report(CoordinationClient& c, const std::vector<std::pair<std::string, std::string>>& entries) {
+  // Reports of a new membership count from 1, and name its members.
+  void StartEpoch(const coordination::MembershipSnapshot& now) {
+    membership_ = now;
+    reports_ = 0;
+    dumped_ = false;
+    previous_.clear();
+  }
+
+  // A member's name in a report: its coordination id, as membership() has it.
+  int IdOf(int index) const {
+    return index >= 0 && index < static_cast<int>(membership_.member_ids.size()) ? membership_.member_ids[index]
+                                                                                   : index;
+  }
+  std::string Id(int index) const { return std::to_string(IdOf(index)); }
+  std::string Ids(const std::vector<int>& indices) const {
+    std::vector<int> ids;
+    for (int p : indices) ids.push_back(IdOf(p));
+    return IdList(ids);
+  }
+
+  void Report(CoordinationClient& c, const std::string& prefix,
+              const std::vector<std::pair<std::string, std::string>>& entries) {
+    const int members = static_cast<int>(membership_.member_ids.size());
     std::vector<Waiter> waiters;
     for (const auto& [key, value] : entries) {
       Waiter w;
-      w.process = std::atoi(key.c_str() + (sizeof(kPrefix) - 1) + 8);
+      w.process = std::atoi(key.c_str() + prefix.size() + 8);
+      if (w.process < 0 || w.process >= members) continue;
       std::istringstream in(value);
       std::string process_group;
       in >> w.hash >> w.seq >> w.start_wall >> process_group;
@@ -148,18 +182,22 @@ class Reporter {
       if (!w.what.empty() && w.what[0] == ' ') w.what.erase(0, 1);
       std::istringstream cl(process_group);
       std::string id;
-      while (std::getline(cl, id, ',')) w.process_group.push_back(std::atoi(id.c_str()));
+      while (std::getline(cl, id, ',')) {
+        const int p = std::atoi(id.c_str());
+        if (p >= 0 && p < members) w.process_group.push_back(p);
+      }
       waiters.push_back(w);
     }
-    const int epoch = ++epoch_;
-    const bool first = epoch == 1 || !dumped_;
-    c.KeyValueSet(std::string(kPrefix) + "request/" + std::to_string(epoch), first ? "dump" : "stacks");
+    if (waiters.empty()) return;
+    const int report = ++reports_;
+    const bool first = report == 1 || !dumped_;
+    c.KeyValueSet(prefix + "request/" + std::to_string(report), first ? "dump" : "stacks");
     dumped_ = true;
-    std::vector<Reply> replies(s_->num_processes);
+    std::vector<Reply> replies(members);
     const auto deadline = After(kAnswerWaitS);
-    for (int p = 0; p < s_->num_processes; ++p) {
+    for (int p = 0; p < members; ++p) {
       double left = std::max(0.01, std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count());
-      const std::string key = std::string(kPrefix) + "answer/" + std::to_string(epoch) + "/" + std::to_string(p);
+      const std::string key = prefix + "answer/" + std::to_string(report) + "/" + std::to_string(p);
       StatusOr<std::string> a = c.KeyValueGet(key, left);
       if (a.ok()) {
         replies[p] = Parse(a.value());
@@ -172,9 +210,15 @@ class Reporter {
     timespec wall;
     clock_gettime(CLOCK_REALTIME, &wall);
     const double now_wall = wall.tv_sec + wall.tv_nsec / 1e9;
-    std::string text = "myplugin: straggler report #" + std::to_string(epoch);
-    if (epoch > 1) text += " (" + Secs(MonotonicNanos() / 1e9 - last_report_) + " after the last)";
+    std::string text = "myplugin: straggler report #" + std::to_string(report);
+    if (report > 1) text += " (" + Secs(MonotonicNanos() / 1e9 - last_report_) + " after the last)";
     text += "\n";
+    if (membership_.epoch > 0) {
+      // After a recovery: processes are named by their ids (membership().members),
+      // the calls' own process lists by the members' places in that list.
+      text += "  membership epoch " + std::to_string(membership_.epoch) + ": processes " +
+              IdList(membership_.member_ids) + " (a call's process list counts their places in it)\n";
+    }
     last_report_ = MonotonicNanos() / 1e9;
     for (const auto& [id, ws] : calls) {
       const Waiter& w0 = ws.front();
@@ -193,27 +237,27 @@ class Reporter {
       }
       text += "  " + w0.what + " has waited " + Secs(longest) + " (MYPLUGIN_STRAGGLER_SECONDS=" +
               Num(s_->straggler_s) + ")\n";
-      text += "  arrived: processes " + IdList(std::vector<int>(arrived.begin(), arrived.end())) +
-              "; not arrived: processes " + IdList(late) + "\n";
+      text += "  arrived: processes " + Ids(std::vector<int>(arrived.begin(), arrived.end())) +
+              "; not arrived: processes " + Ids(late) + "\n";
       for (int p : late) {
         const Reply& r = replies[p];
         if (!r.answered) {
-          text += "  process " + std::to_string(p) + " did not answer within " + Secs(kAnswerWaitS) +
+          text += "  process " + Id(p) + " did not answer within " + Secs(kAnswerWaitS) +
                   " (stopped, or its threads cannot run)\n";
           continue;
         }
         const std::string doing = Doing(r);
         auto prev = previous_.find(p);
         if (prev != previous_.end() && prev->second.first == r.stack && SameState(prev->second.second, r)) {
-          text += "  process " + std::to_string(p) + ": unchanged since the last report (same call, same stack)\n";
+          text += "  process " + Id(p) + ": unchanged since the last report (same call, same stack)\n";
           continue;
         }
-        text += "  process " + std::to_string(p) + " (pid " + r.pid_host + ") " + doing + "\n";
+        text += "  process " + Id(p) + " (pid " + r.pid_host + ") " + doing + "\n";
         text += "    Python stack, every thread:\n" + Indent(r.stack, "      ");
         previous_[p] = {r.stack, r};
       }
     }
-    if (epoch == 1 && !s_->trace_dir.empty()) {
+    if (report == 1 && !s_->trace_dir.empty()) {
       text += "  flight recorders written to " + s_->trace_dir + " (read them with: myplugin-trace " + s_->trace_dir +
               ")\n";
     }
@@ -229,7 +273,8 @@ class Reporter {
   }
 
   std::shared_ptr<WatchState> s_;
-  int epoch_ = 0;
+  coordination::MembershipSnapshot membership_;  // the epoch reported on
+  int reports_ = 0;
   bool dumped_ = false;
   double last_report_ = 0;
   std::map<int, std::pair<std::string, Reply>> previous_;

@@ -10,6 +10,7 @@
 
 #include "collectives/straggler_watch.h"
 #include "coordination/client.h"
+#include "coordination/runtime.h"
 
 namespace myplugin::collectives {
 
@@ -26,12 +27,26 @@ constexpr size_t kMaxStackBytes = 64 << 10;
 struct WatchState {
   WatchOptions options;
   std::weak_ptr<coordination::CoordinationClient> client;
+  // This process's coordination id and the job's size as it started (the
+  // flight recorder's file names); the current members are read from the
+  // runtime (MembershipNow).
   int process = 0;
   int num_processes = 1;
   double straggler_s = 0;
   std::string trace_dir;
   std::mutex dump_mu;
 };
+
+// The watch follows the membership: each epoch's keys live under their own
+// prefix, in which processes are named by their index among the members (as
+// the flight recorder's process groups name them). A process that left is in
+// no epoch after its own, so it is never waited for or reported.
+coordination::MembershipSnapshot MembershipNow();
+std::string EpochPrefix(uint64_t epoch);
+// After the job failed (every key-value call fails until the survivors
+// agree): waits for an agreement to move the membership past `epoch`;
+// false when the job this watch was made for is gone.
+bool AwaitNextEpoch(const WatchState& s, uint64_t epoch);
 
 std::string Secs(double s);
 std::string Num(double s);

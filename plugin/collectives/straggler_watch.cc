@@ -99,26 +99,36 @@ void Responder(std::shared_ptr<WatchState> s) {
     sigaddset(&set, s->options.stack_signal);
     pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
   }
-  for (int epoch = 1;;) {
+  uint64_t epoch = MembershipNow().epoch;
+  for (int report = 1;;) {
     auto c = ClientOf(*s);
     if (!c) return;
+    const coordination::MembershipSnapshot now = MembershipNow();
+    if (now.epoch != epoch) {
+      epoch = now.epoch;
+      report = 1;  // each epoch's reporter counts from 1
+    }
+    const std::string prefix = EpochPrefix(epoch);
     const int64_t asked = MonotonicNanos();
-    StatusOr<std::string> req = c->KeyValueGet(std::string(kPrefix) + "request/" + std::to_string(epoch), kLongWaitS);
+    StatusOr<std::string> req = c->KeyValueGet(prefix + "request/" + std::to_string(report), kLongWaitS);
     if (!req.ok()) {
-      if (req.status().code() != Code::kDeadlineExceeded) return;
-      PaceRetry(asked);
+      if (req.status().code() == Code::kDeadlineExceeded) {
+        PaceRetry(asked);
+      } else if (!AwaitNextEpoch(*s, epoch)) {
+        return;
+      }
       continue;
     }
     if (req.value() == "dump") Dump(*s, "a straggler report");
-    c->KeyValueSet(std::string(kPrefix) + "answer/" + std::to_string(epoch) + "/" + std::to_string(s->process), Answer(*s));
-    ++epoch;
+    c->KeyValueSet(prefix + "answer/" + std::to_string(report) + "/" + std::to_string(now.index), Answer(*s));
+    ++report;
   }
 }
 
 void Watchdog(std::shared_ptr<WatchState> s) {
   const double tick = s->straggler_s > 0 ? std::clamp(s->straggler_s / 4, 0.05, 1.0) : 1.0;
   uint64_t published = 0;  // the record id announced as waiting
-  const std::string waiting_key = std::string(kPrefix) + "waiting/" + std::to_string(s->process);
+  std::string waiting_key;  // where it was announced
   while (true) {
     pollfd pfd{sigusr1_pipe[0], POLLIN, 0};
     int ready = sigusr1_pipe[0] >= 0 ? poll(&pfd, 1, static_cast<int>(tick * 1000))
@@ -135,19 +145,24 @@ void Watchdog(std::shared_ptr<WatchState> s) {
     if (s->straggler_s <= 0) continue;
     const int64_t limit = MonotonicNanos() - static_cast<int64_t>(s->straggler_s * 1e9);
     std::optional<CallRecord> late = FlightRecorder::Get().OldestInFlight(limit);
-    if (late && late->id != published) {
+    const coordination::MembershipSnapshot now = MembershipNow();
+    const std::string key = EpochPrefix(now.epoch) + "waiting/" + std::to_string(now.index);
+    if (late && (late->id != published || key != waiting_key)) {
+      if (published != 0 && key != waiting_key) c->KeyValueDelete(waiting_key);  // an epoch before
       std::string process_group;
       for (int p : late->Processes()) process_group += (process_group.empty() ? "" : ",") + std::to_string(p);
-      if (process_group.empty()) {  // a barrier of every process
-        for (int p = 0; p < s->num_processes; ++p) process_group += (process_group.empty() ? "" : ",") + std::to_string(p);
+      if (process_group.empty()) {  // a barrier of every member
+        for (size_t p = 0; p < now.member_ids.size(); ++p) {
+          process_group += (process_group.empty() ? "" : ",") + std::to_string(p);
+        }
       }
       char start[40];
       std::snprintf(start, sizeof(start), "%.6f", (late->start_ns + WallMinusMonotonicNanos()) / 1e9);
-      c->KeyValueSet(waiting_key, std::to_string(late->signature.group_hash) + " " +
-                                      std::to_string(late->signature.sequence) + " " + start + " " + process_group + " " +
-                                      late->Describe());
-      c->KeyValueSet(std::string(kPrefix) + "doorbell", std::to_string(s->process));
+      c->KeyValueSet(key, std::to_string(late->signature.group_hash) + " " + std::to_string(late->signature.sequence) +
+                              " " + start + " " + process_group + " " + late->Describe());
+      c->KeyValueSet(EpochPrefix(now.epoch) + "doorbell", std::to_string(now.index));
       published = late->id;
+      waiting_key = key;
     } else if (!late && published != 0) {
       c->KeyValueDelete(waiting_key);
       published = 0;
@@ -195,6 +210,18 @@ double AgeSeconds(int64_t monotonic_ns) { return (MonotonicNanos() - monotonic_n
 // busy loop.
 void PaceRetry(int64_t asked_ns) {
   if (AgeSeconds(asked_ns) < 1.0) std::this_thread::sleep_for(std::chrono::seconds(1));
+}
+
+coordination::MembershipSnapshot MembershipNow() { return coordination::DistributedRuntime::Get().membership(); }
+
+std::string EpochPrefix(uint64_t epoch) { return std::string(kPrefix) + std::to_string(epoch) + "/"; }
+
+bool AwaitNextEpoch(const WatchState& s, uint64_t epoch) {
+  while (ClientOf(s)) {
+    if (MembershipNow().epoch != epoch) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  return false;
 }
 
 // Alive while the runtime still serves the job this watch was made for.
@@ -267,9 +294,9 @@ Status StartWatch(const WatchOptions& options) {
   std::thread(Watchdog, s).detach();
   if (s->straggler_s > 0) {
     std::thread(Responder, s).detach();
-    if (s->process == 0) {
-      std::thread([s] { RunReporter(s); }).detach();
-    }
+    // On every process: the reporter is whichever is the first member of
+    // the current epoch (process 0 until a recovery leaves it out).
+    std::thread([s] { RunReporter(s); }).detach();
   }
   return OkStatus();
 }

@@ -1,16 +1,20 @@
 // The straggler watch: C++ threads of every process that notice a call
 // waiting longer than MYPLUGIN_STRAGGLER_SECONDS and make the job print one
-// report (from process 0) naming who has not arrived, what each of those is
-// doing, and its Python stack (every thread), fetched live from the laggard.
-// They run even while the process's Python holds the GIL or waits for it.
+// report (from the first member: process 0 until a recovery leaves it out)
+// naming who has not arrived, what each of those is doing, and its Python
+// stack (every thread), fetched live from the laggard. They run even while
+// the process's Python holds the GIL or waits for it.
 //
 // Transport: the coordination service's key-value store, under
-// myplugin/straggler/. A waiting process's watchdog sets waiting/<pid> and
-// rings a doorbell; process 0's reporter (blocked on the doorbell, so the
-// healthy path costs nothing) lists the waiting keys once per tick while any
-// exist, and for each report writes request/<n>; every process's responder
-// (blocked on the next request key) answers answer/<n>/<pid>. Only process
-// 0 writes request keys, so epochs never race.
+// myplugin/straggler/<membership epoch>/, where a process is named by its
+// index among the epoch's members. A waiting process's watchdog sets
+// waiting/<index> and rings a doorbell; the first member's reporter (blocked
+// on the doorbell, so the healthy path costs nothing) lists the waiting keys
+// once per tick while any exist, and for each report writes request/<n>;
+// every member's responder (blocked on the next request key) answers
+// answer/<n>/<index>. Only the first member writes an epoch's request keys,
+// so reports never race. After a failure every thread waits for the
+// survivors' agreement and goes on in the new epoch, among its members only.
 //
 // The flight recorder (flight_recorder.h) is written by every process on a
 // collective failure or timeout, when the job fails, on SIGUSR1, and on the

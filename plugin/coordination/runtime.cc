@@ -155,6 +155,11 @@ uint64_t DistributedRuntime::epoch() {
   return epoch_;
 }
 
+MembershipSnapshot DistributedRuntime::membership() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return MembershipSnapshot{epoch_, member_ids_, client_ ? index_ : 0};
+}
+
 std::vector<ProcessInfo> DistributedRuntime::processes() {
   std::lock_guard<std::mutex> lock(mu_);
   return processes_;

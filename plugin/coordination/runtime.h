@@ -11,6 +11,7 @@
 // the same libmyplugin_runtime.so).
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -39,6 +40,14 @@ struct RuntimeOptions {
   ProcessInfo local;
 };
 
+// The current membership in one read: its epoch, the members' coordination
+// ids (index = process id above) and this process's index among them.
+struct MembershipSnapshot {
+  uint64_t epoch = 0;
+  std::vector<int> member_ids;
+  int index = 0;
+};
+
 class DistributedRuntime {
  public:
   static DistributedRuntime& Get();
@@ -62,6 +71,7 @@ class DistributedRuntime {
   // The members' coordination ids (index = process id above).
   std::vector<int> member_ids();
   uint64_t epoch();
+  MembershipSnapshot membership();
   std::vector<ProcessInfo> processes();
 
  private:

@@ -218,6 +218,20 @@ void CoordinationService::ExpectRejoin(int pid, bool expected) {
   Deliver(out);
 }
 
+void CoordinationService::ProcessEnded(int pid, const std::string& how) {
+  std::shared_ptr<Connection> dropped;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    Outbox out;
+    const ConnectionId conn = state_.OnProcessEnded(pid, how, out);
+    Deliver(out);
+    auto it = connections_.find(conn);
+    if (conn && it != connections_.end()) dropped = it->second;
+  }
+  // Its reader then sees the end and reports to a state that has let go of it.
+  if (dropped) dropped->Close();
+}
+
 uint64_t CoordinationService::epoch() {
   std::lock_guard<std::mutex> lock(mu_);
   return state_.epoch();

@@ -58,6 +58,9 @@ class CoordinationService {
   // and the epoch the last agreement reached (ServiceState says more).
   bool recoverable();
   uint64_t epoch();
+  // The launcher saw process `pid`'s process end (`how`: its exit status):
+  // see ServiceState::OnProcessEnded; its connection is closed here.
+  void ProcessEnded(int pid, const std::string& how);
   // The launcher started process `pid` again (or gave up on it): see
   // ServiceState::ExpectRejoin.
   void ExpectRejoin(int pid, bool expected);

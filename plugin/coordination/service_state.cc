@@ -211,6 +211,13 @@ Status ServiceState::HandleRegister(int pid, const std::string& payload, Outbox&
                                                        ByteCount(kMaxTopologyBytes) + " limit"), out);
     return OkStatus();
   }
+  if (registration_complete_ && !recoverable()) {
+    // Nobody will agree again (the job finished, or its failure is final):
+    // a restarted process must not wait for an agreement that never comes.
+    ReplyError(w, recovery_failure_ ? *recovery_failure_ : failure_ ? *failure_ : FailedPrecondition("the job ended"),
+               out);
+    return OkStatus();
+  }
   self.state = ProcessState::kRegistered;
   self.incarnation = m.value().incarnation;
   self.topology = std::move(m.value().topology);
@@ -283,6 +290,20 @@ void ServiceState::OnStoppedReading(ConnectionId conn, const std::string& detail
   const int pid = DetachLiveMember(conn);
   if (pid < 0) return;
   DeclareFailure(pid, "stopped reading from the coordination service (" + detail + ")", out);
+}
+
+ConnectionId ServiceState::OnProcessEnded(int pid, const std::string& how, Outbox& out) {
+  if (pid < 0 || pid >= options_.num_processes) return 0;
+  Process& p = processes_[pid];
+  // Never started or already free: a new process may take the id as it is.
+  if (p.state == ProcessState::kAbsent) return 0;
+  const ConnectionId conn = p.conn;
+  if (conn) members_.erase(conn);
+  p.conn = 0;
+  if (p.state != ProcessState::kDeparted && p.state != ProcessState::kFailed) {
+    DeclareFailure(pid, "its process ended " + how, out);
+  }
+  return conn;
 }
 
 void ServiceState::DeclareFailure(int process_id, const std::string& reason_in, Outbox& out) {

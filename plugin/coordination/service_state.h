@@ -78,6 +78,13 @@ class ServiceState {
   void OnDisconnect(ConnectionId conn, const Status& why, Outbox& out);
   // The member on `conn` stopped reading what the service sends it.
   void OnStoppedReading(ConnectionId conn, const std::string& detail, Outbox& out);
+  // The launcher saw process `pid`'s process end (`how`: its exit status,
+  // for the failure's reason): unless it had departed it is failed now, and
+  // its connection is no longer a member's even if it is still open (a
+  // child of the dead process holds the socket, or its close is still on
+  // the way), so a new process may claim the id at once. A live process's
+  // id stays refused to any other. Returns the connection to close, or 0.
+  ConnectionId OnProcessEnded(int pid, const std::string& how, Outbox& out);
   // The launcher started failed process `pid` again: the next agreement
   // waits for it to register (within the agreement's timeout), so it is let
   // in there. `expected` false: its new process ended before it registered.

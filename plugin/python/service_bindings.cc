@@ -78,6 +78,10 @@ void BindService(nb::module_& m) {
       .def("all_departed", &coord::CoordinationService::all_departed)
       .def("recoverable", &coord::CoordinationService::recoverable)
       .def("epoch", &coord::CoordinationService::epoch)
+      .def("process_ended", &coord::CoordinationService::ProcessEnded, nb::arg("process_id"), nb::arg("how"),
+           nb::call_guard<nb::gil_scoped_release>(),
+           "The launcher saw the process end (how: its exit status): it is failed, and its id is free for a new "
+           "process at once.")
       .def("expect_rejoin", &coord::CoordinationService::ExpectRejoin, nb::arg("process_id"), nb::arg("expected"),
            "The launcher started the process again: the next membership agreement waits for it to register.")
       .def(

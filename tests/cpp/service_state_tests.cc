@@ -458,6 +458,87 @@ void TestAgreementWaitsForAnExpectedRestart() {
   CHECK(job.state.CheckInvariants().empty());
 }
 
+void TestEndedProcessFreesItsIdAtOnce() {
+  FakeJob job(3);
+  RegisterAll(job, 3);
+  // While process 1 lives, its id is refused to anyone else.
+  Code code = Code::kOk;
+  CHECK(job.Hello(30, 1).code() == Code::kAlreadyExists);
+  CHECK(job.ErrorFor(30, &code).find("process id 1 is already taken") != std::string::npos);
+  // The launcher reaped it while the service still has its connection open
+  // (a child holds the socket): it is failed and that connection let go.
+  CHECK(job.state.OnProcessEnded(1, "(killed by SIGKILL)", job.out) == 11);
+  CHECK(job.state.failure() && job.state.failure()->message() ==
+                                   "process 1 failed: its process ended (killed by SIGKILL)");
+  CHECK(job.state.ProcessOf(11) == -1 && job.state.recoverable());
+  bool told = false;
+  for (const std::string& p : job.Take(10)) told |= msg::Failure::Decode(p).ok();
+  CHECK(told);
+  // Its new process claims the id at once and is let in at the agreement.
+  ComeBack(job, 21, 1);
+  job.out.frames.clear();
+  AllAsk(job, {10, 12});
+  msg::Membership joined = VerdictFor(job, 21);
+  CHECK(Ids(joined) == (std::vector<uint32_t>{0, 1, 2}) && joined.epoch == 1);
+  CHECK(Ids(VerdictFor(job, 10)) == Ids(joined));
+  // The old connection's late close and frames change nothing.
+  CHECK(!job.state.OnFrame(11, Payload(msg::Heartbeat().Encode()), job.out).ok());
+  job.state.OnDisconnect(11, myplugin::Status(Code::kUnavailable, "reset"), job.out);
+  CHECK(!job.state.failure() && job.state.epoch() == 1 && job.state.live().size() == 3);
+  // A process that reported its own error stays connected and failed: its
+  // id is refused until the launcher says it ended.
+  msg::ReportError report;
+  report.reason = "boom";
+  CHECK(job.Send(12, report).ok());
+  job.out.frames.clear();
+  CHECK(job.Hello(32, 2).code() == Code::kAlreadyExists);
+  job.out.frames.clear();
+  CHECK(job.state.OnProcessEnded(2, "with exit code 1", job.out) == 12);
+  CHECK(job.state.failure()->message() == "process 2 failed: boom");  // the first reason stays
+  CHECK(job.Hello(32, 2).ok());
+  // Ids out of range and processes never seen are no-ops.
+  CHECK(job.state.OnProcessEnded(7, "x", job.out) == 0 && job.state.OnProcessEnded(-1, "x", job.out) == 0);
+  job.out.frames.clear();
+  CHECK(job.state.CheckInvariants().empty());
+}
+
+void TestDepartedProcessEndingIsNoFailure() {
+  FakeJob job(2);
+  RegisterAll(job, 2);
+  msg::Shutdown sd;
+  sd.timeout_ms = 60000;
+  CHECK(job.Send(10, sd).ok());
+  CHECK(job.Send(11, sd).ok());
+  job.out.frames.clear();
+  CHECK(job.state.all_departed());
+  CHECK(job.state.OnProcessEnded(0, "with exit code 0", job.out) == 10);
+  CHECK(!job.state.failure());
+  CHECK(job.state.CheckInvariants().empty());
+}
+
+void TestRestartAfterTheJobFinishedHearsSoAtOnce() {
+  FakeJob job(3);
+  RegisterAll(job, 3);
+  CHECK(job.state.OnProcessEnded(2, "(killed by SIGKILL)", job.out) == 12);
+  AllAsk(job, {10, 11});
+  CHECK(Ids(VerdictFor(job, 10)) == (std::vector<uint32_t>{0, 1}));
+  msg::Shutdown sd;
+  sd.timeout_ms = 60000;
+  CHECK(job.Send(10, sd).ok());
+  CHECK(job.Send(11, sd).ok());
+  job.out.frames.clear();
+  // Its new process comes only now: its registration is refused at once,
+  // not left waiting for an agreement that nobody will ask for.
+  CHECK(job.Hello(22, 2).ok());
+  job.Take(22);
+  msg::Register r;
+  r.num_processes = 3;
+  r.request_id = 4;
+  CHECK(job.Send(22, r).ok());
+  CHECK(job.ErrorFor(22).find("the job finished before this process could rejoin it") != std::string::npos);
+  CHECK(job.state.CheckInvariants().empty());
+}
+
 void TestAgreementErrorReachesEveryone() {
   FakeJob job(3);
   RegisterAll(job, 3);
@@ -500,6 +581,9 @@ void RunServiceStateTests() {
   TestSurvivorsAgreeOnOneVerdict();
   TestRestartedProcessRejoinsAtNextAgreement();
   TestAgreementWaitsForAnExpectedRestart();
+  TestEndedProcessFreesItsIdAtOnce();
+  TestDepartedProcessEndingIsNoFailure();
+  TestRestartAfterTheJobFinishedHearsSoAtOnce();
   TestAgreementErrorReachesEveryone();
   TestNoAgreementBeforeRegistration();
 }

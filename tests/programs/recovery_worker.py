@@ -11,8 +11,16 @@ test.
   collective   a jit psum over every device; the victim dies before the
                second one; the survivors' psum raises naming it; they
                recover() and psum again over the three members.
+  respawn      under myplugin-run --recover DEATHS --rejoin-wait: an
+               all-reduce per step; the victim dies DEATHS times (steps 2, 5,
+               8, ...), each time leaving a child that holds its connection
+               to the service open, and is started again at once; the
+               members redo the failed step with it back.
+  straggler    (MYPLUGIN_STRAGGLER_SECONDS set) the victim dies; the survivors
+               agree; after a first all-reduce of the members, the last one
+               sleeps before the second, long enough for a straggler report.
 
-usage: python recovery_worker.py SCENARIO VICTIM
+usage: python recovery_worker.py SCENARIO VICTIM [DEATHS]
 """
 import json
 import os
@@ -39,6 +47,42 @@ def verdict(m):
   return dict(epoch=m.epoch, members=m.members, process_id=m.process_id, num_processes=m.num_processes,
               changed=m.changed)
 
+
+if scenario == "respawn":
+  import numpy as np
+  from jax_plugin import collectives
+
+  deaths_wanted, steps, hold_s = int(sys.argv[3]), 12, 8.0
+  distributed.initialize(initialization_timeout=60, fate_sharing=False)
+  m = distributed.membership()
+  deaths = int(distributed.key_value_try_get("deaths") or b"0")
+  step = int(distributed.key_value_get(f"resume/{m.epoch}", 60)) if os.environ.get("MYPLUGIN_REJOIN") else 0
+  result(event="started", members=m.members, epoch=m.epoch, step=step, deaths=deaths)
+  while step < steps:
+    if pid == victim and deaths < deaths_wanted and step == 2 + 3 * deaths:
+      distributed.key_value_set("deaths", str(deaths + 1))
+      if os.fork() == 0:
+        # The dead process's connection to the service stays open (its
+        # child holds the socket), for longer than the respawn takes.
+        time.sleep(hold_s)
+        os._exit(0)
+      die()
+    try:
+      got = collectives.all_reduce(np.array([(pid + 1) * (step + 1)], np.float64))
+      result(event="step", step=step, total=float(got[0]),
+             expected=float(sum((i + 1) * (step + 1) for i in m.members)), members=m.members)
+      step += 1
+    except RuntimeError as e:
+      result(event="step_error", step=step, error=str(e))  # the step runs again with the verdict's members
+    # At every step boundary: the restarted victim is let in here (at once,
+    # or a step later when the survivors agreed before the launcher said it
+    # was coming back).
+    m = distributed.agree_membership(timeout=60)
+    if m.changed:
+      if m.process_id == 0:
+        distributed.key_value_set(f"resume/{m.epoch}", str(step))
+      result(event="verdict", step=step, **verdict(m))
+  sys.exit(0)
 
 distributed.initialize(heartbeat_timeout_seconds=5, initialization_timeout=60, fate_sharing=False)
 result(event="registered")
@@ -67,6 +111,26 @@ if scenario in ("verdict", "no_agreement"):
     sys.exit(0)
   distributed.barrier("survivors", timeout=30)
   result(event="survivors_barrier")
+  sys.exit(0)
+
+if scenario == "straggler":
+  import numpy as np
+  from jax_plugin import collectives
+
+  distributed.barrier("start", timeout=30)
+  if pid == victim:
+    die()
+  try:
+    distributed.barrier("after", timeout=60)
+  except RuntimeError as e:
+    result(event="barrier_error", error=str(e))
+  m = distributed.agree_membership(timeout=60)
+  result(event="verdict", **verdict(m))
+  collectives.all_reduce(np.array([pid + 1], np.float64))  # the new epoch's communicator, made together
+  if m.process_id == m.num_processes - 1:
+    time.sleep(4)  # STRAGGLER_LINE: the members wait for it in the all-reduce
+  got = collectives.all_reduce(np.array([pid + 1], np.float64))
+  result(event="sum", total=float(got[0]))
   sys.exit(0)
 
 if scenario == "collective":
