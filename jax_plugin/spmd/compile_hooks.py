@@ -75,9 +75,10 @@ def _with_stop_mark(code: bytes, shardy: bool) -> bytes | None:
             f"mhlo.frontend_attributes = {{{_STOP_ATTRIBUTE} = \"\"}}, {sharding}}} : () -> ()")
     text = text[:main.start()] + mesh + text[main.start():body] + mark + text[body:]
     marked = ir.Module.parse(text)
-    # (jaxlib writes Shardy's shardings here as frontend attributes, which
-    # the engine's importer reads as it reads the dialect's own.)
-    return xc._xla.mlir.serialize_portable_artifact(marked, header.group(1).decode())
+    # Mixed, as jaxlib writes a program for a plugin: Shardy's dialect kept
+    # as it is (else its shardings become frontend attributes, which newer
+    # engines import only after a warning, with HloShardingV3 turned off).
+    return xc._xla.mlir.serialize_portable_artifact(marked, header.group(1).decode(), use_mixed_serialization=True)
 
 
 def shadow_program(code: bytes, fmt: str, options: bytes, dump_dir: str,
