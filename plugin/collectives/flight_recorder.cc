@@ -14,6 +14,7 @@
 #include <set>
 
 #include "collectives/communicator_cache.h"
+#include "common/exit_guard.h"
 #include "collectives/straggler_watch.h"
 
 namespace myplugin::collectives {
@@ -265,6 +266,7 @@ std::optional<CallRecord> FlightRecorder::OldestInFlight(int64_t started_before_
 Status FlightRecorder::WriteTo(const std::string& dir, int process, int num_processes, int os_pid,
                                const std::string& host,
                                const std::string& reason) const {
+  ExitGuard writing;  // a fate-sharing exit waits until the file is whole
   const int64_t offset = WallMinusMonotonicNanos();
   const int64_t now = MonotonicNanos();
   std::string out = "{\"format\": \"myplugin-flight-recorder-1\", \"process\": " + std::to_string(process) +

@@ -8,6 +8,7 @@
 #include <random>
 
 #include "common/deadline.h"
+#include "common/exit_guard.h"
 #include "common/log.h"
 #include "coordination/limits.h"
 #include "coordination/messages.h"
@@ -315,6 +316,9 @@ void CoordinationClient::ExitSoon() {
   double grace = options_.fate_sharing_grace_s;
   std::thread([grace] {
     std::this_thread::sleep_for(Millis(grace));
+    // A flight recorder being written (it is what the user will read) is
+    // finished first.
+    WaitForExitGuards(std::chrono::seconds(5));
     _exit(kFateSharingExitCode);
   }).detach();
 }

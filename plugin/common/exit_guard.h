@@ -1,0 +1,34 @@
+// Work that a fate-sharing exit must not cut in half (a flight recorder
+// being written): the exit waits, for a bounded time, until none is under
+// way. Header-only; both sides live in libmyplugin_runtime.so, so they share
+// one counter.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+namespace myplugin {
+
+inline std::atomic<int>& ExitGuardsHeld() {
+  static std::atomic<int> held{0};
+  return held;
+}
+
+class ExitGuard {
+ public:
+  ExitGuard() { ExitGuardsHeld().fetch_add(1); }
+  ~ExitGuard() { ExitGuardsHeld().fetch_sub(1); }
+  ExitGuard(const ExitGuard&) = delete;
+  ExitGuard& operator=(const ExitGuard&) = delete;
+};
+
+// Returns when no guard is held, or after `limit`.
+inline void WaitForExitGuards(std::chrono::milliseconds limit) {
+  const auto until = std::chrono::steady_clock::now() + limit;
+  while (ExitGuardsHeld().load() > 0 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+}  // namespace myplugin
