@@ -140,9 +140,10 @@ def _without_stop_mark(text: str) -> tuple[str, int]:
   return _STOP_ATTRIBUTE_TEXT.sub("", text), marks
 
 
-def _proto_fields(message: bytes, numbers: tuple[int, ...]) -> bytes:
-  """The encoded fields of a serialized protobuf message with these numbers."""
-  out = bytearray()
+def _proto_fields(message: bytes):
+  """The fields of a serialized protobuf message: (number, start, value
+  start, end), where [start, end) is the whole encoded field and [value
+  start, end) a length-delimited field's payload."""
   pos = 0
 
   def varint() -> int:
@@ -160,18 +161,18 @@ def _proto_fields(message: bytes, numbers: tuple[int, ...]) -> bytes:
     start = pos
     key = varint()
     wire = key & 7
+    value_start = pos
     if wire == 0:
       varint()
     elif wire == 2:
       length = varint()  # (first: it moves pos)
+      value_start = pos
       pos += length
     elif wire in (1, 5):
       pos += 8 if wire == 1 else 4
     else:
       raise ValueError(f"unexpected protobuf wire type {wire}")
-    if key >> 3 in numbers:
-      out += message[start:pos]
-  return bytes(out)
+    yield key >> 3, start, value_start, pos
 
 
 # HloModuleProto's spmd_output_sharding and spmd_parameters_shardings: what
@@ -187,17 +188,10 @@ def _whole_program(dump: str, text: str) -> bytes:
     return b""
   with open(dump + ".hlo.pb", "rb") as f:
     dumped = f.read()  # an HloProto: field 1 is the module
-  module = _proto_fields(dumped, (1,))
+  module = next((dumped[v:e] for number, _, v, e in _proto_fields(dumped) if number == 1), b"")
   if not module:
     return b""
-  pos, length, shift = 1, 0, 0
-  while True:
-    length |= (module[pos] & 0x7F) << shift
-    shift += 7
-    pos += 1
-    if not module[pos - 1] & 0x80:
-      break
-  shardings = _proto_fields(module[pos:pos + length], _SPMD_SHARDING_FIELDS)
+  shardings = b"".join(module[b:e] for number, b, _, e in _proto_fields(module) if number in _SPMD_SHARDING_FIELDS)
   return hlo.hlo_module_from_text(text).as_serialized_hlo_module_proto() + shardings
 
 
