@@ -127,7 +127,7 @@ void TestWholeProgramModule() {
                              Field(3, "other"));
   // No module to replace: refused, not made up.
   CHECK(!myplugin::WholeProgramModule(Field(2, config), "whole module", 1, 8).ok());
-  CHECK(!myplugin::WholeProgramModule("\x0a\x05ab", "whole module", 1, 8).ok());  // truncated
+  CHECK(!myplugin::WholeProgramModule("\x0a\x05" "ab", "whole module", 1, 8).ok());  // truncated
 }
 
 }  // namespace
