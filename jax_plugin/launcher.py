@@ -219,13 +219,34 @@ def _start_rank(command, env, rank, lock, pumps) -> subprocess.Popen:
 def _run_recovering(command, env, num_processes, service, deadline, interrupted, timeout, respawns,
                     rejoin_wait) -> int:
   """--recover: ranks fail alone; each failed one starts again while respawns last."""
+  from jax_plugin import _myplugin
   lock = threading.Lock()
   pumps = []
   procs = [_start_rank(command, env, rank, lock, pumps) for rank in range(num_processes)]
+  # Each rank's count of failures the service had declared when its
+  # process started: a higher count while that process still runs means
+  # the service failed it alive (stopped, stuck, cut off), and the members
+  # went on without it; it is ended here so that it is started again (or
+  # given up) like a dead one, not left to hold the job until --timeout.
+  # It first gets the time an exit gives a flight recorder being written.
+  failures_at_start = list(service.failures_per_process())
+  failed_alive_since = {}
   given_up = set()
   status = None
   try:
     while status is None:
+      failures = service.failures_per_process()
+      for rank, p in enumerate(procs):
+        if failures[rank] <= failures_at_start[rank] or p.poll() is not None:
+          continue
+        since = failed_alive_since.setdefault(rank, time.monotonic())
+        if time.monotonic() - since > _myplugin.EXIT_GUARD_SECONDS:
+          failures_at_start[rank] = failures[rank]
+          del failed_alive_since[rank]
+          print(f"myplugin-run: rank {rank} was declared failed by the coordination service and its process "
+                f"was still running {_myplugin.EXIT_GUARD_SECONDS:g} s later; ending it", file=sys.stderr)
+          _kill_all([p])
+          p.wait()
       codes = [p.poll() for p in procs]
       if all(c is not None for c in codes):
         failed = [r for r, c in enumerate(codes) if c != 0]
@@ -269,6 +290,8 @@ def _run_recovering(command, env, num_processes, service, deadline, interrupted,
         print(f"myplugin-run: rank {rank} failed {_describe(code)}; starting it again to rejoin the job "
               f"({respawns} restarts left)", file=sys.stderr)
         procs[rank] = _start_rank(command, dict(env, MYPLUGIN_REJOIN="1"), rank, lock, pumps)
+        failures_at_start[rank] = service.failures_per_process()[rank]
+        failed_alive_since.pop(rank, None)
       time.sleep(0.02)
   finally:
     _kill_all(procs)

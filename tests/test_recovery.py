@@ -176,6 +176,37 @@ def test_rank_started_again_at_once_while_its_old_connection_is_open():
   assert [e["step"] for e in events[0] if e["event"] == "step"] == list(range(12)), r.output
 
 
+def test_rank_failed_while_still_running_is_ended_and_started_again():
+  """A stopped rank stays alive: the service fails it by its heartbeat, the
+  members go on without it (and then wait for it), and the launcher ends it
+  once it outlives its grace and starts it again (before, it was never
+  ended, and the job waited for it until --timeout). Every step's sum is
+  the members' reference sum."""
+  from proc import child_env, run_python
+  r = run_python(["-m", "jax_plugin.launcher", "-n", "3", "--recover", "1", "--rejoin-wait",
+                  "--heartbeat-timeout", "3", "--timeout", "200", "--",
+                  sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "programs",
+                                               "recovery_worker.py"), "freeze", str(VICTIM), "1"],
+                 child_env(), timeout=260)
+  assert r.returncode == 0, r.output
+  assert (f"myplugin-run: rank {VICTIM} was declared failed by the coordination service and its process was "
+          "still running 5 s later; ending it") in r.stderr, r.output
+  assert f"myplugin-run: rank {VICTIM} failed (killed by SIGKILL); starting it again" in r.stderr, r.output
+  events = _launcher_events(r.stdout)
+  assert [e["event"] for e in events[VICTIM]].count("freezing") == 1, r.output
+  starts = [e for e in events[VICTIM] if e["event"] == "started"]
+  assert [e["deaths"] for e in starts] == [0, 1], starts
+  for rank in (0, 1):
+    errors = [e for e in events[rank] if e["event"] == "step_error"]
+    assert [e["step"] for e in errors] == [2], errors
+    assert f"process {VICTIM} failed: stopped responding" in errors[0]["error"], errors
+  for rank in (0, 1, 2):
+    done = [e for e in events[rank] if e["event"] == "step"]
+    assert all(e["total"] == e["expected"] == sum(i + 1 for i in e["members"]) * (e["step"] + 1) for e in done), done
+    assert done[-1]["step"] == 11 and done[-1]["members"] == [0, 1, 2], r.output
+  assert [e["step"] for e in events[0] if e["event"] == "step"] == list(range(12)), r.output
+
+
 EXAMPLE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples",
                        "elastic_training.py")
 # The issue's job is 4 processes, 200 steps, a checkpoint every 20, rank 2

@@ -23,8 +23,12 @@ class ExitGuard {
   ExitGuard& operator=(const ExitGuard&) = delete;
 };
 
+// How long an exit waits for the guards: also the time the launcher gives a
+// process the service failed while it still runs to end by itself.
+inline constexpr std::chrono::seconds kExitGuardLimit{5};
+
 // Returns when no guard is held, or after `limit`.
-inline void WaitForExitGuards(std::chrono::milliseconds limit) {
+inline void WaitForExitGuards(std::chrono::milliseconds limit = kExitGuardLimit) {
   const auto until = std::chrono::steady_clock::now() + limit;
   while (ExitGuardsHeld().load() > 0 && std::chrono::steady_clock::now() < until) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));

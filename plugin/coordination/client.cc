@@ -318,7 +318,7 @@ void CoordinationClient::ExitSoon() {
     std::this_thread::sleep_for(Millis(grace));
     // A flight recorder being written (it is what the user will read) is
     // finished first.
-    WaitForExitGuards(std::chrono::seconds(5));
+    WaitForExitGuards();
     _exit(kFateSharingExitCode);
   }).detach();
 }

@@ -232,6 +232,11 @@ void CoordinationService::ProcessEnded(int pid, const std::string& how) {
   if (dropped) dropped->Close();
 }
 
+std::vector<uint64_t> CoordinationService::failures_per_process() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return state_.failures_per_process();
+}
+
 uint64_t CoordinationService::epoch() {
   std::lock_guard<std::mutex> lock(mu_);
   return state_.epoch();

@@ -64,6 +64,8 @@ class CoordinationService {
   // The launcher started process `pid` again (or gave up on it): see
   // ServiceState::ExpectRejoin.
   void ExpectRejoin(int pid, bool expected);
+  // See ServiceState::failures_per_process.
+  std::vector<uint64_t> failures_per_process();
   // Open connections (members and peers still saying Hello), and
   // connections refused for the limit so far.
   int connections() const { return open_.load(); }

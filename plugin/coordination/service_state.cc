@@ -306,8 +306,16 @@ ConnectionId ServiceState::OnProcessEnded(int pid, const std::string& how, Outbo
   return conn;
 }
 
+std::vector<uint64_t> ServiceState::failures_per_process() const {
+  std::vector<uint64_t> counts;
+  counts.reserve(processes_.size());
+  for (const Process& p : processes_) counts.push_back(p.failures);
+  return counts;
+}
+
 void ServiceState::DeclareFailure(int process_id, const std::string& reason_in, Outbox& out) {
   processes_[process_id].state = ProcessState::kFailed;
+  ++processes_[process_id].failures;
   std::string reason = reason_in.size() > kMaxReasonBytes ? reason_in.substr(0, kMaxReasonBytes) + "..." : reason_in;
   if (!live_.count(process_id)) {
     // A restarted process that had not been let in yet: the members never

@@ -102,6 +102,10 @@ class ServiceState {
   bool recoverable() const { return registration_complete_ && !terminal_; }
   std::optional<Status> failure() const { return failure_; }
   int failed_process() const { return failed_process_; }
+  // How many times each process id was declared failed (this attempt): the
+  // launcher compares it with the count when it started the id's process,
+  // so a process failed while still running (stopped, stuck) is ended.
+  std::vector<uint64_t> failures_per_process() const;
   bool all_departed() const;
   size_t store_bytes() const { return store_bytes_; }
   // The member on `conn`, or -1.
@@ -137,6 +141,7 @@ class ServiceState {
     uint64_t incarnation = 0;
     std::string topology;
     Clock::time_point last_heartbeat;
+    uint64_t failures = 0;  // declared failed, this attempt
   };
 
   // One per concern; each decodes its own messages.

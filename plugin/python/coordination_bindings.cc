@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "collectives/flight_recorder.h"
+#include "common/exit_guard.h"
 #include "common/printable.h"
 #include "coordination/runtime.h"
 #include "python/bindings.h"
@@ -116,6 +117,7 @@ void BindMembership(nb::module_& m) {
     WithoutGil([&] { client->ReportError(reason); });
   });
   m.attr("FATE_SHARING_EXIT_CODE") = coord::kFateSharingExitCode;
+  m.attr("EXIT_GUARD_SECONDS") = static_cast<double>(myplugin::kExitGuardLimit.count());
 }
 
 void BindKeyValueStore(nb::module_& m) {

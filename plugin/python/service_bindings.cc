@@ -4,6 +4,7 @@
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/unique_ptr.h>
+#include <nanobind/stl/vector.h>
 
 #include <optional>
 #include <string>
@@ -82,6 +83,9 @@ void BindService(nb::module_& m) {
            nb::call_guard<nb::gil_scoped_release>(),
            "The launcher saw the process end (how: its exit status): it is failed, and its id is free for a new "
            "process at once.")
+      .def("failures_per_process", &coord::CoordinationService::failures_per_process,
+           "How many times each process id was declared failed in this attempt (the launcher ends a process "
+           "failed while still running).")
       .def("expect_rejoin", &coord::CoordinationService::ExpectRejoin, nb::arg("process_id"), nb::arg("expected"),
            "The launcher started the process again: the next membership agreement waits for it to register.")
       .def(

@@ -467,9 +467,11 @@ void TestEndedProcessFreesItsIdAtOnce() {
   CHECK(job.ErrorFor(30, &code).find("process id 1 is already taken") != std::string::npos);
   // The launcher reaped it while the service still has its connection open
   // (a child holds the socket): it is failed and that connection let go.
+  CHECK(job.state.failures_per_process() == (std::vector<uint64_t>{0, 0, 0}));
   CHECK(job.state.OnProcessEnded(1, "(killed by SIGKILL)", job.out) == 11);
   CHECK(job.state.failure() && job.state.failure()->message() ==
                                    "process 1 failed: its process ended (killed by SIGKILL)");
+  CHECK(job.state.failures_per_process() == (std::vector<uint64_t>{0, 1, 0}));
   CHECK(job.state.ProcessOf(11) == -1 && job.state.recoverable());
   bool told = false;
   for (const std::string& p : job.Take(10)) told |= msg::Failure::Decode(p).ok();
@@ -491,10 +493,13 @@ void TestEndedProcessFreesItsIdAtOnce() {
   report.reason = "boom";
   CHECK(job.Send(12, report).ok());
   job.out.frames.clear();
+  // Failed while its process runs: the launcher learns it from the count.
+  CHECK(job.state.failures_per_process() == (std::vector<uint64_t>{0, 1, 1}));
   CHECK(job.Hello(32, 2).code() == Code::kAlreadyExists);
   job.out.frames.clear();
   CHECK(job.state.OnProcessEnded(2, "with exit code 1", job.out) == 12);
   CHECK(job.state.failure()->message() == "process 2 failed: boom");  // the first reason stays
+  CHECK(job.state.failures_per_process() == (std::vector<uint64_t>{0, 1, 1}));  // one failure, not two
   CHECK(job.Hello(32, 2).ok());
   // Ids out of range and processes never seen are no-ops.
   CHECK(job.state.OnProcessEnded(7, "x", job.out) == 0 && job.state.OnProcessEnded(-1, "x", job.out) == 0);

@@ -11,6 +11,9 @@ test.
   collective   a jit psum over every device; the victim dies before the
                second one; the survivors' psum raises naming it; they
                recover() and psum again over the three members.
+  freeze       as respawn, but the victim stops itself (SIGSTOP) instead of
+               dying: the service fails it by its heartbeat and the
+               launcher ends it and starts it again.
   respawn      under myplugin-run --recover DEATHS --rejoin-wait: an
                all-reduce per step; the victim dies DEATHS times (steps 2, 5,
                8, ...), each time leaving a child that holds its connection
@@ -48,7 +51,7 @@ def verdict(m):
               changed=m.changed)
 
 
-if scenario == "respawn":
+if scenario in ("respawn", "freeze"):
   import numpy as np
   from jax_plugin import collectives
 
@@ -58,9 +61,31 @@ if scenario == "respawn":
   deaths = int(distributed.key_value_try_get("deaths") or b"0")
   step = int(distributed.key_value_get(f"resume/{m.epoch}", 60)) if os.environ.get("MYPLUGIN_REJOIN") else 0
   result(event="started", members=m.members, epoch=m.epoch, step=step, deaths=deaths)
+  whole = len(m.members)
+
+  def agree(step):
+    m = distributed.agree_membership(timeout=60)
+    if m.changed:
+      if m.process_id == 0:
+        distributed.key_value_set(f"resume/{m.epoch}", str(step))
+      result(event="verdict", step=step, **verdict(m))
+    return m
+
   while step < steps:
+    if scenario == "freeze" and len(m.members) < whole and step >= 3:
+      # The members wait here for the stopped rank's new process, which the
+      # launcher starts only once it has ended the old one.
+      time.sleep(0.1)
+      m = agree(step)
+      continue
     if pid == victim and deaths < deaths_wanted and step == 2 + 3 * deaths:
       distributed.key_value_set("deaths", str(deaths + 1))
+      if scenario == "freeze":
+        # Alive but silent: the service fails it by its heartbeat, and
+        # only the launcher can end it.
+        result(event="freezing")
+        os.kill(os.getpid(), signal.SIGSTOP)  # the launcher SIGKILLs it here
+        die()
       if os.fork() == 0:
         # The dead process's connection to the service stays open (its
         # child holds the socket), for longer than the respawn takes.
@@ -77,11 +102,7 @@ if scenario == "respawn":
     # At every step boundary: the restarted victim is let in here (at once,
     # or a step later when the survivors agreed before the launcher said it
     # was coming back).
-    m = distributed.agree_membership(timeout=60)
-    if m.changed:
-      if m.process_id == 0:
-        distributed.key_value_set(f"resume/{m.epoch}", str(step))
-      result(event="verdict", step=step, **verdict(m))
+    m = agree(step)
   sys.exit(0)
 
 distributed.initialize(heartbeat_timeout_seconds=5, initialization_timeout=60, fate_sharing=False)
