@@ -3,7 +3,7 @@
 #
 # usage: ci/gpu_tests.sh [--leg single|multi] [--cuda 12|13] [--out DIR] [--dry-run]
 #        ci/gpu_tests.sh --prepare DIR                 (networked machine: gather the kit)
-#        ci/gpu_tests.sh --offline DIR [--part gpu|collectives] [--out DIR]
+#        ci/gpu_tests.sh --offline DIR [--part gpu|collectives] [--bench-args ARGS] [--out DIR]
 #                                                      (GPU machine, no network: install the kit, run)
 #
 # Default (a GPU machine with network): build with CUDA's headers, record
@@ -29,8 +29,9 @@
 #   --part gpu (default): nvidia-smi, pytest -m gpu tests/gpu with
 #     MYPLUGIN_ENGINE=cuda, bench/gpu.py;
 #   --part collectives: bench/collectives.py on the machine's CPU cores
-#     (issue 16's 2 and 4 processes on one host), under a hard timeout. It
-#     needs no XLA engine: the collectives are the plugin's runtime alone.
+#     (issue 16's 2 and 4 processes on one host), under a hard timeout,
+#     --bench-args after its own (later ones win: --bench-args '--rounds 2').
+#     It needs no XLA engine: the collectives are the plugin's runtime alone.
 #
 # --dry-run runs everything that needs no GPU (argument checks, tool
 # checks, the CUDA engines' availability on the package index, test
@@ -55,7 +56,8 @@ dry=0
 mode=online
 kit=""
 part=""
-usage="usage: $0 [--leg single|multi] [--cuda 12|13] [--out DIR] [--dry-run] | --prepare DIR | --offline DIR [--part gpu|collectives] [--out DIR]"
+bench_args=""
+usage="usage: $0 [--leg single|multi] [--cuda 12|13] [--out DIR] [--dry-run] | --prepare DIR | --offline DIR [--part gpu|collectives] [--bench-args ARGS] [--out DIR]"
 while [ $# -gt 0 ]; do
   case "$1" in
     --leg) leg="$2"; shift 2 ;;
@@ -65,6 +67,7 @@ while [ $# -gt 0 ]; do
     --prepare) mode=prepare; kit="${2:?--prepare needs a folder}"; shift 2 ;;
     --offline) mode=offline; kit="${2:?--offline needs a folder}"; shift 2 ;;
     --part) part="${2:?--part needs gpu or collectives}"; shift 2 ;;
+    --bench-args) bench_args="${2?--bench-args needs the arguments}"; shift 2 ;;
     *) echo "$usage" >&2; exit 2 ;;
   esac
 done
@@ -73,6 +76,8 @@ case "$cuda" in 12|13) ;; *) echo "--cuda must be 12 or 13, not '$cuda'" >&2; ex
 case "${part:-gpu}" in gpu|collectives) ;; *) echo "--part must be gpu or collectives, not '$part'" >&2; exit 2 ;; esac
 if [ -n "$part" ] && [ "$mode" != offline ]; then echo "--part goes with --offline" >&2; exit 2; fi
 part="${part:-gpu}"
+if [ -n "$bench_args" ] && [ "$part" != collectives ]; then echo "--bench-args goes with --part collectives" >&2; exit 2; fi
+read -r -a bench_args <<<"$bench_args"
 
 # CUDA's headers the NCCL backend compiles against (NCCL's first).
 cuda_headers() {
@@ -230,8 +235,8 @@ PY
   if [ "$part" = collectives ]; then
     # The ranks run on the CPU: no engine, GPU or NCCL is involved.
     set +e
-    echo "+ bench/collectives.py ${COLLECTIVES_BENCH[*]} (timeout ${COLLECTIVES_TIMEOUT_S} s)" >"$out/bench-collectives.txt"
-    timeout -k 15 "$COLLECTIVES_TIMEOUT_S" python3 "$root/bench/collectives.py" "${COLLECTIVES_BENCH[@]}" \
+    echo "+ bench/collectives.py ${COLLECTIVES_BENCH[*]} ${bench_args[*]} (timeout ${COLLECTIVES_TIMEOUT_S} s)" >"$out/bench-collectives.txt"
+    timeout -k 15 "$COLLECTIVES_TIMEOUT_S" python3 "$root/bench/collectives.py" "${COLLECTIVES_BENCH[@]}" "${bench_args[@]}" \
       --raw-gloo "$kit/bin/raw_gloo_allreduce" >>"$out/bench-collectives.txt" 2>&1
     rc=$?
     set -e
