@@ -46,7 +46,7 @@ KIT_LIMIT_MB=64
 # The collectives benchmark of the online run and of --part collectives, and
 # the latter's hard limit (the device tool allows 600 s per command, of
 # which installing the kit takes ~20 s).
-COLLECTIVES_BENCH=(--processes 2,4 --rounds 3 --max-mb 64)
+COLLECTIVES_BENCH=(--processes 2,4 --rounds 5 --max-mb 64)
 COLLECTIVES_TIMEOUT_S=480
 
 leg=single
