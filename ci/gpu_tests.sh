@@ -24,11 +24,11 @@
 # a private folder on PYTHONPATH, the .debs unpacked with dpkg -x into a
 # private prefix on LD_LIBRARY_PATH; the machine's own jax, jaxlib, CUDA
 # plugin and NCCL are kept), says what is missing, and runs one part, each
-# inside the device tool's 10 minutes per command and writing at most 4
-# files into --out (what it brings back):
+# inside the device tool's limits per command (10 minutes, 8 files back
+# from --out):
 #   --part gpu (default): nvidia-smi, pytest -m gpu tests/gpu with
-#     MYPLUGIN_ENGINE=cuda, bench/gpu.py;
-#   --part collectives: bench/collectives.py on the machine's CPU cores
+#     MYPLUGIN_ENGINE=cuda, bench/gpu.py (6 files);
+#   --part collectives (3 files): bench/collectives.py on the machine's CPU cores
 #     (issue 16's 2 and 4 processes on one host), under a hard timeout,
 #     --bench-args after its own (later ones win: --bench-args '--rounds 2').
 #     It needs no XLA engine: the collectives are the plugin's runtime alone.
