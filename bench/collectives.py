@@ -8,7 +8,7 @@ from a C++ program with nothing of ours around it. Bus bandwidth follows
 nccl-tests: busbw = bytes / time * 2 (n - 1) / n. The machine's memcpy
 bandwidth is the ceiling.
 
-usage: python bench/collectives.py [--processes 2,4] [--rounds 2] [--max-mb 64]
+usage: python bench/collectives.py [--processes 2,4] [--rounds 2] [--max-mb 64] [--raw-gloo PATH] [--plan]
        python bench/collectives.py --latency [--processes 2] [--rounds 5] [--transports shm,gloo]
        python bench/collectives.py --hosts [--rounds 3] [--max-mb 64]   (root: network namespaces)
 --hosts runs 2 "hosts" (network namespaces on a bridge, tests/cluster/hosts.py)
@@ -19,12 +19,17 @@ groups (collectives/defaults.h).
 --latency times 4 KB all-reduces alone (2000 calls per round, each after a
 barrier), for comparing builds: the flight recorder's cost on the
 collective path is measured this way (README, "When a job hangs").
+--raw-gloo PATH takes a raw_gloo_allreduce built before (the offline GPU
+kit carries one: ci/gpu_tests.sh) instead of building it with CMake here;
+--build-raw-gloo DIR only builds it into DIR and prints its path. --plan
+prints the jobs a run would start, and starts none.
 """
 from __future__ import annotations
 
 import argparse
 import os
 import secrets
+import signal
 import statistics
 import subprocess
 import sys
@@ -37,14 +42,42 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from procs import free_port, kill_groups  # noqa: E402
 ROOT = os.path.dirname(HERE)
+# Issue 16's goal for the shared-memory transport on one host, on the best
+# call: this many times raw Gloo's bus bandwidth at every size from 1 MB,
+# this share of memcpy at 64 MB, and a 4 KB all-reduce within this time.
+GOAL_OVER_RAW, GOAL_MEMCPY_SHARE_64MB, GOAL_4KB_S = 4.0, 0.40, 20e-6
 
 
-def build_raw_gloo() -> str:
-  build = os.path.join(ROOT, "build-bench")
-  subprocess.run(["cmake", "-S", ROOT, "-B", build, "-G", "Ninja", "-DMYPLUGIN_BUILD_BENCH=ON",
-                  f"-DPython_EXECUTABLE={sys.executable}"], check=True, capture_output=True)
-  subprocess.run(["cmake", "--build", build, "--target", "raw_gloo_allreduce"], check=True, capture_output=True)
+def build_type() -> str:
+  """The wheel's CMake build type (pyproject.toml): the baseline's reduction
+  loop is Gloo's header template, compiled into the baseline itself, so an
+  unoptimized build would handicap it."""
+  import tomllib
+  with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
+    return tomllib.load(f)["tool"]["scikit-build"]["cmake"]["build-type"]
+
+
+def build_raw_gloo(build: str | None = None) -> str:
+  build = build or os.path.join(ROOT, "build-bench")
+  for step in (["cmake", "-S", ROOT, "-B", build, "-G", "Ninja", "-DMYPLUGIN_BUILD_BENCH=ON",
+                f"-DCMAKE_BUILD_TYPE={build_type()}", f"-DPython_EXECUTABLE={sys.executable}"],
+               ["cmake", "--build", build, "--target", "raw_gloo_allreduce"]):
+    r = subprocess.run(step, capture_output=True, text=True)
+    if r.returncode != 0:
+      sys.exit(f"building raw_gloo_allreduce failed: {' '.join(step)}\n{(r.stdout + r.stderr)[-3000:]}")
   return os.path.join(build, "raw_gloo_allreduce")
+
+
+def host() -> str:
+  """Cores, CPU model and load: 4 processes need 4 idle cores to say anything."""
+  model = "unknown CPU"
+  try:
+    with open("/proc/cpuinfo") as f:
+      model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), model)
+  except OSError:
+    pass
+  load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+  return f"host: {len(os.sched_getaffinity(0))} cores usable of {os.cpu_count()}, {model}; load average {load}"
 
 
 def reps_for(nbytes: int) -> int:
@@ -92,14 +125,13 @@ def raw(n: int, sizes: list[int], binary: str) -> dict:
   return results
 
 
-def across_hosts(rounds: int, max_mb: int) -> None:
+def across_hosts(rounds: int, max_mb: int, binary: str) -> None:
   """2 namespaces x 2 processes: hierarchical vs Gloo whole vs raw Gloo."""
   sys.path.insert(0, os.path.join(ROOT, "tests"))
   from cluster.hosts import Cluster  # noqa: E402
   sizes = [1 << 20]
   while sizes[-1] < max_mb << 20:
     sizes.append(sizes[-1] * 4)
-  binary = build_raw_gloo()
   n = 4
   with Cluster(2, ipv6=False) as c:
     hosts = [c.hosts[0], c.hosts[0], c.hosts[1], c.hosts[1]]
@@ -163,7 +195,11 @@ def _time(f) -> float:
   return time.perf_counter() - t0
 
 
-def main():
+def label(nbytes: int) -> str:
+  return f"{nbytes >> 20} MB" if nbytes >= 1 << 20 else f"{nbytes >> 10} KB"
+
+
+def arguments(argv=None) -> argparse.Namespace:
   parser = argparse.ArgumentParser()
   parser.add_argument("--processes", default="2,4")
   parser.add_argument("--rounds", type=int, default=2)
@@ -171,12 +207,39 @@ def main():
   parser.add_argument("--latency", action="store_true", help="4 KB all-reduce latency only (no raw Gloo)")
   parser.add_argument("--transports", default="shm,gloo", help="for --latency")
   parser.add_argument("--hosts", action="store_true", help="2 namespaces x 2 processes, 1-64 MB (needs root)")
-  args = parser.parse_args()
+  parser.add_argument("--raw-gloo", metavar="PATH", help="a raw_gloo_allreduce built before (default: build one)")
+  parser.add_argument("--build-raw-gloo", metavar="DIR", help="only build raw_gloo_allreduce in DIR; print its path")
+  parser.add_argument("--plan", action="store_true", help="print the jobs of the all-reduce table; run none")
+  args = parser.parse_args(argv)
+  try:
+    args.processes = [int(x) for x in args.processes.split(",")]
+  except ValueError:
+    parser.error(f"--processes takes counts separated by commas, not {args.processes!r}")
+  if min(args.processes) < 2:
+    parser.error(f"--processes: an all-reduce needs at least 2 processes, got {args.processes}")
+  if args.rounds < 1 or args.max_mb < 1:
+    parser.error(f"--rounds and --max-mb must be at least 1, got {args.rounds} and {args.max_mb}")
+  if args.plan and (args.latency or args.hosts):
+    parser.error("--plan describes the all-reduce table, not --latency or --hosts")
+  if args.raw_gloo is not None and not args.plan and not (os.path.isfile(args.raw_gloo) and
+                                                          os.access(args.raw_gloo, os.X_OK)):
+    parser.error(f"--raw-gloo {args.raw_gloo}: not an executable file (build one: --build-raw-gloo DIR)")
+  return args
+
+
+def main():
+  args = arguments()
+  # A hard timeout around the run (ci/gpu_tests.sh) sends SIGTERM: unwind,
+  # so that run_job kills the ranks' process groups on the way out.
+  signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+  if args.build_raw_gloo:
+    print(build_raw_gloo(os.path.abspath(args.build_raw_gloo)))
+    return
   if args.hosts:
-    across_hosts(args.rounds, args.max_mb)
+    across_hosts(args.rounds, args.max_mb, args.raw_gloo or build_raw_gloo())
     return
   if args.latency:
-    for n in [int(x) for x in args.processes.split(",")]:
+    for n in args.processes:
       transports = args.transports.split(",")
       rounds = {t: [] for t in transports}
       for _ in range(args.rounds):  # interleaved
@@ -192,10 +255,19 @@ def main():
   while s <= args.max_mb << 20:
     sizes.append(s)
     s *= 4
-  binary = build_raw_gloo()
+  if args.plan:
+    binary = args.raw_gloo or "built here with CMake"
+    if args.raw_gloo and not os.access(args.raw_gloo, os.X_OK):
+      binary += " (not there yet)"
+    print(f"plan: {args.processes} processes x {args.rounds} rounds x 3 kinds (shm, Gloo, raw Gloo) x "
+          f"{len(sizes)} sizes ({label(sizes[0])} to {label(sizes[-1])}) = "
+          f"{len(args.processes) * args.rounds * 3 * len(sizes)} jobs; raw Gloo: {binary}")
+    return
+  binary = args.raw_gloo or build_raw_gloo()
+  print(host(), flush=True)
   limit = memcpy_gbps()
   print(f"memcpy: {limit:.1f} GB/s (256 MB, best of 5); rounds: {args.rounds}, interleaved")
-  for n in [int(x) for x in args.processes.split(",")]:
+  for n in args.processes:
     factor = 2 * (n - 1) / n
     shm, gloo, theirs = {b: [] for b in sizes}, {b: [] for b in sizes}, {b: [] for b in sizes}
     for _ in range(args.rounds):
@@ -208,16 +280,37 @@ def main():
     print(f"\n{n} processes: all-reduce f32, bus bandwidth GB/s (best / median; time of the best call in brackets)")
     print("| size | myplugin shm | myplugin Gloo | raw Gloo ring | shm/raw (best, median) | shm/memcpy (best) |")
     print("|---|---|---|---|---|---|")
+    over_raw, share_64mb, time_4kb = {}, None, None
     for b in sizes:
       if not shm[b] or not gloo[b] or not theirs[b]:
         print(f"| {b} | missing | | | | |")
         continue
       cols = [(min(t for t, _ in v[b]), statistics.median(m for _, m in v[b])) for v in (shm, gloo, theirs)]
       bw = lambda t: b / t * factor / 1e9
-      label = f"{b >> 20} MB" if b >= 1 << 20 else f"{b >> 10} KB"
       cells = " | ".join(f"{bw(best):.3f} / {bw(med):.3f} ({best * 1e6:.0f} us)" for best, med in cols)
       (sb, sm), _, (rb, rm) = cols
-      print(f"| {label} | {cells} | {rb / sb:.2f}, {rm / sm:.2f} | {bw(sb) / limit:.3f} |", flush=True)
+      print(f"| {label(b)} | {cells} | {rb / sb:.2f}, {rm / sm:.2f} | {bw(sb) / limit:.3f} |", flush=True)
+      if b >= 1 << 20:
+        over_raw[b] = rb / sb
+      share_64mb = bw(sb) / limit if b == 64 << 20 else share_64mb
+      time_4kb = sb if b == 4096 else time_4kb
+    print(goal(n, over_raw, share_64mb, time_4kb), flush=True)
+
+
+def goal(n: int, over_raw: dict, share_64mb: float | None, time_4kb: float | None) -> str:
+  """One line against issue 16's goal, for the sizes this run measured."""
+  verdict = lambda ok: "met" if ok else "NOT met"
+  parts = []
+  if over_raw:
+    worst = min(over_raw, key=over_raw.get)
+    parts.append(f">= {GOAL_OVER_RAW:g}x raw Gloo at every size from 1 MB: {over_raw[worst]:.2f}x at worst "
+                 f"({label(worst)}), {verdict(over_raw[worst] >= GOAL_OVER_RAW)}")
+  if share_64mb is not None:
+    parts.append(f">= {GOAL_MEMCPY_SHARE_64MB:.0%} of memcpy at 64 MB: {share_64mb:.1%}, "
+                 f"{verdict(share_64mb >= GOAL_MEMCPY_SHARE_64MB)}")
+  if time_4kb is not None:
+    parts.append(f"<= {GOAL_4KB_S * 1e6:.0f} us at 4 KB: {time_4kb * 1e6:.0f} us, {verdict(time_4kb <= GOAL_4KB_S)}")
+  return f"goal (issue 16), {n} processes, shm on the best call: " + ("; ".join(parts) or "no size of the goal measured")
 
 
 if __name__ == "__main__":

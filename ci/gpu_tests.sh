@@ -3,7 +3,8 @@
 #
 # usage: ci/gpu_tests.sh [--leg single|multi] [--cuda 12|13] [--out DIR] [--dry-run]
 #        ci/gpu_tests.sh --prepare DIR                 (networked machine: gather the kit)
-#        ci/gpu_tests.sh --offline DIR [--out DIR]     (GPU machine, no network: install the kit, run)
+#        ci/gpu_tests.sh --offline DIR [--part gpu|collectives] [--bench-args ARGS] [--out DIR]
+#                                                      (GPU machine, no network: install the kit, run)
 #
 # Default (a GPU machine with network): build with CUDA's headers, record
 # nvidia-smi, run the tests marked gpu, the multi-process NCCL tests (one
@@ -12,7 +13,9 @@
 # --prepare DIR builds a cp312 wheel of myplugin (the GPU machine's Python)
 # against jaxlib $GPU_JAX and CUDA 13's NCCL headers, and gathers what such
 # a machine lacks: the Debian packages of the libraries the wheel links
-# outside the system's (libgloo and its own), and pytest's wheels. Not the
+# outside the system's (libgloo and its own), pytest's wheels, and the raw
+# Gloo baseline of bench/collectives.py (bin/raw_gloo_allreduce, its
+# libraries among those .debs). Not the
 # CPU engine (lammps-jax-pjrt-cpu, ~200 MB): single-GPU tests never
 # partition on it; only multi-process programs (tests/gpu/test_nccl_multiprocess.py,
 # two GPUs) need it.
@@ -20,9 +23,15 @@
 # --offline DIR installs that kit without any network (pip --no-index into
 # a private folder on PYTHONPATH, the .debs unpacked with dpkg -x into a
 # private prefix on LD_LIBRARY_PATH; the machine's own jax, jaxlib, CUDA
-# plugin and NCCL are kept), says what is missing, records nvidia-smi, runs
-# pytest -m gpu tests/gpu with MYPLUGIN_ENGINE=cuda and bench/gpu.py, and
-# writes at most 8 files into --out (what the device tool brings back).
+# plugin and NCCL are kept), says what is missing, and runs one part, each
+# inside the device tool's limits per command (10 minutes, 8 files back
+# from --out):
+#   --part gpu (default): nvidia-smi, pytest -m gpu tests/gpu with
+#     MYPLUGIN_ENGINE=cuda, bench/gpu.py (6 files);
+#   --part collectives (3 files): bench/collectives.py on the machine's CPU cores
+#     (issue 16's 2 and 4 processes on one host), under a hard timeout,
+#     --bench-args after its own (later ones win: --bench-args '--rounds 2').
+#     It needs no XLA engine: the collectives are the plugin's runtime alone.
 #
 # --dry-run runs everything that needs no GPU (argument checks, tool
 # checks, the CUDA engines' availability on the package index, test
@@ -34,6 +43,11 @@ cd "$(dirname "$0")/.."
 # The GPU machine's jax/jaxlib/jax-cuda13-pjrt release, which the kit's wheel is built for.
 GPU_JAX=0.11.2
 KIT_LIMIT_MB=64
+# The collectives benchmark of the online run and of --part collectives, and
+# the latter's hard limit (the device tool allows 600 s per command, of
+# which installing the kit takes ~20 s).
+COLLECTIVES_BENCH=(--processes 2,4 --rounds 5 --max-mb 64)
+COLLECTIVES_TIMEOUT_S=480
 
 leg=single
 cuda=13
@@ -41,7 +55,9 @@ out=gpu-results
 dry=0
 mode=online
 kit=""
-usage="usage: $0 [--leg single|multi] [--cuda 12|13] [--out DIR] [--dry-run] | --prepare DIR | --offline DIR [--out DIR]"
+part=""
+bench_args=""
+usage="usage: $0 [--leg single|multi] [--cuda 12|13] [--out DIR] [--dry-run] | --prepare DIR | --offline DIR [--part gpu|collectives] [--bench-args ARGS] [--out DIR]"
 while [ $# -gt 0 ]; do
   case "$1" in
     --leg) leg="$2"; shift 2 ;;
@@ -50,11 +66,18 @@ while [ $# -gt 0 ]; do
     --dry-run) dry=1; shift ;;
     --prepare) mode=prepare; kit="${2:?--prepare needs a folder}"; shift 2 ;;
     --offline) mode=offline; kit="${2:?--offline needs a folder}"; shift 2 ;;
+    --part) part="${2:?--part needs gpu or collectives}"; shift 2 ;;
+    --bench-args) bench_args="${2?--bench-args needs the arguments}"; shift 2 ;;
     *) echo "$usage" >&2; exit 2 ;;
   esac
 done
 case "$leg" in single|multi) ;; *) echo "--leg must be single or multi, not '$leg'" >&2; exit 2 ;; esac
 case "$cuda" in 12|13) ;; *) echo "--cuda must be 12 or 13, not '$cuda'" >&2; exit 2 ;; esac
+case "${part:-gpu}" in gpu|collectives) ;; *) echo "--part must be gpu or collectives, not '$part'" >&2; exit 2 ;; esac
+if [ -n "$part" ] && [ "$mode" != offline ]; then echo "--part goes with --offline" >&2; exit 2; fi
+part="${part:-gpu}"
+if [ -n "$bench_args" ] && [ "$part" != collectives ]; then echo "--bench-args goes with --part collectives" >&2; exit 2; fi
+read -r -a bench_args <<<"$bench_args"
 
 # CUDA's headers the NCCL backend compiles against (NCCL's first).
 cuda_headers() {
@@ -95,10 +118,14 @@ if [ "$mode" = prepare ]; then
   wheel="$(ls "$kit"/myplugin-*-cp312-*.whl)"
   mkdir "$work/unpacked" && (cd "$work/unpacked" && "$vpy" -m zipfile -e "$wheel" .)
   has_nccl_backend "$work/unpacked/jax_plugin/libmyplugin_runtime.so"
-  # Every library the wheel's .so files load from outside the wheel and the
-  # base system, as the Debian packages that hold them.
+  # The collectives benchmark's baseline, built as the wheel is (its CMake
+  # build type, this venv's compiler flags and Gloo).
+  raw_gloo="$(PATH="$work/venv/bin:$PATH" "$vpy" bench/collectives.py --build-raw-gloo "$work/bench-build")"
+  install -D -m 755 -s "$raw_gloo" "$kit/bin/raw_gloo_allreduce"
+  # Every library the wheel's .so files and the baseline load from outside
+  # the wheel and the base system, as the Debian packages that hold them.
   base="libc6 libgcc-s1 libstdc++6 zlib1g"
-  libs="$(for so in "$work"/unpacked/jax_plugin/*.so; do
+  libs="$(for so in "$work"/unpacked/jax_plugin/*.so "$kit"/bin/*; do
             LD_LIBRARY_PATH="$work/unpacked/jax_plugin" ldd "$so"; done |
           awk '$2 == "=>" && $3 ~ /^\// {print $3}' | sort -u)"
   pkgs=""
@@ -111,7 +138,7 @@ if [ "$mode" = prepare ]; then
     pkgs="$pkgs $pkg"
   done
   pkgs="$(echo "$pkgs" | tr ' ' '\n' | sort -u | tr '\n' ' ')"
-  echo "Debian packages the wheel needs beyond the base system: $pkgs"
+  echo "Debian packages the wheel and bin/ need beyond the base system: $pkgs"
   # shellcheck disable=SC2086
   (cd "$kit/debs" && apt-get download $pkgs)
   "$vpy" -m pip download -q --only-binary=:all: -d "$kit/wheels" pytest pytest-timeout
@@ -170,22 +197,29 @@ if not nccl:
 for m in missing:
   print("MISSING:", m)
 PY
+  { echo "nproc: $(nproc)"; lscpu 2>&1 || true; } >>"$out/environment.txt"
   cat "$out/environment.txt"
-  grep -h "^MISSING" "$out/environment.txt" >>"$summary" || true
-  if command -v nvidia-smi >/dev/null; then
-    { nvidia-smi; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; } >"$out/nvidia-smi.txt" 2>&1 || true
-  else
-    echo "nvidia-smi is not on PATH" >"$out/nvidia-smi.txt"
+  if [ "$part" = gpu ]; then
+    grep -h "^MISSING" "$out/environment.txt" >>"$summary" || true
+    if command -v nvidia-smi >/dev/null; then
+      { nvidia-smi; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; } >"$out/nvidia-smi.txt" 2>&1 || true
+    else
+      echo "nvidia-smi is not on PATH" >"$out/nvidia-smi.txt"
+    fi
+  elif [ ! -x "$kit/bin/raw_gloo_allreduce" ]; then
+    note "FAILED: the kit has no bin/raw_gloo_allreduce (prepared by an older gpu_tests.sh: --prepare it again)"; exit 1
   fi
 
   site="$(mktemp -d)/site"
   python3 -m pip install -q --no-index --no-deps --no-compile --target "$site" "$kit"/myplugin-*.whl
-  python3 -c "import pytest, pytest_timeout" 2>/dev/null ||
+  [ "$part" = collectives ] || python3 -c "import pytest, pytest_timeout" 2>/dev/null ||
     python3 -m pip install -q --no-index --find-links "$kit/wheels" --no-compile --target "$site" pytest pytest-timeout
   export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}" PATH="$site/bin:$PATH"
-  # The libraries the wheel loads that this system lacks (libgloo...), from the .debs.
+  # The libraries the wheel and bin/ load that this system lacks (libgloo...), from the .debs.
+  loaded=("$site"/jax_plugin/*.so)
+  [ ! -d "$kit/bin" ] || loaded+=("$kit"/bin/*)
   missing_libraries() {
-    LD_LIBRARY_PATH="$site/jax_plugin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" ldd "$site"/jax_plugin/*.so | grep "not found" | sort -u || true
+    LD_LIBRARY_PATH="$site/jax_plugin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" ldd "${loaded[@]}" | grep "not found" | sort -u || true
   }
   if [ -n "$(missing_libraries)" ]; then
     note "unpacking the kit's .debs for: $(missing_libraries | awk '{print $1}' | tr '\n' ' ')"
@@ -196,9 +230,23 @@ PY
   if [ -n "$(missing_libraries)" ]; then
     note "FAILED: missing even with the kit's .debs: $(missing_libraries | tr '\n' ' ')"; exit 1
   fi
-  has_nccl_backend "$site/jax_plugin/libmyplugin_runtime.so" || failed="$failed nccl-backend"
   cd "$(mktemp -d)"  # away from the checkout: imports must find the installed jax_plugin
   root="$OLDPWD"
+  if [ "$part" = collectives ]; then
+    # The ranks run on the CPU: no engine, GPU or NCCL is involved.
+    set +e
+    echo "+ bench/collectives.py ${COLLECTIVES_BENCH[*]} ${bench_args[*]} (timeout ${COLLECTIVES_TIMEOUT_S} s)" >"$out/bench-collectives.txt"
+    timeout -k 15 "$COLLECTIVES_TIMEOUT_S" python3 "$root/bench/collectives.py" "${COLLECTIVES_BENCH[@]}" "${bench_args[@]}" \
+      --raw-gloo "$kit/bin/raw_gloo_allreduce" >>"$out/bench-collectives.txt" 2>&1
+    rc=$?
+    set -e
+    cat "$out/bench-collectives.txt"
+    grep -E "^(host|memcpy|goal)" "$out/bench-collectives.txt" >>"$summary" || true
+    if [ $rc != 0 ]; then note "FAILED: bench/collectives.py (rc=$rc$([ $rc != 124 ] || echo ": over ${COLLECTIVES_TIMEOUT_S} s"))"; exit 1; fi
+    note "gpu_tests.sh --offline --part collectives: done (results in $out)"
+    exit 0
+  fi
+  has_nccl_backend "$site/jax_plugin/libmyplugin_runtime.so" || failed="$failed nccl-backend"
   set +e
   MYPLUGIN_ENGINE=cuda timeout 330 pytest -v -p no:cacheprovider --timeout 150 -m gpu "$root/tests/gpu" -k 'not multiprocess' \
     --junitxml="$out/gpu-tests.xml" -o junit_family=xunit2 >"$out/gpu-tests.log" 2>&1
@@ -266,5 +314,7 @@ fi
 always python3 bench/gpu.py --help >/dev/null
 gpu bash -c "MYPLUGIN_ENGINE=cuda python3 bench/gpu.py 2>&1 | tee '$out/bench-gpu.txt'"
 always python3 bench/collectives.py --help >/dev/null
-gpu bash -c "python3 bench/collectives.py --processes 2 --rounds 2 --max-mb 64 2>&1 | tee '$out/bench-collectives.txt'"
+# The offline collectives part's arguments, parsed (it runs nothing).
+always python3 bench/collectives.py "${COLLECTIVES_BENCH[@]}" --raw-gloo gpu-kit/bin/raw_gloo_allreduce --plan
+gpu bash -c "python3 bench/collectives.py ${COLLECTIVES_BENCH[*]} 2>&1 | tee '$out/bench-collectives.txt'"
 echo "gpu_tests.sh: done (leg $leg, CUDA $cuda, dry run $dry, results in $out)"

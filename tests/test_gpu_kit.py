@@ -81,3 +81,40 @@ def test_kit_script_refuses_bad_arguments(tmp_path):
   r = kit("--prepare", str(tmp_path / "precious"), PYTHON312=sys.executable)
   assert r.returncode == 2 and "is not a kit" in r.stderr, r.stderr
   assert (tmp_path / "precious" / "notes.txt").read_text() == "keep"
+  # The collectives part: --part and --bench-args only where they mean something.
+  r = kit("--offline", str(tmp_path / "no-kit"), "--part", "nccl")
+  assert r.returncode == 2 and "--part must be gpu or collectives, not 'nccl'" in r.stderr, r.stderr
+  r = kit("--part", "collectives", "--dry-run")
+  assert r.returncode == 2 and "--part goes with --offline" in r.stderr, r.stderr
+  r = kit("--offline", str(tmp_path / "no-kit"), "--bench-args", "--rounds 1")
+  assert r.returncode == 2 and "--bench-args goes with --part collectives" in r.stderr, r.stderr
+
+
+def load_bench():
+  import importlib.util
+  sys.path.insert(0, os.path.join(ROOT, "bench"))  # its procs.py
+  spec = importlib.util.spec_from_file_location("bench_collectives", os.path.join(ROOT, "bench", "collectives.py"))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+def bench(*args):
+  return run([sys.executable, os.path.join(ROOT, "bench", "collectives.py"), *args], dict(os.environ), timeout=60)
+
+
+def test_collectives_bench_arguments_and_goal_line(tmp_path):
+  # The kit's command line, planned: 2 process counts x 3 rounds x 3 kinds x 8 sizes (4 KB..64 MB).
+  r = bench("--processes", "2,4", "--rounds", "3", "--max-mb", "64", "--raw-gloo", str(tmp_path / "rg"), "--plan")
+  assert r.returncode == 0, r.output
+  assert "= 144 jobs" in r.stdout and "4 KB to 64 MB" in r.stdout and "not there yet" in r.stdout, r.stdout
+  r = bench("--raw-gloo", str(tmp_path / "rg"))
+  assert r.returncode == 2 and "not an executable file" in r.stderr, r.stderr
+  r = bench("--processes", "1,4")
+  assert r.returncode == 2 and "at least 2 processes" in r.stderr, r.stderr
+  collectives = load_bench()
+  # The README's 2-process run (5.19x at 64 MB, 39.7 % of memcpy, 11 us): the share misses 40 %.
+  line = collectives.goal(2, {1 << 20: 10.19, 64 << 20: 5.19}, 0.397, 11e-6)
+  assert "5.19x at worst (64 MB), met" in line and "39.7%, NOT met" in line and "11 us, met" in line, line
+  line = collectives.goal(4, {4 << 20: 3.64, 64 << 20: 2.98}, 0.139, 46e-6)
+  assert "2.98x at worst (64 MB), NOT met" in line and "46 us, NOT met" in line, line
