@@ -86,16 +86,18 @@ void ProcessEnded(coord::ServiceState& state, std::set<coord::ConnectionId>& hel
   const coord::ConnectionId conn = state.OnProcessEnded(pid, "with exit code " + std::to_string(how), out);
   Require(conn == 0 || conn == held, "process_ended let go of a connection that was not the process's");
   Require(HolderOf(state, helloed, pid, 0) == 0, "a connection still holds the id of a process that ended");
-  if (conn == 0) return;
-  helloed.erase(conn);
-  const int failed = state.failed_process();
-  const uint64_t epoch = state.epoch();
-  coord::Outbox late;
-  Require(!state.OnFrame(conn, Payload(msg::Heartbeat().Encode()), late).ok() && late.frames.empty(),
-          "the ended process's connection is still heard");
-  state.OnDisconnect(conn, myplugin::Status(myplugin::Code::kUnavailable, "closed"), late);
-  Require(late.frames.empty() && state.failed_process() == failed && state.epoch() == epoch,
-          "the close of a connection the state let go of changed the job");
+  if (conn != 0) {
+    helloed.erase(conn);
+    const int failed = state.failed_process();
+    const uint64_t epoch = state.epoch();
+    coord::Outbox late;
+    Require(!state.OnFrame(conn, Payload(msg::Heartbeat().Encode()), late).ok() && late.frames.empty(),
+            "the ended process's connection is still heard");
+    state.OnDisconnect(conn, myplugin::Status(myplugin::Code::kUnavailable, "closed"), late);
+    Require(late.frames.empty() && state.failed_process() == failed && state.epoch() == epoch,
+            "the close of a connection the state let go of changed the job");
+  }
+  if (pid >= state.options().num_processes) return;
   // A new process claiming the id (on a copy: the script goes on without it)
   // may be refused for the job's state, never for the old connection.
   coord::ServiceState probe = state;
