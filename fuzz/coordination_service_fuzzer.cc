@@ -1,8 +1,9 @@
 // libFuzzer target: the coordination service's message handling
 // (service_state.h) in-process, driven by a script of events from four fake
 // connections to a job of three processes: Hellos with the right or a wrong
-// token, well-formed requests, raw bytes, disconnects, stopped readers and
-// the passing of time.
+// token, well-formed requests, raw bytes, disconnects, stopped readers, the
+// launcher's word that a process ended or is being started again, and the
+// passing of time.
 //
 // Invariants checked after every event:
 //  - ServiceState::CheckInvariants(): the store's accounting and limits,
@@ -11,6 +12,10 @@
 //    refused one only the Error that refuses it;
 //  - every frame it sends is a well-formed message within the frame limit;
 //  - a connection the state refused is never a member;
+//  - a Hello claiming an id another connection holds is refused;
+//  - once the launcher says a process ended, no connection holds its id, its
+//    old connection is not heard any more and its close changes nothing, and
+//    a new process claiming the id is not refused because of that connection;
 //  - once the job has failed, its failed process never changes.
 #include <cstddef>
 #include <cstdint>
@@ -63,6 +68,48 @@ class Input {
 
 std::string Payload(const std::string& frame) { return frame.substr(4); }
 
+// A connection other than `conn` that is the member of process `pid`, or 0.
+coord::ConnectionId HolderOf(const coord::ServiceState& state, const std::set<coord::ConnectionId>& conns, int pid,
+                             coord::ConnectionId conn) {
+  for (coord::ConnectionId c : conns) {
+    if (c != conn && state.ProcessOf(c) == pid) return c;
+  }
+  return 0;
+}
+
+// The launcher reaped process `pid` (as jax_plugin/launcher.py does: first,
+// if it starts it again, ExpectRejoin). Checks what the state promises then;
+// the connection it let go is closed, as the service closes it.
+void ProcessEnded(coord::ServiceState& state, std::set<coord::ConnectionId>& helloed, int pid, uint8_t how,
+                  coord::Outbox& out) {
+  const coord::ConnectionId held = HolderOf(state, helloed, pid, 0);
+  const coord::ConnectionId conn = state.OnProcessEnded(pid, "with exit code " + std::to_string(how), out);
+  Require(conn == 0 || conn == held, "process_ended let go of a connection that was not the process's");
+  Require(HolderOf(state, helloed, pid, 0) == 0, "a connection still holds the id of a process that ended");
+  if (conn != 0) {
+    helloed.erase(conn);
+    const int failed = state.failed_process();
+    const uint64_t epoch = state.epoch();
+    coord::Outbox late;
+    Require(!state.OnFrame(conn, Payload(msg::Heartbeat().Encode()), late).ok() && late.frames.empty(),
+            "the ended process's connection is still heard");
+    state.OnDisconnect(conn, myplugin::Status(myplugin::Code::kUnavailable, "closed"), late);
+    Require(late.frames.empty() && state.failed_process() == failed && state.epoch() == epoch,
+            "the close of a connection the state let go of changed the job");
+  }
+  if (pid >= state.options().num_processes) return;
+  // A new process claiming the id (on a copy: the script goes on without it)
+  // may be refused for the job's state, never for the old connection.
+  coord::ServiceState probe = state;
+  coord::Outbox ignored;
+  msg::Hello h;
+  h.process_id = static_cast<uint32_t>(pid);
+  h.token = "tok";
+  const myplugin::Status st = probe.OnHello(1000, "new", Payload(h.Encode()), ignored);
+  Require(st.ok() || st.message().find("(by fuzz)") == std::string::npos,
+          "a new process was refused the id of a process that ended, for its old connection");
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -90,7 +137,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         h.process_id = b % 4;
         h.token = (b & 0x80) ? "wrong" : "tok";
         if (b & 0x40) h.version = static_cast<uint16_t>(in.U16());
+        const bool duplicate = HolderOf(state, helloed, static_cast<int>(h.process_id), conn) != 0;
         bool ok = state.OnHello(conn, "fuzz", Payload(h.Encode()), out).ok();
+        Require(!(ok && duplicate), "a Hello took the id another connection holds");
         if (ok) {
           helloed.insert(conn);
           ever.insert(conn);
@@ -210,6 +259,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       case 5:
         state.Tick(start + std::chrono::milliseconds(100 * static_cast<int>(in.U16())), out);
         break;
+      case 7: {  // the launcher: a process ended, or is (not) being started again
+        const uint8_t b = in.Byte();
+        const int pid = b % 4;  // 3: out of range
+        if (b & 0x40) {
+          state.ExpectRejoin(pid, (b & 0x20) != 0, out);
+          break;
+        }
+        if (b & 0x80) state.ExpectRejoin(pid, true, out);
+        ProcessEnded(state, helloed, pid, in.Byte(), out);
+        break;
+      }
       default: {
         msg::Heartbeat beat;
         if (helloed.count(conn)) state.OnFrame(conn, Payload(beat.Encode()), out);

@@ -97,6 +97,17 @@ def tick(tenths):
   return bytes([5]) + struct.pack("<H", tenths)
 
 
+# The launcher's word (kind 7): process `pid` ended with exit code `code`
+# (`rejoin`: it is being started again, said first, as the launcher does),
+# or only whether it is being started again.
+def process_ended(pid, code, rejoin=False):
+  return bytes([7, pid | (0x80 if rejoin else 0), code])
+
+
+def expect_rejoin(pid, expected):
+  return bytes([7, pid | 0x40 | (0x20 if expected else 0)])
+
+
 JOB = hello(0, 0) + hello(1, 1) + hello(2, 2) + register(0, 1) + register(1, 1) + register(2, 1)
 SCRIPTS = {
     "register": JOB,
@@ -114,6 +125,20 @@ SCRIPTS = {
     "recovery": JOB + barrier(0, 2, 1, 1000) + bytes([3 | 2 << 4]) + agree(0, 3, 5000) + agree(1, 3, 5000) +
                 hello(3, 2) + register(3, 1) + agree(0, 4, 5000) + agree(1, 4, 5000) + barrier(0, 5, 1, 1000),
     "agreement_timeout": JOB + bytes([3 | 2 << 4]) + agree(0, 3, 100) + tick(20) + agree(1, 3, 100),
+    # The launcher reaps process 2 while its connection is still open (a
+    # child holds it) and starts it again: the new process takes the id at once.
+    "process_ended_rejoin": JOB + barrier(0, 2, 1, 1000) + process_ended(2, 9, rejoin=True) + agree(0, 3, 5000) +
+                            agree(1, 3, 5000) + hello(3, 2) + register(3, 1) + barrier(0, 5, 1, 1000),
+    # A second process 1 is refused while the first lives, let in once it ended.
+    "process_ended_duplicate": JOB + hello(3, 1) + process_ended(1, 1) + hello(3, 1) + register(3, 1) +
+                               agree(0, 3, 5000) + agree(2, 3, 5000),
+    # No restarts left: the agreement stops waiting for it.
+    "process_ended_given_up": JOB + expect_rejoin(2, True) + process_ended(2, 9) + agree(0, 3, 5000) +
+                              expect_rejoin(2, False) + agree(1, 3, 5000),
+    # Before registration completed, after shutdown, an id out of range.
+    "process_ended_early": process_ended(0, 1) + hello(0, 0) + process_ended(0, 1) + hello(1, 0) + process_ended(3, 0),
+    "process_ended_after_shutdown": JOB + shutdown(0, 9) + shutdown(1, 9) + shutdown(2, 9) + process_ended(0, 0) +
+                                    hello(3, 0),
 }
 
 

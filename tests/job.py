@@ -51,25 +51,29 @@ class Job(WaitsForEvents):
     self.lines: list[list[tuple[float, str]]] = [[] for _ in range(n)]
     self.exit_times: dict[int, float] = {}
     self._threads = []
-    for rank in range(n):
-      e = child_env(PYTHONUNBUFFERED="1")
-      if identity:  # who the process is, in our variables
-        e.update(MYPLUGIN_COORDINATOR_ADDRESS=f"127.0.0.1:{self.port}", MYPLUGIN_NUM_PROCESSES=str(n),
-                 MYPLUGIN_PROCESS_ID=str(rank), MYPLUGIN_JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{jax_port}")
-      e.update(env or {})
-      if per_rank_env:
-        e.update(per_rank_env(rank))
-      argv = [a(rank) if callable(a) else a for a in args]
-      p = subprocess.Popen([sys.executable, os.path.join(HERE, "programs", program), *argv], env=e,
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-                           cwd=tempfile.gettempdir())
-      self.procs.append(p)
-      # stdout and stderr apart: RESULT lines are read from stdout only, so a
-      # log line on stderr can never split one.
-      for stream, is_stdout in ((p.stdout, True), (p.stderr, False)):
-        t = threading.Thread(target=self._read, args=(rank, p, stream, is_stdout), daemon=True)
-        t.start()
-        self._threads.append(t)
+    try:
+      for rank in range(n):
+        e = child_env(PYTHONUNBUFFERED="1")
+        if identity:  # who the process is, in our variables
+          e.update(MYPLUGIN_COORDINATOR_ADDRESS=f"127.0.0.1:{self.port}", MYPLUGIN_NUM_PROCESSES=str(n),
+                   MYPLUGIN_PROCESS_ID=str(rank), MYPLUGIN_JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{jax_port}")
+        e.update(env or {})
+        if per_rank_env:
+          e.update(per_rank_env(rank))
+        argv = [a(rank) if callable(a) else a for a in args]
+        p = subprocess.Popen([sys.executable, os.path.join(HERE, "programs", program), *argv], env=e,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                             cwd=tempfile.gettempdir())
+        self.procs.append(p)
+        # stdout and stderr apart: RESULT lines are read from stdout only, so a
+        # log line on stderr can never split one.
+        for stream, is_stdout in ((p.stdout, True), (p.stderr, False)):
+          t = threading.Thread(target=self._read, args=(rank, p, stream, is_stdout), daemon=True)
+          t.start()
+          self._threads.append(t)
+    except BaseException:
+      self.kill_all()  # the ranks already started
+      raise
 
   def _read(self, rank, p, stream, is_stdout):
     for line in stream:

@@ -179,13 +179,13 @@ def test_kubernetes_indexed_job(net, tmp_path, entry):
   hosts_file.write_text("127.0.0.1 localhost\n" +
                         "".join(f"{h.ipv4} {fqdn.format(i)} train-{i}\n" for i, h in enumerate(hosts)))
   out = tmp_path / "train.json"
-  job = ClusterJob(net, hosts, [TRAIN, entry, str(out)], tmp_path, devices=2, identity=False,
-                   hostnames=["train-0", "train-1"], hosts_file=str(hosts_file),
-                   env={"MYPLUGIN_NUM_PROCESSES": "2", "KUBERNETES_SERVICE_HOST": "10.96.0.1",
-                        "KUBERNETES_SERVICE_PORT": "443"},
-                   per_rank_env=lambda r: {"JOB_COMPLETION_INDEX": str(r), "HOSTNAME": f"train-{r}"})
-  job.wait(120)
-  assert job.returncodes() == [0, 0], job.all_output()
-  got = _check_training(out, 2, 4)
-  if entry == "plugin":
-    assert got["addresses"] == [h.ipv4 for h in hosts]
+  with ClusterJob(net, hosts, [TRAIN, entry, str(out)], tmp_path, devices=2, identity=False,
+                  hostnames=["train-0", "train-1"], hosts_file=str(hosts_file),
+                  env={"MYPLUGIN_NUM_PROCESSES": "2", "KUBERNETES_SERVICE_HOST": "10.96.0.1",
+                       "KUBERNETES_SERVICE_PORT": "443"},
+                  per_rank_env=lambda r: {"JOB_COMPLETION_INDEX": str(r), "HOSTNAME": f"train-{r}"}) as job:
+    job.wait(120)
+    assert job.returncodes() == [0, 0], job.all_output()
+    got = _check_training(out, 2, 4)
+    if entry == "plugin":
+      assert got["addresses"] == [h.ipv4 for h in hosts]

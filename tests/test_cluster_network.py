@@ -26,7 +26,7 @@ import pytest
 
 from cluster.hosts import Cluster, module_hosts, skip_or_fail_without_namespaces
 from cluster.job import ClusterJob, numpy_training
-from proc import child_env, run_python
+from proc import child_env, kill_group, run_python
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PROGRAMS = os.path.join(HERE, "programs")
@@ -78,31 +78,31 @@ def test_training_across_hosts_with_default_settings(net, tmp_path):
   them (Gloo between the hosts' addresses)."""
   hosts = net.hosts[:2]
   out = tmp_path / "train.json"
-  job = ClusterJob(net, hosts, [os.path.join(PROGRAMS, "cluster_train.py"), "plugin", str(out)], tmp_path,
-                   devices=2, port=29510)
-  job.wait(120)
-  assert job.returncodes() == [0, 0], job.all_output()
-  got = json.loads(out.read_text())
-  assert got["addresses"] == [h.ipv4 for h in hosts]
-  assert (got["process_count"], got["device_count"], got["platform"]) == (2, 4, "myplugin")
-  w, b = numpy_training(4)
-  np.testing.assert_allclose(got["w"], w, rtol=1e-5, atol=1e-6)
-  np.testing.assert_allclose(got["b"], b, rtol=1e-5, atol=1e-6)
-  _no_leftovers(net, job)
+  with ClusterJob(net, hosts, [os.path.join(PROGRAMS, "cluster_train.py"), "plugin", str(out)], tmp_path,
+                  devices=2, port=29510) as job:
+    job.wait(120)
+    assert job.returncodes() == [0, 0], job.all_output()
+    got = json.loads(out.read_text())
+    assert got["addresses"] == [h.ipv4 for h in hosts]
+    assert (got["process_count"], got["device_count"], got["platform"]) == (2, 4, "myplugin")
+    w, b = numpy_training(4)
+    np.testing.assert_allclose(got["w"], w, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got["b"], b, rtol=1e-5, atol=1e-6)
+    _no_leftovers(net, job)
 
 
 def test_seed_pmap_across_hosts(net, tmp_path):
   """The seed's pmap over 2 hosts x 2 devices: psum runs over all 4."""
   out = str(tmp_path / "pmap.{rank}.npz")
-  job = ClusterJob(net, net.hosts[:2], [os.path.join(PROGRAMS, "seed_pmap.py"), out], tmp_path, devices=2,
-                   port=29515)
-  job.wait(120)
-  assert job.returncodes() == [0, 0], job.all_output()
-  for rank in range(2):
-    got = dict(np.load(out.format(rank=rank)))
-    np.testing.assert_array_equal(got["counts"], [4, 2, rank, 2])  # devices, local, index, processes
-    np.testing.assert_array_equal(got["psum"], [4.0, 4.0])
-  _no_leftovers(net, job)
+  with ClusterJob(net, net.hosts[:2], [os.path.join(PROGRAMS, "seed_pmap.py"), out], tmp_path, devices=2,
+                  port=29515) as job:
+    job.wait(120)
+    assert job.returncodes() == [0, 0], job.all_output()
+    for rank in range(2):
+      got = dict(np.load(out.format(rank=rank)))
+      np.testing.assert_array_equal(got["counts"], [4, 2, rank, 2])  # devices, local, index, processes
+      np.testing.assert_array_equal(got["psum"], [4.0, 4.0])
+    _no_leftovers(net, job)
 
 
 @pytest.fixture(scope="module")
@@ -144,20 +144,23 @@ def test_seed_with_coordinator_on_a_third_host_and_own_host_names(net, tmp_path,
     service = net.popen(coordinator, [cli, "--port", "29520", "--num-processes", "2", "--heartbeat-timeout",
                                       str(HEARTBEAT)], child_env(MYPLUGIN_COORDINATOR_TOKEN=token),
                         hostname="coord", stdout=log, stderr=subprocess.STDOUT)
-  out = str(job_dir / "seed.{rank}.npz")
-  job = ClusterJob(net, net.hosts[:2], [os.path.join(PROGRAMS, "seed_sharded_computation.py"), out], job_dir,
-                   devices=4, port=29520, coordinator=coordinator, hostnames=["node-a", "node-b"],
-                   env={"MYPLUGIN_COORDINATOR_TOKEN": token})
-  job.wait(180)
-  assert job.returncodes() == [0, 0], job.all_output()
-  service.wait(timeout=20)
-  assert service.returncode == 0, (tmp_path / "coordinator.log").read_text()
-  checked: set[str] = set()
-  for rank in range(2):
-    _compare_seed(dict(np.load(job_dir / f"seed.{rank}.npz")), seed_reference, {rank * 4 + j for j in range(4)},
-                  checked)
-  assert {"f_contract", "f_contract_2", "shard_map_psum", "layer_shard_map", "layer_auto"} <= checked
-  _no_leftovers(net, job)
+  try:
+    out = str(job_dir / "seed.{rank}.npz")
+    with ClusterJob(net, net.hosts[:2], [os.path.join(PROGRAMS, "seed_sharded_computation.py"), out], job_dir,
+                    devices=4, port=29520, coordinator=coordinator, hostnames=["node-a", "node-b"],
+                    env={"MYPLUGIN_COORDINATOR_TOKEN": token}) as job:
+      job.wait(180)
+      assert job.returncodes() == [0, 0], job.all_output()
+      service.wait(timeout=20)
+      assert service.returncode == 0, (tmp_path / "coordinator.log").read_text()
+      checked: set[str] = set()
+      for rank in range(2):
+        _compare_seed(dict(np.load(job_dir / f"seed.{rank}.npz")), seed_reference, {rank * 4 + j for j in range(4)},
+                      checked)
+      assert {"f_contract", "f_contract_2", "shard_map_psum", "layer_shard_map", "layer_auto"} <= checked
+      _no_leftovers(net, job)
+  finally:
+    kill_group(service)  # the coordinator, whatever failed
 
 
 def test_shard_map_collectives_on_ipv6_only_hosts(fresh, tmp_path):
@@ -172,28 +175,28 @@ def test_shard_map_collectives_on_ipv6_only_hosts(fresh, tmp_path):
   assert r.returncode == 0, r.output
   ref = dict(np.load(ref_path))
   out = str(tmp_path / "sm.{rank}.npz")
-  job = ClusterJob(c, c.hosts, [example, "--save", out], tmp_path, devices=4, port=29530)
-  job.wait(180)
-  assert job.returncodes() == [0, 0], job.all_output()
-  seen = set()
-  for rank in range(2):
-    for key, value in np.load(out.format(rank=rank)).items():
-      np.testing.assert_allclose(value, ref[key], rtol=1e-6, err_msg=f"rank {rank}: {key}")
-      seen.add(key.split(".")[0])
-  assert {"psum", "all_gather", "psum_scatter", "ppermute", "all_to_all"} <= seen
-  _no_leftovers(c, job)
+  with ClusterJob(c, c.hosts, [example, "--save", out], tmp_path, devices=4, port=29530) as job:
+    job.wait(180)
+    assert job.returncodes() == [0, 0], job.all_output()
+    seen = set()
+    for rank in range(2):
+      for key, value in np.load(out.format(rank=rank)).items():
+        np.testing.assert_allclose(value, ref[key], rtol=1e-6, err_msg=f"rank {rank}: {key}")
+        seen.add(key.split(".")[0])
+    assert {"psum", "all_gather", "psum_scatter", "ppermute", "all_to_all"} <= seen
+    _no_leftovers(c, job)
 
 
 def test_ipv6_loopback(net, tmp_path):
   """A job on one host whose coordinator is [::1]: the service listens on
   ::1 only (no token needed), and the peers meet at ::1."""
-  job = ClusterJob(net, [net.hosts[0]] * 2, [FAULT_WORKER, "30"], tmp_path, address="[::1]", port=29540,
-                   env={"MYPLUGIN_COORDINATOR_TOKEN": ""})
-  job.wait(60)
-  assert job.returncodes() == [0, 0], job.all_output()
-  for rank in range(2):
-    assert job.event(rank, "done") == {"event": "done", "steps": 30, "addresses": ["::1", "::1"]}
-  _no_leftovers(net, job)
+  with ClusterJob(net, [net.hosts[0]] * 2, [FAULT_WORKER, "30"], tmp_path, address="[::1]", port=29540,
+                  env={"MYPLUGIN_COORDINATOR_TOKEN": ""}) as job:
+    job.wait(60)
+    assert job.returncodes() == [0, 0], job.all_output()
+    for rank in range(2):
+      assert job.event(rank, "done") == {"event": "done", "steps": 30, "addresses": ["::1", "::1"]}
+    _no_leftovers(net, job)
 
 
 FAULTS = ["link_down", "blackhole", "one_way_loss", "host_vanishes", "service_host_vanishes",
@@ -222,46 +225,46 @@ def test_network_fault_ends_every_process_with_its_cause(fresh, tmp_path, fault)
     # own bound ends the wait (short here).
     kw = dict(coordinator=c.hosts[2], env={"MYPLUGIN_COORDINATOR_TOKEN": token,
                                            "MYPLUGIN_COLLECTIVE_TIMEOUT_SECONDS": str(COLLECTIVE_TIMEOUT)})
-  job = ClusterJob(c, [a, b], [FAULT_WORKER], tmp_path, port=29550, heartbeat=HEARTBEAT, **kw)
-  job.wait_event("ready", timeout=60)
-  struck = time.monotonic()
-  if fault == "link_down":
-    c.link_down(b)
-  elif fault == "blackhole":
-    c.blackhole(b, a)
-  elif fault == "one_way_loss":
-    c.drop_incoming(a, b)  # a hears nothing from b; b still hears a
-  elif fault == "host_vanishes":
-    c.vanish(b)
-  elif fault == "service_host_vanishes":
-    c.vanish(a)  # rank 0, which hosts the service
-  elif fault == "partition_between_workers":
-    c.blackhole(a, b)
-    c.blackhole(b, a)
-  else:
-    c.vanish(c.hosts[2])
-  ends = job.wait(max(FAULT_DEADLINE, PARTITION_DEADLINE) + 5)
-  took = [round(e - struck, 2) for e in ends]
-  survivors = {"host_vanishes": [0], "service_host_vanishes": [1]}.get(fault, [0, 1])
-  raised = [round(e["t"] - struck, 2) if (e := job.event(r, "error")) else None for r in range(2)]
-  print(f"{fault}: ranks raised {raised} and ended {took} s after the fault; exit codes {job.returncodes()}")
-  for rank in survivors:
-    out = job.output(rank)
-    bound = PARTITION_DEADLINE if fault == "partition_between_workers" else FAULT_DEADLINE
-    assert took[rank] <= bound, f"rank {rank} took {took[rank]} s\n{job.all_output()}"
-    assert job.returncodes()[rank] not in (0, None), job.all_output()
-    assert job.event(rank, "wrong") is None, job.all_output()
-    if fault in ("coordinator_vanishes", "service_host_vanishes"):
-      assert "coordinator at" in out and "stopped responding" in out, out
+  with ClusterJob(c, [a, b], [FAULT_WORKER], tmp_path, port=29550, heartbeat=HEARTBEAT, **kw) as job:
+    job.wait_event("ready", timeout=60)
+    struck = time.monotonic()
+    if fault == "link_down":
+      c.link_down(b)
+    elif fault == "blackhole":
+      c.blackhole(b, a)
+    elif fault == "one_way_loss":
+      c.drop_incoming(a, b)  # a hears nothing from b; b still hears a
+    elif fault == "host_vanishes":
+      c.vanish(b)
+    elif fault == "service_host_vanishes":
+      c.vanish(a)  # rank 0, which hosts the service
     elif fault == "partition_between_workers":
-      assert "timed out" in out or "DEADLINE_EXCEEDED" in out, out
-    elif rank == 0:
-      assert "process 1 failed" in out, out
+      c.blackhole(a, b)
+      c.blackhole(b, a)
     else:
-      assert re.search(r"coordinator at \S+ (stopped responding|closed|is gone)|process 0 failed", out), out
-  if service is not None:
-    service.wait(timeout=10)
-  _no_leftovers(c, job)
+      c.vanish(c.hosts[2])
+    ends = job.wait(max(FAULT_DEADLINE, PARTITION_DEADLINE) + 5)
+    took = [round(e - struck, 2) for e in ends]
+    survivors = {"host_vanishes": [0], "service_host_vanishes": [1]}.get(fault, [0, 1])
+    raised = [round(e["t"] - struck, 2) if (e := job.event(r, "error")) else None for r in range(2)]
+    print(f"{fault}: ranks raised {raised} and ended {took} s after the fault; exit codes {job.returncodes()}")
+    for rank in survivors:
+      out = job.output(rank)
+      bound = PARTITION_DEADLINE if fault == "partition_between_workers" else FAULT_DEADLINE
+      assert took[rank] <= bound, f"rank {rank} took {took[rank]} s\n{job.all_output()}"
+      assert job.returncodes()[rank] not in (0, None), job.all_output()
+      assert job.event(rank, "wrong") is None, job.all_output()
+      if fault in ("coordinator_vanishes", "service_host_vanishes"):
+        assert "coordinator at" in out and "stopped responding" in out, out
+      elif fault == "partition_between_workers":
+        assert "timed out" in out or "DEADLINE_EXCEEDED" in out, out
+      elif rank == 0:
+        assert "process 1 failed" in out, out
+      else:
+        assert re.search(r"coordinator at \S+ (stopped responding|closed|is gone)|process 0 failed", out), out
+    if service is not None:
+      service.wait(timeout=10)
+    _no_leftovers(c, job)
 
 
 @pytest.mark.parametrize("case", ["override", "interface", "loopback_interface", "mixed_families"])
@@ -281,23 +284,23 @@ def test_address_settings(net, tmp_path, case):
       "loopback_interface": ([{}, {"MYPLUGIN_NETWORK_INTERFACE": "lo"}], [a.ipv4, "127.0.0.1"]),
       "mixed_families": ([{"MYPLUGIN_GLOO_HOSTNAME": a.ipv6}, {}], None),
   }[case]
-  job = ClusterJob(net, [a, b], [FAULT_WORKER, "30"], tmp_path, port=29560, per_rank_env=lambda r: settings[r])
-  job.wait(60)
-  if advertised is None:
-    assert None not in job.returncodes() and 0 not in job.returncodes(), job.all_output()
-    assert (f"process 0 listens for collectives at IPv6 address {a.ipv6}, process 1 at IPv4 address {b.ipv4}: "
-            "the processes of a job must use one address family") in job.output(0), job.all_output()
-  else:
-    assert job.returncodes() == [0, 0], job.all_output()
-    for rank in range(2):
-      assert job.event(rank, "done") == {"event": "done", "steps": 30, "addresses": advertised}
-  _no_leftovers(net, job)
+  with ClusterJob(net, [a, b], [FAULT_WORKER, "30"], tmp_path, port=29560, per_rank_env=lambda r: settings[r]) as job:
+    job.wait(60)
+    if advertised is None:
+      assert None not in job.returncodes() and 0 not in job.returncodes(), job.all_output()
+      assert (f"process 0 listens for collectives at IPv6 address {a.ipv6}, process 1 at IPv4 address {b.ipv4}: "
+              "the processes of a job must use one address family") in job.output(0), job.all_output()
+    else:
+      assert job.returncodes() == [0, 0], job.all_output()
+      for rank in range(2):
+        assert job.event(rank, "done") == {"event": "done", "steps": 30, "addresses": advertised}
+    _no_leftovers(net, job)
 
 
 def test_unknown_network_interface_is_a_clear_error(net, tmp_path):
-  job = ClusterJob(net, [net.hosts[0]], [FAULT_WORKER, "1"], tmp_path, port=29570,
-                   env={"MYPLUGIN_NETWORK_INTERFACE": "nosuch0"})
-  job.wait(60)
-  assert job.returncodes() == [1], job.all_output()
-  assert "network interface 'nosuch0' does not exist (interfaces here: eth0, lo)" in job.output(0)
-  _no_leftovers(net, job)
+  with ClusterJob(net, [net.hosts[0]], [FAULT_WORKER, "1"], tmp_path, port=29570,
+                  env={"MYPLUGIN_NETWORK_INTERFACE": "nosuch0"}) as job:
+    job.wait(60)
+    assert job.returncodes() == [1], job.all_output()
+    assert "network interface 'nosuch0' does not exist (interfaces here: eth0, lo)" in job.output(0)
+    _no_leftovers(net, job)

@@ -34,28 +34,31 @@ StatusOr<std::string> EngineExecutable::OptimizedProgram(std::string* format) co
   MYPLUGIN_PJRT_ARGS(PJRT_LoadedExecutable_GetExecutable_Args, get);
   get.loaded_executable = executable_;
   MYPLUGIN_RETURN_IF_ERROR(engine_.Consume(api->PJRT_LoadedExecutable_GetExecutable(&get)));
-  PJRT_Program program;
-  program.struct_size = PJRT_Program_STRUCT_SIZE;
-  program.extension_start = nullptr;
-  program.code = nullptr;
-  program.code_size = 0;
-  MYPLUGIN_PJRT_ARGS(PJRT_Executable_OptimizedProgram_Args, args);
-  args.executable = get.executable;
-  args.program = &program;
-  // First the size, then the bytes.
-  Status st = engine_.Consume(api->PJRT_Executable_OptimizedProgram(&args));
-  std::string bytes;
-  if (st.ok()) {
-    bytes.resize(program.code_size);
-    program.code = bytes.data();
-    st = engine_.Consume(api->PJRT_Executable_OptimizedProgram(&args));
-    bytes.resize(program.code_size);
-    if (st.ok() && format != nullptr) format->assign(program.format, program.format_size);
-  }
+  StatusOr<std::string> bytes = OptimizedProgram(engine_, get.executable, format);
   MYPLUGIN_PJRT_ARGS(PJRT_Executable_Destroy_Args, destroy);
   destroy.executable = get.executable;
   engine_.Consume(api->PJRT_Executable_Destroy(&destroy));
-  if (!st.ok()) return st;
+  return bytes;
+}
+
+StatusOr<std::string> EngineExecutable::OptimizedProgram(const EngineLibrary& engine, PJRT_Executable* executable,
+                                                         std::string* format) {
+  const PJRT_Api* api = engine.api();
+  if (api->PJRT_Executable_OptimizedProgram == nullptr) {
+    return Unimplemented("the XLA engine cannot return the optimized program of an executable");
+  }
+  PJRT_Program program{};
+  program.struct_size = PJRT_Program_STRUCT_SIZE;
+  MYPLUGIN_PJRT_ARGS(PJRT_Executable_OptimizedProgram_Args, args);
+  args.executable = executable;
+  args.program = &program;
+  // First the size, then the bytes.
+  MYPLUGIN_RETURN_IF_ERROR(engine.Consume(api->PJRT_Executable_OptimizedProgram(&args)));
+  std::string bytes(program.code_size, '\0');
+  program.code = bytes.data();
+  MYPLUGIN_RETURN_IF_ERROR(engine.Consume(api->PJRT_Executable_OptimizedProgram(&args)));
+  bytes.resize(program.code_size);
+  if (format != nullptr) format->assign(program.format, program.format_size);
   return bytes;
 }
 

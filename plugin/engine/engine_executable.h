@@ -23,6 +23,10 @@ class EngineExecutable {
   // The engine's optimized program (PJRT_Executable_OptimizedProgram's
   // bytes); `format` gets its format when given.
   StatusOr<std::string> OptimizedProgram(std::string* format = nullptr) const;
+  // The same for an engine PJRT_Executable (not owned, not loaded): the one
+  // reader of the engine's optimized program.
+  static StatusOr<std::string> OptimizedProgram(const EngineLibrary& engine, PJRT_Executable* executable,
+                                                std::string* format = nullptr);
   // Loads `bytes` (from Serialize) into `client` with `compile_options` (a
   // serialized CompileOptionsProto; the device assignment counts), or with
   // the options inside `bytes` when they are empty.

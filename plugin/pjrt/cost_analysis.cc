@@ -7,6 +7,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "engine/engine_executable.h"
 #include "pjrt/executable.h"
 #include "pjrt/forwarding.h"
 #include "spmd/cost_analysis_hook.h"
@@ -24,24 +25,6 @@ std::mutex mu;
 std::unordered_map<PJRT_Executable*, std::unique_ptr<Properties>>& Table() {
   static auto* table = new std::unordered_map<PJRT_Executable*, std::unique_ptr<Properties>>();
   return *table;
-}
-
-StatusOr<std::string> OptimizedProgram(PJRT_Executable* executable, std::string* format) {
-  PJRT_Program program{};
-  program.struct_size = PJRT_Program_STRUCT_SIZE;
-  MYPLUGIN_PJRT_ARGS(PJRT_Executable_OptimizedProgram_Args, args);
-  args.executable = executable;
-  args.program = &program;
-  if (Engine().api()->PJRT_Executable_OptimizedProgram == nullptr) {
-    return Unimplemented("the XLA engine cannot return the optimized program of an executable");
-  }
-  MYPLUGIN_RETURN_IF_ERROR(Engine().Consume(Engine().api()->PJRT_Executable_OptimizedProgram(&args)));
-  std::string code(program.code_size, '\0');
-  program.code = code.data();
-  MYPLUGIN_RETURN_IF_ERROR(Engine().Consume(Engine().api()->PJRT_Executable_OptimizedProgram(&args)));
-  code.resize(program.code_size);
-  format->assign(program.format, program.format_size);
-  return code;
 }
 
 bool ReadVarint(const std::string& s, size_t& pos, uint64_t& out) {
@@ -104,10 +87,11 @@ StatusOr<std::unique_ptr<Properties>> Analyze(PJRT_Executable* executable) {
     // cannot speak for the GPU: the local part answers there.)
     StatusOr<const EngineExecutable*> whole = origin->WholeProgramExecutable();
     if (!whole.ok()) return whole.status();
-    program = &whole.value()->engine() == &Engine() ? whole.value()->OptimizedProgram(&format)
-                                                    : OptimizedProgram(executable, &format);
+    program = &whole.value()->engine() == &Engine()
+                  ? whole.value()->OptimizedProgram(&format)
+                  : EngineExecutable::OptimizedProgram(Engine(), executable, &format);
   } else {
-    program = OptimizedProgram(executable, &format);
+    program = EngineExecutable::OptimizedProgram(Engine(), executable, &format);
   }
   if (!program.ok()) return program.status();
   std::string module;

@@ -1,12 +1,14 @@
 """A myplugin job across the hosts of a Cluster: one process per rank, on
 the host given for it, with only the variables a user would set (the
 coordinator's address, the rank, a token). Output goes to files, so no
-pipe can stall a process; every wait has a deadline."""
+pipe can stall a process; every wait has a deadline, and leaving the
+context (or a wait past its deadline) kills every rank's process group."""
 from __future__ import annotations
 
 import json
 import os
 import secrets
+import signal
 import subprocess
 import sys
 import time
@@ -38,24 +40,28 @@ class ClusterJob(WaitsForEvents):
     self.out_dir = str(out_dir)
     self.procs: list[subprocess.Popen] = []
     self.started = time.monotonic()
-    for rank, host in enumerate(hosts):
-      e = child_env(PYTHONUNBUFFERED="1", JAX_PLATFORMS="myplugin", MYPLUGIN_COORDINATOR_TOKEN=self.token,
-                    MYPLUGIN_NUM_DEVICES=str(devices),
-                    MYPLUGIN_HEARTBEAT_TIMEOUT=str(heartbeat), MYPLUGIN_INITIALIZATION_TIMEOUT="60",
-                    MYPLUGIN_SHUTDOWN_TIMEOUT="30", TEST_HEARTBEAT_TIMEOUT=str(heartbeat))
-      if identity:
-        e.update(MYPLUGIN_COORDINATOR_ADDRESS=self.address, MYPLUGIN_NUM_PROCESSES=str(len(hosts)),
-                 MYPLUGIN_PROCESS_ID=str(rank))
-      if coordinator is not None:
-        e["MYPLUGIN_COORDINATOR_STANDALONE"] = "1"
-      e.update(env or {})
-      if per_rank_env:
-        e.update(per_rank_env(rank))
-      with open(self.log(rank), "w") as f:
-        self.procs.append(cluster.popen(host, [sys.executable, *[a.format(rank=rank) for a in argv]], e,
-                                        hostname=hostnames[rank] if hostnames else None,
-                                        hosts_file=hosts_file, stdout=f,
-                                        stderr=subprocess.STDOUT, cwd=self.out_dir))
+    try:
+      for rank, host in enumerate(hosts):
+        e = child_env(PYTHONUNBUFFERED="1", JAX_PLATFORMS="myplugin", MYPLUGIN_COORDINATOR_TOKEN=self.token,
+                      MYPLUGIN_NUM_DEVICES=str(devices),
+                      MYPLUGIN_HEARTBEAT_TIMEOUT=str(heartbeat), MYPLUGIN_INITIALIZATION_TIMEOUT="60",
+                      MYPLUGIN_SHUTDOWN_TIMEOUT="30", TEST_HEARTBEAT_TIMEOUT=str(heartbeat))
+        if identity:
+          e.update(MYPLUGIN_COORDINATOR_ADDRESS=self.address, MYPLUGIN_NUM_PROCESSES=str(len(hosts)),
+                   MYPLUGIN_PROCESS_ID=str(rank))
+        if coordinator is not None:
+          e["MYPLUGIN_COORDINATOR_STANDALONE"] = "1"
+        e.update(env or {})
+        if per_rank_env:
+          e.update(per_rank_env(rank))
+        with open(self.log(rank), "w") as f:
+          self.procs.append(cluster.popen(host, [sys.executable, *[a.format(rank=rank) for a in argv]], e,
+                                          hostname=hostnames[rank] if hostnames else None,
+                                          hosts_file=hosts_file, stdout=f,
+                                          stderr=subprocess.STDOUT, cwd=self.out_dir))
+    except BaseException:
+      self.kill()  # the ranks already started
+      raise
 
   def log(self, rank: int) -> str:
     return os.path.join(self.out_dir, f"rank{rank}.log")
@@ -75,12 +81,31 @@ class ClusterJob(WaitsForEvents):
     return next((r for r in self.results(rank) if r.get("event") == name), None)
 
   def wait(self, timeout: float) -> list[float | None]:
-    """Exit times (monotonic); AssertionError naming the ranks still running."""
+    """Exit times (monotonic); AssertionError naming the ranks still
+    running (the job is then killed)."""
     ends = wait_all(self.procs, time.monotonic() + timeout)
     if None in ends:
       running = [r for r, e in enumerate(ends) if e is None]
-      raise AssertionError(f"ranks {running} still running after {timeout} s\n{self.all_output()}")
+      out = self.all_output()
+      self.kill()
+      raise AssertionError(f"ranks {running} still running after {timeout} s\n{out}")
     return ends
+
+  def kill(self) -> None:
+    """Kills every rank's process group (each rank has its own; what a rank
+    left elsewhere in its host goes with the Cluster)."""
+    for p in self.procs:
+      try:
+        os.killpg(p.pid, signal.SIGKILL)
+      except (ProcessLookupError, PermissionError):
+        pass
+    wait_all(self.procs, time.monotonic() + 30)
+
+  def __enter__(self):
+    return self
+
+  def __exit__(self, *exc):
+    self.kill()
 
   def returncodes(self) -> list[int | None]:
     return [p.poll() for p in self.procs]
