@@ -54,6 +54,26 @@ def test_every_op_on_64_megabytes(n, transport):
       assert (e["failures"], e["transport"]) == ([], TRANSPORTS[transport]), e
 
 
+@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize("devices", [1, 2])
+def test_results_into_the_callers_arrays(devices, transport):
+  """out=: every op writes into the caller's arrays what it returns fresh
+  (numpy's answer for all-reduce), an all-reduce of one array runs in place
+  on every size path, and an out that does not fit is refused."""
+  n = 2
+  with Job(n, ["out"], program="collectives_worker.py",
+           env=transport_env(transport, MYPLUGIN_NUM_DEVICES=str(devices))) as job:
+    assert job.wait(timeout=300) == {r: 0 for r in range(n)}, job.all_output()
+    for r in range(n):
+      e = job.event(r, "out")
+      assert (e["failures"], e["transport"]) == ([], TRANSPORTS[transport]), e
+      refused = e["refused"]
+      assert "must be a float32[8] array, not float32[9]" in refused["shape"], refused
+      assert "must be a float32[8] array, not float64[8]" in refused["dtype"], refused
+      assert "C-contiguous and writeable" in refused["strided"] and "C-contiguous" in refused["read-only"], refused
+      assert "out overlaps an input" in refused["overlap"], refused
+
+
 def test_bad_transport_setting_is_a_clear_error():
   with Job(2, ["big"], program="collectives_worker.py", env=transport_env("infiniband")) as job:
     codes = job.wait(timeout=120)

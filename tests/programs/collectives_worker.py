@@ -6,6 +6,7 @@ usage: python collectives_worker.py SCENARIO
   mismatch_*  this process issues something different from the others (rank 1 deviates)
   loop_big    64 MB all-reduces until an error
   big_ops     every op on 64 MB per process against numpy
+  out         results into the caller's arrays (out=), in place too; bad ones refused
 Every RESULT says which transport carried the calls ("shm" when this
 process maps the shared-memory transport's segment, else "gloo").
 """
@@ -172,6 +173,58 @@ elif scenario == "big_ops":
   if not all(np.array_equal(x, np.stack([ref[k][:per // n] for k in range(n)])) for x in C.all_gather(part)):
     failures.append("all_gather")
   result(event="big_ops", failures=failures)
+
+elif scenario == "out":
+  # Results written into the caller's arrays (out=), against the same call
+  # with fresh ones and against numpy; an all-reduce of one array in place
+  # (out=x) on every size path: in the record, after the signature, chunked.
+  failures = []
+  for size in (7, 65536, 4 << 20):
+    xs = [data(g, "float32", size) for g in mine_ranks]
+    for op in ("sum", "max"):
+      want = reduce_ref([data(k, "float32", size) for k in range(n)], op, "float32")
+      outs = [np.full_like(x, np.nan) for x in xs]
+      got = C.all_reduce(xs if D > 1 else xs[0], op, out=outs if D > 1 else outs[0])
+      if not all(a is b for a, b in zip(got if D > 1 else [got], outs)):
+        failures.append(f"all_reduce {op}[{size}] did not return out")
+      if not all(same(o, want) for o in outs):
+        failures.append(f"all_reduce {op}[{size}] into out")
+      if D == 1:
+        x = data(r, "float32", size)
+        if C.all_reduce(x, op, out=x) is not x or not same(x, want):
+          failures.append(f"all_reduce {op}[{size}] in place")
+    block = size - size % n
+    parts = [x[:block] for x in xs]
+    for name, call in (("all_gather", lambda o: C.all_gather(parts, out=o)),
+                       ("reduce_scatter", lambda o: C.reduce_scatter(parts, out=o)),
+                       ("all_to_all", lambda o: C.all_to_all(parts, out=o)),
+                       ("collective_permute", lambda o: C.collective_permute(parts, [(k, (k + 1) % n) for k in range(n)],
+                                                                              out=o))):
+      fresh = call(None)
+      outs = [np.full_like(f, np.nan) for f in fresh]
+      got = call(outs)
+      if not (all(a is b for a, b in zip(got, outs)) and all(same(f, o) for f, o in zip(fresh, outs))):
+        failures.append(f"{name}[{block}] into out")
+  # Refused before anything is sent (every process makes the same mistake).
+  x = np.ones(8, np.float32)
+  bad = {"shape": np.empty(9, np.float32), "dtype": np.empty(8, np.float64),
+         "strided": np.empty(16, np.float32)[::2], "read-only": np.empty(8, np.float32)}
+  bad["read-only"].flags.writeable = False
+  wide = np.ones(8 * n, np.float32)
+  refused = {}
+  for name, o in bad.items():
+    try:
+      C.all_reduce([x] * D if D > 1 else x, out=[o] * D if D > 1 else o)
+      refused[name] = "accepted"
+    except ValueError as e:
+      refused[name] = str(e)
+  try:
+    C.all_gather(wide[:8], out=wide.reshape(n, 8)) if D == 1 else C.all_gather([wide[:8]] * D, out=[wide.reshape(n, 8)] * D)
+    refused["overlap"] = "accepted"
+  except ValueError as e:
+    refused["overlap"] = str(e)
+  C.barrier()
+  result(event="out", failures=failures, refused=refused)
 
 elif scenario.startswith("mismatch_"):
   deviant = r == 1
