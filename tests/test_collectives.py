@@ -55,12 +55,12 @@ def test_every_op_on_64_megabytes(n, transport):
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
-@pytest.mark.parametrize("devices", [1, 2])
-def test_results_into_the_callers_arrays(devices, transport):
+@pytest.mark.parametrize("n,devices", [(2, 1), (2, 2), (4, 1)])
+def test_results_into_the_callers_arrays(n, devices, transport):
   """out=: every op writes into the caller's arrays what it returns fresh
   (numpy's answer for all-reduce), an all-reduce of one array runs in place
-  on every size path, and an out that does not fit is refused."""
-  n = 2
+  on every size path (16 MB: the result streamed past the cache), and an
+  out that does not fit is refused."""
   with Job(n, ["out"], program="collectives_worker.py",
            env=transport_env(transport, MYPLUGIN_NUM_DEVICES=str(devices))) as job:
     assert job.wait(timeout=300) == {r: 0 for r in range(n)}, job.all_output()

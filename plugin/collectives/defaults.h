@@ -27,6 +27,11 @@ inline constexpr size_t kMaxTraceBuffer = size_t{1} << 24;
 // each hold several of them and kHierarchicalAcrossHosts, else Gloo;
 // "shm", "gloo" and "hierarchical" force one.
 inline constexpr const char* kDefaultTransport = "auto";
+
+// The shared-memory all-reduce writes results of at least this many bytes
+// with stores that bypass the cache (streaming_copy.h): larger than a
+// core's share of the last-level cache, they would only evict.
+inline constexpr size_t kStreamingCopyBytes = size_t{8} << 20;
 // What "auto" picks for a group across hosts that each hold several of its
 // processes: hierarchical, else Gloo over the whole group. Chosen by
 // bench/collectives.py --hosts (README, "Across hosts").

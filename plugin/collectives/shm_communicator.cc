@@ -16,6 +16,8 @@
 #include <cstring>
 #include <random>
 
+#include "collectives/defaults.h"
+#include "collectives/streaming_copy.h"
 #include "common/deadline.h"
 
 namespace myplugin::collectives {
@@ -355,6 +357,11 @@ Status ShmCommunicator::DoAllReduce(const void* send, void* recv, size_t count, 
     if (out != in) std::memcpy(out, in, count * esize);
     return OkStatus();
   }
+  // A result larger than the caches is written around them; the share this
+  // rank reduces is then summed in its slot (in cache) and streamed out.
+  const bool streaming = count * esize >= kStreamingCopyBytes;
+  void (*copy_out)(void*, const void*, size_t) = [](void* d, const void* s, size_t n) { std::memcpy(d, s, n); };
+  if (streaming) copy_out = StreamingCopy;
   for (size_t first = 0; first < count; first += per_chunk) {
     const size_t elems = std::min(per_chunk, count - first);
     const size_t base = first * esize;
@@ -366,23 +373,27 @@ Status ShmCommunicator::DoAllReduce(const void* send, void* recv, size_t count, 
     // place, from the third rank on).
     auto share = [&](int r) { return std::make_pair(elems * r / n * esize, elems * (r + 1) / n * esize); };
     auto [lo, hi] = share(me);
-    const bool own_in_slot = in == out && me >= 2;
+    const bool own_in_slot = !streaming && in == out && me >= 2;
     const char* chunk = in + base;
     std::memcpy(slot(half, me), chunk, own_in_slot ? hi : lo);
     std::memcpy(slot(half, me) + hi, chunk + hi, elems * esize - hi);
     MYPLUGIN_RETURN_IF_ERROR(Step());
     if (hi > lo) {
       auto input = [&](int r) -> const char* { return r == me && !own_in_slot ? chunk + lo : slot(half, r) + lo; };
-      char* result = out + base + lo;
+      char* result = streaming ? slot(half, me) + lo : out + base + lo;
       const size_t k = (hi - lo) / esize;
       fn(result, input(0), input(1), k);
       for (int r = 2; r < n; ++r) fn(result, result, input(r), k);
-      std::memcpy(slot(half, me) + lo, result, hi - lo);  // where the others read it
+      if (streaming) {
+        StreamingCopy(out + base + lo, result, hi - lo);
+      } else {
+        std::memcpy(slot(half, me) + lo, result, hi - lo);  // where the others read it
+      }
     }
     MYPLUGIN_RETURN_IF_ERROR(Step());
     for (int r = 0; r < n; ++r) {
       auto [a, b] = share(r);
-      if (r != me && b > a) std::memcpy(out + base + a, slot(half, r) + a, b - a);
+      if (r != me && b > a) copy_out(out + base + a, slot(half, r) + a, b - a);
     }
   }
   return OkStatus();

@@ -16,6 +16,7 @@ int main() {
   RunSignatureTests();
   RunLocalRendezvousTests();
   RunDeviceAssignmentTests();
+  RunStreamingCopyTests();
   RunSerializedExecutableTests();
   RunMessagesTests();
   RunServiceStateTests();

@@ -17,5 +17,6 @@ void RunDtypeTests();
 void RunSignatureTests();
 void RunLocalRendezvousTests();
 void RunDeviceAssignmentTests();
+void RunStreamingCopyTests();
 // False when the NCCL backend is not built.
 bool RunNcclTests();
