@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <poll.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -33,6 +34,13 @@ constexpr size_t kLine = 64;
 // deadline.
 constexpr auto kSpinFor = std::chrono::microseconds(30);
 constexpr long kSleepNanos = 1000 * 1000;
+
+// The cores this process may run on.
+int UsableCores() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return 1;
+  return CPU_COUNT(&set);
+}
 
 // A file descriptor that closes itself.
 class Fd {
@@ -273,7 +281,8 @@ ShmCommunicator::ShmCommunicator(std::vector<int> process_group, int rank, doubl
       segment_(segment),
       data_(reinterpret_cast<char*>(segment) + HeaderBytes(size())),
       segment_bytes_(segment_bytes),
-      slot_bytes_(ShmSlotBytes(size())) {}
+      slot_bytes_(ShmSlotBytes(size())),
+      spin_for_(size() > UsableCores() ? std::chrono::microseconds(0) : kSpinFor) {}
 
 ShmCommunicator::~ShmCommunicator() { ::munmap(segment_, segment_bytes_); }
 
@@ -308,7 +317,7 @@ Status ShmCommunicator::Step(uint64_t value) {
       __builtin_ia32_pause();
 #endif
     }
-  } while (std::chrono::steady_clock::now() - start < kSpinFor);
+  } while (std::chrono::steady_clock::now() - start < spin_for_);
   const auto deadline = start + Millis(timeout_s());
   while (true) {
     h.sleepers.fetch_add(1, std::memory_order_seq_cst);

@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <cstddef>
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
@@ -63,6 +64,8 @@ class ShmCommunicator : public Communicator {
   char* data_;
   const size_t segment_bytes_;
   const size_t slot_bytes_;
+  // How long a wait spins before it sleeps (none when ranks outnumber cores).
+  const std::chrono::microseconds spin_for_;
   uint64_t generation_ = 0;
   uint64_t phase_ = 0;
   std::atomic<bool> aborted_{false};
