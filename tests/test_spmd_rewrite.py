@@ -98,6 +98,21 @@ def test_all_reduce_in_flattened_ids_maps_through_the_assignment():
   assert "sharding=" not in out and "num_partitions" not in out
 
 
+@pytest.mark.parametrize("char", ["\x0c", "\x1c", "\x1e", "\x85", "\u2028"])
+def test_a_line_ends_only_at_a_newline(char):
+  """Characters that str.splitlines takes for line ends, inside a string
+  attribute (the fuzzer's find: a form feed in metadata), stay in their
+  line: the rewritten module parses, its collective rewritten."""
+  text = module("  %p = f32[4,2]{1,0} parameter(0)\n"
+                f'  %n = f32[4,2]{{1,0}} negate(%p), metadata={{op_name="p{char}sum"}}\n'
+                "  ROOT %r = f32[4,2]{1,0} all-reduce(%n), channel_id=1, replica_groups={{0,1,2,3,4,5,6,7}}, "
+                "use_global_device_ids=true, to_apply=%add")
+  parses(text)
+  out = rewrite_module(text, [list(range(8))], 8)
+  parses(out)
+  assert f'op_name="p{char}sum"' in out and 'custom_call_target="myplugin_all_reduce"' in out
+
+
 def test_tuple_element_operands_in_the_shorthand_of_newer_xla():
   # jaxlib 0.11's XLA prints an element of a tuple as `%value#index`, with no
   # get-tuple-element instruction (seen in a while body that communicates).

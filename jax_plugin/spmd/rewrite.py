@@ -383,7 +383,11 @@ def rewrite_module(text: str, assignment, num_devices: int, local_order=None, fe
     process (a compilation cache entry). Needs the handlers in the engine
     (the host engine has them).
   """
-  lines = text.splitlines()
+  # Lines end at "\n" alone, as for jaxlib's parser: str.splitlines would
+  # also end one at a form feed or "\x1c" inside a string (fuzzed metadata).
+  lines = text.split("\n")
+  if lines and lines[-1] == "":
+    lines.pop()
   da = np.asarray(assignment, dtype=np.int64).reshape(len(assignment), -1)
   order = [int(d) for d in da.reshape(-1)] if local_order is None else [int(d) for d in local_order]
   return "\n".join(_Rewriter(lines, da, num_devices, order, fences, runtime_device_ids).run()) + "\n"
