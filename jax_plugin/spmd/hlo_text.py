@@ -56,6 +56,24 @@ def _tokens(sep: str):
   return _TOKENS[sep]
 
 
+_STRING = re.compile(r'"(?:[^"\\]|\\[\s\S])*"')
+
+
+def lines_of(text: str) -> list[str]:
+  """The module's lines, each ending at a newline, as for jaxlib's parser
+  (str.splitlines also ends one at a form feed or "\\x1c" inside a string).
+  XLA escapes a newline inside a string; a string that does not end on its
+  line (a mutated module) is refused: the rewrite reads an instruction per
+  line, and would leave the rest of one that spans lines behind."""
+  lines = text.split("\n")
+  if lines and lines[-1] == "":
+    lines.pop()
+  for line in lines:
+    if '"' in line and '"' in _STRING.sub("", line):
+      raise HloTextError(f"a string that does not end on its line: {line.strip()[:200]}")
+  return lines
+
+
 def _outside_strings(text: str, sep: str, start: int = 0):
   """(index, character, bracket depth after it) of every bracket and `sep`
   of `text` from `start` that is not inside a string literal."""

@@ -22,7 +22,8 @@ import numpy as np
 from jax_plugin.spmd import replica_groups as rg
 from jax_plugin.spmd.collective_modes import device_groups
 from jax_plugin.spmd.hlo_text import (ArrayShape, HloTextError, Instruction, UnsupportedProgram, callees,
-                                      computation_header, computations, parse_instruction, split_top_level, to_int)
+                                      computation_header, computations, lines_of, parse_instruction, split_top_level,
+                                      to_int)
 
 _REDUCTIONS = {"add": "sum", "multiply": "product", "maximum": "max", "minimum": "min", "and": "and", "or": "or"}
 
@@ -383,11 +384,7 @@ def rewrite_module(text: str, assignment, num_devices: int, local_order=None, fe
     process (a compilation cache entry). Needs the handlers in the engine
     (the host engine has them).
   """
-  # Lines end at "\n" alone, as for jaxlib's parser: str.splitlines would
-  # also end one at a form feed or "\x1c" inside a string (fuzzed metadata).
-  lines = text.split("\n")
-  if lines and lines[-1] == "":
-    lines.pop()
+  lines = lines_of(text)
   da = np.asarray(assignment, dtype=np.int64).reshape(len(assignment), -1)
   order = [int(d) for d in da.reshape(-1)] if local_order is None else [int(d) for d in local_order]
   return "\n".join(_Rewriter(lines, da, num_devices, order, fences, runtime_device_ids).run()) + "\n"
