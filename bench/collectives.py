@@ -57,14 +57,24 @@ def build_type() -> str:
     return tomllib.load(f)["tool"]["scikit-build"]["cmake"]["build-type"]
 
 
+BUILD_TIMEOUT_S = 900
+
+
 def build_raw_gloo(build: str | None = None) -> str:
   build = build or os.path.join(ROOT, "build-bench")
   for step in (["cmake", "-S", ROOT, "-B", build, "-G", "Ninja", "-DMYPLUGIN_BUILD_BENCH=ON",
                 f"-DCMAKE_BUILD_TYPE={build_type()}", f"-DPython_EXECUTABLE={sys.executable}"],
                ["cmake", "--build", build, "--target", "raw_gloo_allreduce"]):
-    r = subprocess.run(step, capture_output=True, text=True)
-    if r.returncode != 0:
-      sys.exit(f"building raw_gloo_allreduce failed: {' '.join(step)}\n{(r.stdout + r.stderr)[-3000:]}")
+    # A deadline, and the whole group (cmake, ninja, the compilers) killed on the way out.
+    p = subprocess.Popen(step, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+      out, _ = p.communicate(timeout=BUILD_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+      sys.exit(f"building raw_gloo_allreduce took over {BUILD_TIMEOUT_S} s: {' '.join(step)}")
+    finally:
+      kill_groups([p])
+    if p.returncode != 0:
+      sys.exit(f"building raw_gloo_allreduce failed: {' '.join(step)}\n{out[-3000:]}")
   return os.path.join(build, "raw_gloo_allreduce")
 
 
