@@ -6,7 +6,7 @@ time minus that of the same job with no failure (measured in the same
 round). The modes run interleaved, round after round; best and median of
 the rounds are reported.
 
-  python bench/recovery.py [--rounds 3] [-n 3] [--steps 60] [--every 10] [--kill-step 25]
+  python bench/recovery.py [--rounds 3] [-n 3] [--steps 200] [--every 20] [--kill-step 50] [--hidden 32768]
 
   in place   --recover 1: the survivors agree, rebuild, restore the
              checkpoint they keep; the killed rank is started again and
@@ -83,17 +83,24 @@ def main():
   parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument("--rounds", type=int, default=3)
   parser.add_argument("-n", type=int, default=3)
-  parser.add_argument("--steps", type=int, default=60)
-  parser.add_argument("--every", type=int, default=10)
-  parser.add_argument("--kill-step", type=int, default=25)
+  # The schedule (200 steps, a checkpoint every 20, a kill at step
+  # 50), with a step of about 15 ms: long enough for the restarted rank to
+  # be back while the job runs (the example's default width steps in 1 ms).
+  parser.add_argument("--steps", type=int, default=200)
+  parser.add_argument("--every", type=int, default=20)
+  parser.add_argument("--kill-step", type=int, default=50)
+  parser.add_argument("--hidden", type=int, default=32768, help="the model's width (the example's --hidden)")
   parser.add_argument("--compilation-cache", choices=("job", "shared", "off"), default="job")
+  parser.add_argument("--cpu-bind", action="store_true",
+                      help="every job under myplugin-run --cpu-bind: each rank on its own share of the CPUs")
   args = parser.parse_args()
   global CACHE, SHARED_CACHE
   CACHE = args.compilation_cache
   if CACHE == "shared":
     SHARED_CACHE = tempfile.mkdtemp(prefix="myplugin-bench-cache-")
-  common = ["--steps", str(args.steps), "--checkpoint-every", str(args.every), "--kill-rank", str(args.n - 1)]
-  n = ["-n", str(args.n)]
+  common = ["--steps", str(args.steps), "--checkpoint-every", str(args.every), "--kill-rank", str(args.n - 1),
+            "--hidden", str(args.hidden)]
+  n = ["-n", str(args.n)] + (["--cpu-bind"] if args.cpu_bind else [])
   lost = {"in place": [], "survivors": [], "restarts": [], "by hand": []}
   for r in range(-1 if CACHE == "shared" else 0, args.rounds):
     base = must(run_job(n + ["--recover", "0"], common + ["--kill-step", "-1"]), "the run with no failure")
@@ -134,7 +141,8 @@ def main():
           f"(rank back at step {rejoined[0] if rejoined else 'never: the job finished first'}), survivors "
           f"{survivors - base:.2f} s (error to training again: {max(back, default=float('nan')):.2f} s), "
           f"restarts {restarts - base:.2f} s, by hand {by_hand - base:.2f} s", flush=True)
-  print(f"\ntime lost per failure ({args.n} processes, {args.steps} steps, checkpoint every {args.every}, "
+  print(f"\ntime lost per failure ({args.n} processes{' bound to CPUs' if args.cpu_bind else ''}, "
+        f"{os.cpu_count()} CPUs, {args.steps} steps, checkpoint every {args.every}, "
         f"rank {args.n - 1} killed at step {args.kill_step}; {args.rounds} rounds; compilation cache "
         f"{CACHE}):")
   for k, v in lost.items():

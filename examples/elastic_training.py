@@ -29,7 +29,8 @@ restarted rank alike.
 The global batch of step s depends on s only, never on the membership, so
 any schedule of failures ends with the loss of an uninterrupted run (up to
 float rounding): `--reference` computes that on one process.
-Rank 0 (the lowest member) prints "final loss L" at the end.
+Rank 0 (the lowest member) prints "final loss L" at the end. `--hidden` and
+`--batch` make the step longer (bench/recovery.py uses `--hidden 32768`).
 """
 import argparse
 import io
@@ -40,21 +41,23 @@ import time
 
 import numpy as np
 
-DIM, HIDDEN, BATCH = 16, 32, 120  # BATCH divides among 1..6 processes
+DIM = 16
+BATCH = 120  # --batch: the global batch; 120 divides among 1..6 processes
+HIDDEN = 32  # --hidden: the width
 
 
-def batch(step: int):
+def batch(step: int, size: int = BATCH):
   rng = np.random.default_rng(1000 + step)
-  x = rng.normal(size=(BATCH, DIM)).astype(np.float32)
+  x = rng.normal(size=(size, DIM)).astype(np.float32)
   y = (np.sin(2 * x[:, :1]) + x[:, 1:2] ** 2).astype(np.float32)
   return x, y
 
 
-def initial_params():
+def initial_params(hidden: int = HIDDEN):
   rng = np.random.default_rng(0)
-  return {"w1": (rng.normal(size=(DIM, HIDDEN)) / np.sqrt(DIM)).astype(np.float32),
-          "b1": np.zeros(HIDDEN, np.float32),
-          "w2": (rng.normal(size=(HIDDEN, 1)) / np.sqrt(HIDDEN)).astype(np.float32),
+  return {"w1": (rng.normal(size=(DIM, hidden)) / np.sqrt(DIM)).astype(np.float32),
+          "b1": np.zeros(hidden, np.float32),
+          "w2": (rng.normal(size=(hidden, 1)) / np.sqrt(hidden)).astype(np.float32),
           "b2": np.zeros(1, np.float32)}
 
 
@@ -74,13 +77,13 @@ def make_step(lr: float):
   return step
 
 
-def reference(steps: int, lr: float) -> float:
+def reference(steps: int, lr: float, hidden: int, size: int) -> float:
   """The uninterrupted run, on this process alone (run it with JAX_PLATFORMS=cpu)."""
   step = make_step(lr)
-  p = initial_params()
+  p = initial_params(hidden)
   loss = None
   for s in range(steps):
-    p, loss = step(p, *batch(s))
+    p, loss = step(p, *batch(s, size))
   return float(loss)
 
 
@@ -102,7 +105,7 @@ class Trainer:
     import jax
     self.jax, self.args = jax, args
     self.step_fn = None
-    self.checkpoint = (0, initial_params())
+    self.checkpoint = (0, initial_params(args.hidden))
     self.failed_at = None  # when the last failure surfaced here
 
   def place(self, params):
@@ -135,7 +138,7 @@ class Trainer:
           and os.environ.get("MYPLUGIN_REJOIN") != "1" and os.environ.get("MYPLUGIN_RESTART_COUNT", "0") == "0"):
         print(f"rank {args.kill_rank} kills itself at step {s}", flush=True)
         os.kill(os.getpid(), signal.SIGKILL)
-      x, y = batch(s)
+      x, y = batch(s, args.batch)
       xs = jax.make_array_from_callback(x.shape, self.rows, lambda i: x[i])
       ys = jax.make_array_from_callback(y.shape, self.rows, lambda i: y[i])
       p, loss = self.step_fn(p, xs, ys)
@@ -179,7 +182,7 @@ class Trainer:
           self.checkpoint = decode(f.read())
         print(f"restart: resuming at step {self.checkpoint[0]}", flush=True)
     elif os.environ.get("MYPLUGIN_REJOIN") == "1":
-      self.checkpoint = (0, initial_params())
+      self.checkpoint = (0, initial_params(args.hidden))
       self.share_checkpoint()  # initialize returned with the verdict that let this process in
     while True:
       try:
@@ -207,7 +210,9 @@ def main(argv=None):
   parser.add_argument("--checkpoint-every", type=int, default=20)
   parser.add_argument("--kill-rank", type=int, default=2)
   parser.add_argument("--kill-step", type=int, default=50, help="-1: no rank is killed")
-  parser.add_argument("--lr", type=float, default=0.1)
+  parser.add_argument("--lr", type=float, default=None, help="default: 0.1 at the default width, less when wider")
+  parser.add_argument("--hidden", type=int, default=HIDDEN, help="the hidden layer's width")
+  parser.add_argument("--batch", type=int, default=BATCH, help="the global batch (it must divide among the members)")
   parser.add_argument("--mode", choices=("recover", "restart"), default="recover")
   parser.add_argument("--dir", default=None, help="the checkpoint folder (--mode restart)")
   parser.add_argument("--agreement-timeout", type=float, default=60)
@@ -215,6 +220,8 @@ def main(argv=None):
   parser.add_argument("--compilation-cache", default=None, metavar="DIR",
                       help="jax's persistent compilation cache, for every program however fast it compiles")
   args = parser.parse_args(argv)
+  if args.lr is None:  # the output sums `hidden` terms: a fixed rate diverges when wide
+    args.lr = 0.1 * min(1.0, HIDDEN / args.hidden)
   # Before initialize: a restarted rank registers (and so rejoins) only once it is ready.
   import jax
   if args.compilation_cache:
@@ -222,7 +229,7 @@ def main(argv=None):
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
   if args.reference:
-    print(f"final loss {reference(args.steps, args.lr):.8f}")
+    print(f"final loss {reference(args.steps, args.lr, args.hidden, args.batch):.8f}")
     return 0
   if args.mode == "restart" and not args.dir:
     parser.error("--mode restart needs --dir")

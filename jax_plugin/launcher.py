@@ -1,7 +1,7 @@
 """myplugin-run: start a multi-process job on this host.
 
   myplugin-run -n 4 [--devices-per-process 2] [--timeout S] [--max-restarts K [--min-processes M]]
-               [--recover R [--rejoin-wait]] -- python train.py args
+               [--recover R [--rejoin-wait]] [--cpu-bind] -- python train.py args
 
 It hosts the coordination service itself, starts the processes with the
 MYPLUGIN_* variables set (JAX_PLATFORMS=myplugin unless set), prefixes each
@@ -28,6 +28,9 @@ in at the survivors' first membership agreement after it registered (with
 stall while it starts, but when it comes back is certain). A failure that the
 job cannot recover from (the agreement failed) ends every rank as above.
 The job's exit code is 0 when every rank's last process exited 0.
+
+With --cpu-bind each rank runs on its own share of the launcher's CPUs
+(cpu_binding.py), a rank started again on its rank's share.
 """
 
 from __future__ import annotations
@@ -41,6 +44,8 @@ import subprocess
 import sys
 import threading
 import time
+
+from jax_plugin import cpu_binding
 
 EXIT_TIMEOUT = 124
 EXIT_INTERRUPTED = 130
@@ -103,6 +108,9 @@ def main(argv: list[str] | None = None) -> int:
                            "MYPLUGIN_REJOIN=1), up to R times in all, while the others go on")
   parser.add_argument("--rejoin-wait", action="store_true",
                       help="with --recover: the next membership agreement waits for a restarted rank")
+  parser.add_argument("--cpu-bind", action="store_true",
+                      help="run each rank on its own share of the CPUs this launcher may use (as mpirun's "
+                           "--bind-to core); the engine sizes its thread pools to that share")
   parser.add_argument("command", nargs=argparse.REMAINDER)
   args = parser.parse_args(argv)
   command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -164,13 +172,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.recover is not None:
       env = dict(base_env, MYPLUGIN_RESTART_COUNT="0", MYPLUGIN_JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{_free_port()}")
       return _run_recovering(command, env, num_processes, service, deadline, interrupted, args.timeout,
-                             args.recover, args.rejoin_wait)
+                             args.recover, args.rejoin_wait, _shares(args.cpu_bind, num_processes))
     for attempt in range(args.max_restarts + 1):
       # jax's own coordinator (hosted by rank 0 of each attempt) moves to a
       # fresh port: the one before may still be held by a dying process.
       env = dict(base_env, MYPLUGIN_RESTART_COUNT=str(attempt), MYPLUGIN_NUM_PROCESSES=str(num_processes),
                  MYPLUGIN_JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{_free_port()}")
-      result = _run_attempt(command, env, num_processes, service, deadline, interrupted, args.timeout)
+      result = _run_attempt(command, env, num_processes, service, deadline, interrupted, args.timeout,
+                            _shares(args.cpu_bind, num_processes))
       if result.status:
         return result.status
       if result.culprit is None:
@@ -206,9 +215,17 @@ class _Attempt:
     self.culprit_joined = culprit_joined
 
 
-def _start_rank(command, env, rank, lock, pumps) -> subprocess.Popen:
+def _shares(cpu_bind: bool, num_processes: int) -> list[list[int]] | None:
+  return cpu_binding.cpu_shares(num_processes, cpu_binding.launcher_cpus()) if cpu_bind else None
+
+
+def _start_rank(command, env, rank, lock, pumps, shares) -> subprocess.Popen:
   p = subprocess.Popen(command, env=dict(env, MYPLUGIN_PROCESS_ID=str(rank)), stdout=subprocess.PIPE,
                        stderr=subprocess.PIPE, start_new_session=True)
+  if shares is not None:
+    # Popen returns once the command was executed, before it can start a
+    # thread: every thread of the rank's process inherits this.
+    cpu_binding.bind(p.pid, shares[rank])
   for stream, out in ((p.stdout, sys.stdout), (p.stderr, sys.stderr)):
     t = threading.Thread(target=_pump, args=(stream, out, f"[{rank}] ", lock), daemon=True)
     t.start()
@@ -217,12 +234,12 @@ def _start_rank(command, env, rank, lock, pumps) -> subprocess.Popen:
 
 
 def _run_recovering(command, env, num_processes, service, deadline, interrupted, timeout, respawns,
-                    rejoin_wait) -> int:
+                    rejoin_wait, shares) -> int:
   """--recover: ranks fail alone; each failed one starts again while respawns last."""
   from jax_plugin import _myplugin
   lock = threading.Lock()
   pumps = []
-  procs = [_start_rank(command, env, rank, lock, pumps) for rank in range(num_processes)]
+  procs = [_start_rank(command, env, rank, lock, pumps, shares) for rank in range(num_processes)]
   # Each rank's count of failures the service had declared when its
   # process started: a higher count while that process still runs means
   # the service failed it alive (stopped, stuck, cut off), and the members
@@ -289,7 +306,7 @@ def _run_recovering(command, env, num_processes, service, deadline, interrupted,
         respawns -= 1
         print(f"myplugin-run: rank {rank} failed {_describe(code)}; starting it again to rejoin the job "
               f"({respawns} restarts left)", file=sys.stderr)
-        procs[rank] = _start_rank(command, dict(env, MYPLUGIN_REJOIN="1"), rank, lock, pumps)
+        procs[rank] = _start_rank(command, dict(env, MYPLUGIN_REJOIN="1"), rank, lock, pumps, shares)
         failures_at_start[rank] = service.failures_per_process()[rank]
         failed_alive_since.pop(rank, None)
       time.sleep(0.02)
@@ -302,11 +319,11 @@ def _run_recovering(command, env, num_processes, service, deadline, interrupted,
   return status
 
 
-def _run_attempt(command, env, num_processes, service, deadline, interrupted, timeout) -> _Attempt:
+def _run_attempt(command, env, num_processes, service, deadline, interrupted, timeout, shares) -> _Attempt:
   from jax_plugin import _myplugin
   lock = threading.Lock()
   pumps = []
-  procs = [_start_rank(command, env, rank, lock, pumps) for rank in range(num_processes)]
+  procs = [_start_rank(command, env, rank, lock, pumps, shares) for rank in range(num_processes)]
 
   first_exit = None  # (rank, code) of the first process seen to end with an error
   failure_seen_at = None

@@ -155,3 +155,76 @@ def test_restart_usage_errors():
   assert r.returncode == 2 and "--min-processes must be between 1 and -n" in r.stderr
   r = run_python(LAUNCHER + ["-n", "2", "--max-restarts", "-1", "--", "true"], child_env(), timeout=60)
   assert r.returncode == 2 and "--max-restarts must be at least 0" in r.stderr
+
+
+def test_cpu_shares_split_the_cpus():
+  from jax_plugin.cpu_binding import cpu_shares
+  assert cpu_shares(2, [0, 1]) == [[0], [1]]
+  assert cpu_shares(1, [3, 1, 2]) == [[1, 2, 3]]
+  assert cpu_shares(2, [0, 1, 2, 3, 4, 5]) == [[0, 1, 2], [3, 4, 5]]
+  assert cpu_shares(4, list(range(10))) == [[0, 1, 2], [3, 4, 5], [6, 7], [8, 9]]
+  # More ranks than CPUs: one each, in turn.
+  assert cpu_shares(3, [0, 1]) == [[0], [1], [0]]
+  assert cpu_shares(3, [5]) == [[5], [5], [5]]
+  with pytest.raises(ValueError, match="cannot share 0 CPUs among 2 processes"):
+    cpu_shares(2, [])
+
+
+# Every thread of the process (the engine's pools included, once it has run
+# a program) and the CPUs each may run on.
+THREAD_CPUS = """
+import os, jax, jax.numpy as jnp
+float(jnp.sum(jnp.ones((256, 256)) @ jnp.ones((256, 256))))
+allowed = set()
+for tid in os.listdir("/proc/self/task"):
+  with open(f"/proc/self/task/{tid}/status") as f:
+    line = next(l for l in f if l.startswith("Cpus_allowed_list:"))
+  for part in line.split(":")[1].strip().split(","):
+    lo, _, hi = part.partition("-")
+    allowed.update(range(int(lo), int(hi or lo) + 1))
+print("threads", len(os.listdir("/proc/self/task")), "cpus", sorted(allowed), flush=True)
+"""
+
+# Rank 1's first process dies; the one started in its place says its CPUs
+# (rank 0 stays long enough: a rank that dies when the others have finished
+# is not started again).
+RESTARTED_CPUS = """
+import os, time
+if os.environ.get("MYPLUGIN_PROCESS_ID") == "0":
+  time.sleep(5)
+if os.environ.get("MYPLUGIN_PROCESS_ID") == "1" and not os.environ.get("MYPLUGIN_REJOIN"):
+  os.kill(os.getpid(), 9)
+print("restarted" if os.environ.get("MYPLUGIN_REJOIN") else "first", "cpus", sorted(os.sched_getaffinity(0)))
+"""
+
+
+def _cpus_by_rank(output: str, what: str) -> dict[int, list[int]]:
+  found = re.findall(rf"\[(\d+)\] {what} cpus \[([0-9, ]*)\]", output)
+  return {int(r): [int(c) for c in cpus.split(",")] for r, cpus in found}
+
+
+def test_cpu_bind_gives_each_rank_its_share_and_a_restarted_rank_the_same():
+  cpus = sorted(os.sched_getaffinity(0))
+  r = run_python(LAUNCHER + ["-n", "2", "--cpu-bind", "--timeout", "150", "--", sys.executable, "-c", THREAD_CPUS],
+                 child_env(), timeout=180)
+  assert r.returncode == 0, r.output
+  bound = _cpus_by_rank(r.stdout, r"threads \d+")
+  assert sorted(bound) == [0, 1], r.output
+  if len(cpus) >= 2:
+    # Two halves of the launcher's CPUs, apart, together all of them.
+    assert not set(bound[0]) & set(bound[1]), r.output
+    assert sorted(bound[0] + bound[1]) == cpus, r.output
+    assert abs(len(bound[0]) - len(bound[1])) <= 1, r.output
+  else:
+    assert bound[0] == bound[1] == cpus, r.output
+  # Without it, every thread may run anywhere the launcher may.
+  r = run_python(LAUNCHER + ["-n", "2", "--timeout", "150", "--", sys.executable, "-c", THREAD_CPUS],
+                 child_env(), timeout=180)
+  assert r.returncode == 0, r.output
+  assert _cpus_by_rank(r.stdout, r"threads \d+") == {0: cpus, 1: cpus}, r.output
+  # A rank started again runs on its rank's share.
+  r = run_python(LAUNCHER + ["-n", "2", "--cpu-bind", "--recover", "1", "--timeout", "60", "--",
+                             sys.executable, "-c", RESTARTED_CPUS], child_env(), timeout=90)
+  assert r.returncode == 0, r.output
+  assert _cpus_by_rank(r.stdout, "first") == {0: bound[0]}, r.output
+  assert _cpus_by_rank(r.stdout, "restarted") == {1: bound[1]}, r.output
