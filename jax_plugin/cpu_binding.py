@@ -37,10 +37,14 @@ def launcher_cpus() -> list[int]:
   return sorted(os.sched_getaffinity(0))
 
 
-def bind(pid: int, cpus: list[int]) -> None:
+def bind(pid: int, cpus: list[int]) -> str | None:
   """Binds a process just started (its only thread, which every thread it
-  starts inherits the binding from). A process already gone is left be."""
+  starts inherits the binding from); why it could not, else None. A process
+  already gone is left be."""
   try:
     os.sched_setaffinity(pid, cpus)
   except ProcessLookupError:
     pass
+  except OSError as e:
+    return f"cannot bind process {pid} to CPUs {cpus}: {e}"
+  return None

@@ -225,7 +225,9 @@ def _start_rank(command, env, rank, lock, pumps, shares) -> subprocess.Popen:
   if shares is not None:
     # Popen returns once the command was executed, before it can start a
     # thread: every thread of the rank's process inherits this.
-    cpu_binding.bind(p.pid, shares[rank])
+    why = cpu_binding.bind(p.pid, shares[rank])
+    if why:
+      print(f"myplugin-run: rank {rank} runs unbound: {why}", file=sys.stderr)
   for stream, out in ((p.stdout, sys.stdout), (p.stderr, sys.stderr)):
     t = threading.Thread(target=_pump, args=(stream, out, f"[{rank}] ", lock), daemon=True)
     t.start()

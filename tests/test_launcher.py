@@ -170,6 +170,22 @@ def test_cpu_shares_split_the_cpus():
     cpu_shares(2, [])
 
 
+def test_a_binding_that_cannot_be_set_is_said_and_leaves_the_process_as_it_was():
+  import subprocess
+  from jax_plugin.cpu_binding import bind
+  p = subprocess.Popen(["sleep", "30"])
+  try:
+    before = os.sched_getaffinity(p.pid)
+    why = bind(p.pid, [4095])  # no such CPU here
+    assert why is not None and why.startswith(f"cannot bind process {p.pid} to CPUs [4095]: "), why
+    assert os.sched_getaffinity(p.pid) == before
+    assert bind(p.pid, [min(before)]) is None and os.sched_getaffinity(p.pid) == {min(before)}
+  finally:
+    p.kill()
+    p.wait()
+  assert bind(p.pid, [min(before)]) is None  # gone: left be
+
+
 # Every thread of the process (the engine's pools included, once it has run
 # a program) and the CPUs each may run on.
 THREAD_CPUS = """
