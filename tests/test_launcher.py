@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from proc import child_env, run, run_python
+from proc import child_env, kill_group, run, run_python
 
 LAUNCHER = ["-m", "jax_plugin.launcher"]
 
@@ -173,7 +173,8 @@ def test_cpu_shares_split_the_cpus():
 def test_a_binding_that_cannot_be_set_is_said_and_leaves_the_process_as_it_was():
   import subprocess
   from jax_plugin.cpu_binding import bind
-  p = subprocess.Popen(["sleep", "30"])
+  # Its own deadline (30 s), and its group killed on the way out.
+  p = subprocess.Popen(["sleep", "30"], start_new_session=True)
   try:
     before = os.sched_getaffinity(p.pid)
     why = bind(p.pid, [4095])  # no such CPU here
@@ -181,8 +182,8 @@ def test_a_binding_that_cannot_be_set_is_said_and_leaves_the_process_as_it_was()
     assert os.sched_getaffinity(p.pid) == before
     assert bind(p.pid, [min(before)]) is None and os.sched_getaffinity(p.pid) == {min(before)}
   finally:
-    p.kill()
-    p.wait()
+    kill_group(p)
+    p.wait(timeout=30)
   assert bind(p.pid, [min(before)]) is None  # gone: left be
 
 
