@@ -1,10 +1,15 @@
 """Which jax this package runs with.
 
-The range is the one that pyproject.toml declares for ``jax`` and ``jaxlib``
-(read back from the installed package's metadata, so it is written once). A
-jax outside it is refused when the plugin initializes, with the versions
-named, instead of failing later in ways that name nothing (an FFI handler
-that the engine silently drops, a private jax module that moved).
+Two checks at start. The range that pyproject.toml declares for ``jax`` and
+``jaxlib`` (read back from the installed package's metadata, so it is
+written once): a jax outside it is refused when the plugin initializes,
+with the versions named. Then what the range stands for: the XLA FFI API
+that jaxlib's handlers were built against and the one the engine speaks,
+each read from the libraries themselves (a handler's metadata call; the
+engine's registration of a probe handler), judged against the table of
+known pairs in C++ (plugin/engine/ffi_api_version.cc), so that a pair
+nobody has shown to work is an error at start naming both, never a
+custom-call target missing deep in a program.
 """
 
 from __future__ import annotations
@@ -85,3 +90,43 @@ def installed_versions() -> dict[str, str]:
   import jax
   import jaxlib.version
   return {"jax": jax.__version__, "jaxlib": jaxlib.version.__version__}
+
+
+def ffi_versions(jaxlib_handlers: dict) -> dict[str, list[str]]:
+  """{FFI API version: [targets]} of jaxlib's handlers, read from each."""
+  from jax_plugin import _myplugin
+  versions: dict[str, list[str]] = {}
+  for name, fn in sorted(jaxlib_handlers.items()):
+    versions.setdefault(_myplugin.handler_ffi_api_version(name, fn), []).append(name)
+  return versions
+
+
+def check_ffi(jaxlib_handlers: dict, engine_description: str, versions: dict[str, str] | None = None) -> None:
+  """Raises RuntimeError unless every FFI API version among jaxlib's handlers
+  forms a known pair with the engine's (read when myplugin's own handlers
+  were registered, just before)."""
+  from jax_plugin import _myplugin
+  engine = _myplugin.engine_ffi_api_version()
+  if engine is None:  # the engine did not show it; C++ has warned
+    return
+  known = {(h, e): adapted for h, e, adapted, _ in _myplugin.ffi_compatible_pairs()}
+  versions = installed_versions() if versions is None else versions
+  for handler, names in sorted(ffi_versions(jaxlib_handlers).items()):
+    if (handler, engine) not in known:
+      pairs = ", ".join(f"{h} on {e}" for h, e in sorted(known))
+      raise RuntimeError(
+          f"myplugin cannot run jaxlib {versions.get('jaxlib')}'s FFI handlers on its engine: they speak XLA FFI "
+          f"API {handler} ({len(names)} targets, e.g. {names[0]}), the engine ({engine_description}) speaks "
+          f"{engine}, and no known pair covers it (known, handler on engine: {pairs}). Install a jax and jaxlib "
+          f"in {declared_ranges().get('jaxlib', 'the supported range')}, or name an engine that speaks {handler} "
+          f"with MYPLUGIN_ENGINE=<path>")
+
+
+def report() -> dict[str, str | None]:
+  """The versions that decide what runs: jax, jaxlib, the XLA FFI API of
+  the engine and of myplugin's own handlers (after initialization)."""
+  from jax_plugin import _myplugin
+  out: dict[str, str | None] = dict(installed_versions())
+  out["engine_ffi_api"] = _myplugin.engine_ffi_api_version()
+  out["myplugin_ffi_api"] = _myplugin.built_ffi_api_version()
+  return out

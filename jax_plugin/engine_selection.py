@@ -1,7 +1,8 @@
 """Which XLA engine myplugin layers over: XLA's CPU engine, or on a machine
 with NVIDIA GPUs, XLA's CUDA engine.
 
-  MYPLUGIN_ENGINE=cpu            the CPU engine (package lammps-jax-pjrt-cpu)
+  MYPLUGIN_ENGINE=cpu            the CPU engine: the one shipped in this package (jax_plugin/engine/,
+                                 lammps-jax-pjrt-cpu's library), else an installed lammps-jax-pjrt-cpu
   MYPLUGIN_ENGINE=cuda           the CUDA engine (package jax-cuda13-pjrt or jax-cuda12-pjrt: pip install
                                  'myplugin[cuda13]' or 'myplugin[cuda12]'); an error that names what is
                                  missing if it cannot run
@@ -32,6 +33,10 @@ import os
 from typing import Callable
 
 CPU_PACKAGE, CPU_FILE = "lammps_jax_pjrt_cpu", "pjrt_c_api_cpu_plugin.so"
+CPU_DISTRIBUTION = "lammps-jax-pjrt-cpu"
+# Where the wheel ships the CPU engine (CMakeLists.txt, MYPLUGIN_BUNDLE_ENGINE),
+# with a RELEASE file naming the release it was taken from.
+BUNDLED_PACKAGE = "jax_plugin.engine"
 CUDA_FILE = "xla_cuda_plugin.so"
 # (module, distribution), most preferred first when versions do not decide.
 CUDA_ENGINES = (("jax_plugins.xla_cuda13", "jax-cuda13-pjrt"), ("jax_plugins.xla_cuda12", "jax-cuda12-pjrt"))
@@ -49,6 +54,7 @@ class Engine:
   kind: str  # "cpu" or "cuda": how the plugin talks to it (client options, FFI platform)
   path: str | None
   reason: str
+  release: str | None = None  # "lammps-jax-pjrt-cpu 0.11.2", "jax-cuda13-pjrt 0.12.0.1"; None: a user's library
 
 
 def package_file(package: str, name: str) -> str | None:
@@ -112,11 +118,31 @@ def nccl_library(env=None, find=package_file) -> str | None:
   return None
 
 
+def cpu_engine(find=package_file, version=distribution_version) -> tuple[str | None, str | None]:
+  """(path, release) of the CPU engine: the bundled one, else an installed
+  lammps-jax-pjrt-cpu (a build with MYPLUGIN_BUNDLE_ENGINE=OFF)."""
+  bundled = find(BUNDLED_PACKAGE, CPU_FILE)
+  if bundled is not None:
+    release_file = os.path.join(os.path.dirname(bundled), "RELEASE")
+    try:
+      with open(release_file) as f:
+        return bundled, f.read().strip() or None
+    except OSError:
+      return bundled, None
+  installed = find(CPU_PACKAGE, CPU_FILE)
+  return installed, _release(CPU_DISTRIBUTION, version) if installed is not None else None
+
+
+def _release(distribution: str, version) -> str:
+  found = version(distribution)
+  return f"{distribution} {found}" if found else distribution
+
+
 def shadow_engine(env=None, find=package_file) -> str | None:
   """The CPU engine that partitions multi-process programs (whatever engine
-  runs them): MYPLUGIN_SHADOW_ENGINE_PATH if set, else the installed one."""
+  runs them): MYPLUGIN_SHADOW_ENGINE_PATH if set, else the CPU engine."""
   env = os.environ if env is None else env
-  return env.get("MYPLUGIN_SHADOW_ENGINE_PATH", "").strip() or find(CPU_PACKAGE, CPU_FILE)
+  return env.get("MYPLUGIN_SHADOW_ENGINE_PATH", "").strip() or cpu_engine(find)[0]
 
 
 def select(env=None, probe=probe_gpus, find=package_file, version=distribution_version) -> Engine:
@@ -127,9 +153,9 @@ def select(env=None, probe=probe_gpus, find=package_file, version=distribution_v
     return Engine(_kind_of_path(requested, env), requested, "MYPLUGIN_ENGINE names a library")
   if legacy_path and not requested:
     return Engine(_kind_of_path(legacy_path, env), legacy_path, "MYPLUGIN_ENGINE_PATH")
-  cpu = find(CPU_PACKAGE, CPU_FILE)
+  cpu, cpu_release = cpu_engine(find, version)
   if requested == "cpu":
-    return Engine("cpu", cpu, "MYPLUGIN_ENGINE=cpu")
+    return Engine("cpu", cpu, "MYPLUGIN_ENGINE=cpu", cpu_release)
   gpus, why = probe()
   cuda, distribution = find_cuda_engine(find, version)
   if requested == "cuda":
@@ -138,11 +164,11 @@ def select(env=None, probe=probe_gpus, find=package_file, version=distribution_v
     if cuda is None:
       raise EngineSelectionError(f"MYPLUGIN_ENGINE=cuda, but the CUDA engine is not installed: "
                                  f"{CUDA_INSTALL_HINT} (package {distribution})")
-    return Engine("cuda", cuda, f"MYPLUGIN_ENGINE=cuda ({why}, {distribution})")
+    return Engine("cuda", cuda, f"MYPLUGIN_ENGINE=cuda ({why}, {distribution})", _release(distribution, version))
   if gpus > 0 and cuda is not None:
-    return Engine("cuda", cuda, f"{why}, {distribution}")
+    return Engine("cuda", cuda, f"{why}, {distribution}", _release(distribution, version))
   reason = why if gpus == 0 else f"{why}, but neither jax-cuda13-pjrt nor jax-cuda12-pjrt is installed"
-  return Engine("cpu", cpu, f"CPU engine: {reason}")
+  return Engine("cpu", cpu, f"CPU engine: {reason}", cpu_release)
 
 
 def _kind_of_path(path: str, env) -> str:

@@ -61,7 +61,7 @@ def _initialize() -> None:
   kind = engine.kind
   nccl = engine_selection.nccl_library() if kind == "cuda" else None
   if engine.path is None:
-    logger.warning("myplugin: no XLA engine found: install lammps-jax-pjrt-cpu or set MYPLUGIN_ENGINE")
+    logger.warning("myplugin: no XLA engine found: reinstall myplugin (its wheel ships the CPU engine) or set MYPLUGIN_ENGINE")
   else:
     logger.info("myplugin: engine %s (%s): %s", engine.kind, engine.reason, engine.path)
   # The PJRT library loads these when it first needs them (plugin
@@ -97,6 +97,8 @@ def _initialize() -> None:
   lowering.follow_engine_lowering_rules(kind)
   lowering.register_collective_targets(kind)
   if kind == "cpu":
+    # An FFI version pair nobody has shown to work stops the start here.
+    compatibility.check_ffi(lowering.jaxlib_cpu_targets(), f"{engine.release or 'engine'} at {engine.path}")
     try:
       lowering.register_jaxlib_cpu_targets(_c_api)
     except Exception as e:  # the backend itself may still work; say what is lost

@@ -53,20 +53,26 @@ def test_this_jax_is_supported():
   compatibility.check({"jax": jax.__version__, "jaxlib": jaxlib.version.__version__})
 
 
+def test_the_supported_range_reaches_the_newest_jax():
+  assert compatibility.declared_ranges() == {"jax": ">=0.10.2,<0.13", "jaxlib": ">=0.10.2,<0.13"}
+  for version in ("0.10.2", "0.11.2", "0.12.0.1"):
+    compatibility.check({"jax": version, "jaxlib": version})
+
+
 def test_an_unsupported_jax_is_named_with_the_supported_range():
   with pytest.raises(RuntimeError) as e:
-    compatibility.check({"jax": "0.12.0", "jaxlib": "0.12.0"}, {"jax": ">=0.10.2,<0.12", "jaxlib": ">=0.10.2,<0.12"})
+    compatibility.check({"jax": "0.13.0", "jaxlib": "0.13.0"}, {"jax": ">=0.10.2,<0.13", "jaxlib": ">=0.10.2,<0.13"})
   msg = str(e.value)
-  assert "jax 0.12.0 (supported: jax>=0.10.2,<0.12)" in msg
-  assert "jaxlib 0.12.0" in msg and "pip install 'jax>=0.10.2,<0.12'" in msg
+  assert "jax 0.13.0 (supported: jax>=0.10.2,<0.13)" in msg
+  assert "jaxlib 0.13.0" in msg and "pip install 'jax>=0.10.2,<0.13'" in msg
 
 
 def test_backend_refuses_an_unsupported_jax_at_initialization():
   # jax only logs a failing plugin initialize(); ours says why in its own line.
-  code = ("import jax; jax.__version__ = '0.12.0'\n"
+  code = ("import jax; jax.__version__ = '0.13.0'\n"
           "try:\n  jax.devices('myplugin')\nexcept RuntimeError as e:\n  print('RAISED', e)\n")
   env = dict(os.environ, JAX_PLATFORMS="myplugin")
   out = run([sys.executable, "-c", code], env, timeout=120, cwd="/")
   assert "RAISED" in out.stdout, out.stdout + out.stderr
-  assert "myplugin does not support this jax: jax 0.12.0 (supported: jax>=0.10.2,<0.12)" in out.stderr
+  assert "myplugin does not support this jax: jax 0.13.0 (supported: jax>=0.10.2,<0.13)" in out.stderr
   assert out.returncode == 0

@@ -1,5 +1,7 @@
 """Which engine myplugin loads: the rules with fakes at the driver and
 package boundaries, and on this machine (no GPU) for real."""
+import os
+
 import pytest
 
 from jax_plugin import engine_selection as es
@@ -34,7 +36,8 @@ def two_gpus():
 
 
 def test_default_is_cuda_only_with_gpus_and_the_cuda_engine():
-  assert es.select({}, probe=two_gpus, find=find_both) == es.Engine("cuda", CUDA, "2 NVIDIA GPU(s), jax-cuda12-pjrt")
+  assert es.select({}, probe=two_gpus, find=find_both, version=lambda d: "0.11.2" if "pjrt" in d else None) == \
+      es.Engine("cuda", CUDA, "2 NVIDIA GPU(s), jax-cuda12-pjrt", "jax-cuda12-pjrt 0.11.2")
   cpu = es.select({}, probe=no_gpu, find=find_both)
   assert (cpu.kind, cpu.path) == ("cpu", CPU) and "no NVIDIA driver" in cpu.reason
   no_package = es.select({}, probe=two_gpus, find=find_cpu_only)
@@ -63,7 +66,10 @@ def test_cuda13_beside_cuda12_the_one_matching_jaxlib_wins():
   assert es.select({"MYPLUGIN_ENGINE": "cuda"}, probe=two_gpus, find=only13, version=versions()).path == CUDA13
   both = dict(probe=two_gpus, find=find_all)
   on_0112 = es.select({}, version=versions(jaxlib="0.11.2", jax_cuda12_pjrt="0.11.2", jax_cuda13_pjrt="0.10.2"), **both)
-  assert on_0112 == es.Engine("cuda", CUDA12, "2 NVIDIA GPU(s), jax-cuda12-pjrt")
+  assert on_0112 == es.Engine("cuda", CUDA12, "2 NVIDIA GPU(s), jax-cuda12-pjrt", "jax-cuda12-pjrt 0.11.2")
+  on_0120 = es.select({}, version=versions(jaxlib="0.12.0.1", jax_cuda12_pjrt="0.11.2", jax_cuda13_pjrt="0.12.0.1"),
+                      **both)
+  assert (on_0120.path, on_0120.release) == (CUDA13, "jax-cuda13-pjrt 0.12.0.1")
   on_0102 = es.select({}, version=versions(jaxlib="0.10.2", jax_cuda12_pjrt="0.11.2", jax_cuda13_pjrt="0.10.2"), **both)
   assert (on_0102.path, on_0102.reason) == (CUDA13, "2 NVIDIA GPU(s), jax-cuda13-pjrt")
   # Neither matches (or no metadata): CUDA 13 first.
@@ -118,3 +124,28 @@ def test_this_machine_picks_the_cpu_engine_and_refuses_cuda():
                  timeout=120)
   assert r.returncode != 0
   assert "MYPLUGIN_ENGINE=cuda, but no CUDA driver/GPU found" in r.output, r.output
+
+
+def test_the_bundled_cpu_engine_wins_over_an_installed_one(tmp_path):
+  bundled = tmp_path / es.CPU_FILE
+  bundled.write_bytes(b"")
+  (tmp_path / "RELEASE").write_text("lammps-jax-pjrt-cpu 0.11.2\n")
+  both = lambda package, name: {es.BUNDLED_PACKAGE: str(bundled), es.CPU_PACKAGE: CPU}.get(package)
+  engine = es.select({"MYPLUGIN_ENGINE": "cpu"}, probe=no_gpu, find=both)
+  assert (engine.path, engine.release) == (str(bundled), "lammps-jax-pjrt-cpu 0.11.2")
+  # A build without the bundled engine (MYPLUGIN_BUNDLE_ENGINE=OFF) falls back to the installed package.
+  engine = es.select({}, probe=no_gpu, find=find_both, version=lambda d: "0.11.2")
+  assert (engine.path, engine.release) == (CPU, "lammps-jax-pjrt-cpu 0.11.2")
+  assert es.shadow_engine({}, find=both) == str(bundled)
+
+
+def test_the_installed_wheel_ships_the_engine_with_its_license():
+  path, release = es.cpu_engine()
+  assert path is not None and path.endswith(os.path.join("jax_plugin", "engine", es.CPU_FILE)), path
+  assert release == "lammps-jax-pjrt-cpu 0.11.2"
+  folder = os.path.dirname(path)
+  assert "Apache License" in open(os.path.join(folder, "LICENSE")).read()
+  assert os.path.getsize(os.path.join(folder, "THIRD_PARTY_NOTICES")) > 0
+  # The engine is not a run-time dependency: its metadata would cap jax.
+  from importlib import metadata
+  assert not any(r.lower().startswith("lammps") for r in metadata.requires("myplugin") or [])

@@ -1,7 +1,11 @@
 #include "pjrt/ffi_extension.h"
 
+#include <atomic>
 #include <string>
 
+#include "common/log.h"
+#include "engine/ffi_api_version.h"
+#include "engine/ffi_handler_adapter.h"
 #include "pjrt/client.h"
 #include "pjrt/engine_instance.h"
 #include "pjrt/error.h"
@@ -30,6 +34,43 @@ PJRT_Error* UserDataAdd(void* args) {
   return ToPjrtError(Engine().Consume(ffi.value()->user_data_add(args)));
 }
 
+// Reads the engine's FFI API version once, by registering the probe on the
+// platform of the first handler (ffi_api_version.h).
+ProbedEngineFfi ProbeEngine(const FfiExtension* ffi, const FfiRegisterHandlerArgs& like) {
+  static std::atomic<bool> probed{false};
+  if (!probed.exchange(true)) {
+    FfiRegisterHandlerArgs probe = like;
+    probe.target_name = kFfiProbeTarget;
+    probe.target_name_size = sizeof(kFfiProbeTarget) - 1;
+    probe.handler = FfiProbeHandler();
+    probe.traits = 0;
+    Status status = Engine().Consume(ffi->register_handler(&probe));
+    if (!ProbedEngine().known) {
+      LogLine("myplugin: warning: the engine (" + Engine().path() +
+              ") did not show its XLA FFI API version to a handler at registration" +
+              (status.ok() ? std::string() : " (" + status.message() + ")") +
+              "; FFI handlers are registered without a version check");
+    }
+  }
+  return ProbedEngine();
+}
+
+// The handler the engine gets for `args`: the caller's, an adapter of it,
+// or an error for a version pair nobody has shown to work. The engine's own
+// refusal of a version would be lost on the way (its FFI extension drops
+// it), so the decision is made here, before it.
+StatusOr<void*> HandlerForEngine(const FfiExtension* ffi, const FfiRegisterHandlerArgs& args) {
+  ProbedEngineFfi engine = ProbeEngine(ffi, args);
+  if (!engine.known) return args.handler;
+  std::string target(args.target_name, args.target_name_size);
+  StatusOr<FfiApiVersion> version = HandlerFfiApiVersion(args.handler, engine.api);
+  if (!version.ok()) return InvalidArgument("FFI target '" + target + "': " + version.status().message());
+  StatusOr<FfiRegistrationPlan> plan = PlanFfiRegistration(target, version.value(), engine.version);
+  if (!plan.ok()) return plan.status();
+  if (!plan.value().adapt) return args.handler;
+  return AdaptFfiHandler(args.handler, plan.value().report);
+}
+
 PJRT_Error* RegisterHandler(FfiRegisterHandlerArgs* args) {
   if (args->struct_size < kFfiRegisterHandlerArgsSize) {
     return ToPjrtError(InvalidArgument("PJRT_FFI_Register_Handler_Args is too small (" +
@@ -46,6 +87,9 @@ PJRT_Error* RegisterHandler(FfiRegisterHandlerArgs* args) {
   engine_args.struct_size = kFfiRegisterHandlerArgsSize;
   engine_args.platform_name = platform.data();
   engine_args.platform_name_size = platform.size();
+  StatusOr<void*> handler = HandlerForEngine(ffi.value(), engine_args);
+  if (!handler.ok()) return ToPjrtError(handler.status());
+  engine_args.handler = handler.value();
   return ToPjrtError(Engine().Consume(ffi.value()->register_handler(&engine_args)));
 }
 

@@ -4,11 +4,15 @@
 // engine only through that capsule, never by linking to the PJRT library.
 #include <Python.h>
 #include <nanobind/nanobind.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
 
 #include <stdexcept>
 #include <string>
 
+#include "engine/ffi_api_version.h"
 #include "pjrt/ffi_extension.h"
 #include "pjrt_c_api.h"
 #include "python/bindings.h"
@@ -89,12 +93,40 @@ void RegisterCustomCallTarget(nb::handle c_api, const std::string& name, nb::han
   }
 }
 
+std::string HandlerVersion(const std::string& name, nb::handle fn) {
+  StatusOr<FfiApiVersion> version = HandlerFfiApiVersion(HandlerFromPython(name, fn), ProbedEngine().api);
+  if (!version.ok()) throw std::runtime_error("FFI target '" + name + "': " + version.status().message());
+  return version.value().ToString();
+}
+
+std::optional<std::string> EngineVersion() {
+  ProbedEngineFfi engine = ProbedEngine();
+  if (!engine.known) return std::nullopt;
+  return engine.version.ToString();
+}
+
+std::vector<std::tuple<std::string, std::string, bool, std::string>> CompatiblePairs() {
+  std::vector<std::tuple<std::string, std::string, bool, std::string>> out;
+  for (const FfiCompatiblePair& pair : FfiCompatiblePairs()) {
+    out.emplace_back(pair.handler.ToString(), pair.engine.ToString(), pair.adapted, pair.reason);
+  }
+  return out;
+}
+
 }  // namespace
 
 void BindFfiRegistration(nb::module_& m) {
   m.def("register_custom_call_target", &RegisterCustomCallTarget, nb::arg("c_api"), nb::arg("name"),
         nb::arg("fn"), nb::arg("platform"), nb::arg("api_version") = 1, nb::arg("traits") = 0,
         "Registers a typed XLA FFI handler with the engine behind a myplugin PJRT_Api capsule.");
+  m.def("handler_ffi_api_version", &HandlerVersion, nb::arg("name"), nb::arg("fn"),
+        "The XLA FFI API version ('0.5') a handler capsule (or {'execute': capsule}) was built against.");
+  m.def("engine_ffi_api_version", &EngineVersion,
+        "The XLA FFI API version the engine speaks, read when the first handler was registered; None before.");
+  m.def("built_ffi_api_version", [] { return BuiltFfiApiVersion().ToString(); },
+        "The XLA FFI API version of this build's own handlers.");
+  m.def("ffi_compatible_pairs", &CompatiblePairs,
+        "Every (handler version, engine version, adapted, reason) that myplugin registers.");
 }
 
 }  // namespace myplugin::python

@@ -17,6 +17,7 @@ int main() {
   RunLocalRendezvousTests();
   RunDeviceAssignmentTests();
   RunStreamingCopyTests();
+  RunFfiApiVersionTests();
   RunSerializedExecutableTests();
   RunMessagesTests();
   RunServiceStateTests();

@@ -18,5 +18,6 @@ void RunSignatureTests();
 void RunLocalRendezvousTests();
 void RunDeviceAssignmentTests();
 void RunStreamingCopyTests();
+void RunFfiApiVersionTests();
 // False when the NCCL backend is not built.
 bool RunNcclTests();
