@@ -114,7 +114,9 @@ if [ "$mode" = prepare ]; then
   mapfile -t reqs < <(build_requirements "$vpy")
   # shellcheck disable=SC2046
   "$vpy" -m pip install -q "${reqs[@]}" "jaxlib==$GPU_JAX" cmake ninja $(cuda_headers 13)
-  "$vpy" -m pip wheel -q --no-build-isolation --no-deps -w "$kit" .
+  # Without the bundled CPU engine (~63 MB packed): the kit must travel in
+  # 64 MiB, and only multi-process programs partition on it.
+  "$vpy" -m pip wheel -q --no-build-isolation --no-deps -C cmake.define.MYPLUGIN_BUNDLE_ENGINE=OFF -w "$kit" .
   wheel="$(ls "$kit"/myplugin-*-cp312-*.whl)"
   mkdir "$work/unpacked" && (cd "$work/unpacked" && "$vpy" -m zipfile -e "$wheel" .)
   has_nccl_backend "$work/unpacked/jax_plugin/libmyplugin_runtime.so"

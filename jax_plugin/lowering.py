@@ -52,7 +52,7 @@ def register_collective_targets(engine_kind: str = "cpu") -> None:
     nccl = _myplugin.nccl_ffi_targets()
     if nccl is None:
       raise RuntimeError("this myplugin was built without NCCL's headers, so it cannot run collectives on GPUs: "
-                         "reinstall with pip install 'myplugin[cuda12]'")
+                         "reinstall it without -C cmake.define.MYPLUGIN_NCCL=OFF")
     # The host handlers read and write host memory: none of them serves the GPU.
     targets = nccl
   for name, capsule in targets.items():

@@ -47,3 +47,34 @@ def test_nccl_backend_compiles_against(cuda):
   with open(os.path.join(cuda_dirs[0], "cuda_runtime_api.h")) as f:
     version = int(next(line.split()[2] for line in f if line.startswith("#define CUDART_VERSION")))
   assert version // 1000 == int(cuda[-2:]), version
+
+
+def test_the_installed_plugin_has_the_nccl_backend():
+  # pip install . builds in an isolated environment: NCCL's and CUDA's header
+  # wheels are build requirements, so the NCCL handlers are always there.
+  from jax_plugin import _myplugin
+  targets = _myplugin.nccl_ffi_targets()
+  assert targets is not None, "this install was built without the NCCL backend"
+  assert "myplugin_all_reduce" in targets
+
+
+def _configure(tmp_path, *defines):
+  import sys
+  cmake = shutil.which("cmake")
+  assert cmake is not None
+  return run([cmake, "-S", ROOT, "-B", str(tmp_path / "build"), f"-DPython_EXECUTABLE={sys.executable}",
+              *[f"-D{d}" for d in defines]], dict(os.environ), timeout=300)
+
+
+def test_a_build_without_nccl_headers_stops_and_says_how_to_turn_it_off(tmp_path):
+  out = _configure(tmp_path, "MYPLUGIN_NVIDIA_INCLUDE_DIRS=/nonexistent/nccl;/nonexistent/cuda")
+  assert out.returncode != 0
+  text = " ".join((out.stdout + out.stderr).split())
+  assert "nccl.h and cuda_runtime_api.h not found" in text, text[-2000:]
+  assert "MYPLUGIN_NCCL=OFF" in text and "nvidia-nccl-cu12" in text
+
+
+def test_a_build_told_to_leave_nccl_out_configures_without_it(tmp_path):
+  out = _configure(tmp_path, "MYPLUGIN_NCCL=OFF", "MYPLUGIN_NVIDIA_INCLUDE_DIRS=/nonexistent")
+  assert out.returncode == 0, (out.stdout + out.stderr)[-2000:]
+  assert "NCCL backend: off (MYPLUGIN_NCCL=OFF)" in out.stdout
