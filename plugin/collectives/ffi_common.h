@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "collectives/combined_operands.h"
 #include "collectives/device_ids.h"
 #include "collectives/device_collectives.h"
 #include "collectives/dtype.h"
@@ -31,6 +32,12 @@ struct GroupedCall {
 };
 StatusOr<GroupedCall> DecodeGrouped(int32_t ordinal, xla::ffi::DataType type, std::string_view reduction,
                                     xla::ffi::Span<const int64_t> groups, int64_t group_size);
+
+// The operands of a call that may be combined (combined_operands.h): one
+// result per operand, so the first results.size() arguments are the data
+// and any after them only order the call (the rewrite's previous collective).
+StatusOr<std::vector<CombinedOperand>> CallOperands(const xla::ffi::RemainingArgs& args,
+                                                    const xla::ffi::RemainingRets& results);
 
 // Device `ordinal` meets the other local devices of `device_group`; the last to
 // arrive runs `op` for all of them, and each gets its status.

@@ -154,31 +154,71 @@ ffi::Error Grouped(cudaStream_t stream, int32_t ordinal, ffi::AnyBuffer x, Colle
   }));
 }
 
-ffi::Error AllReduceImpl(cudaStream_t stream, int32_t ordinal, ffi::AnyBuffer x, ffi::RemainingArgs,
-                         ffi::Result<ffi::AnyBuffer> y, std::string_view reduction, ffi::Span<const int64_t> groups,
-                         int64_t group_size, std::string_view function) {
-  return Grouped(stream, ordinal, x, CollectiveOp::kAllReduce, reduction, groups, group_size, function,
-                 [&](NcclCommunicator& c, DataType t, Reduction r, size_t n, size_t) {
-                   return c.AllReduce(x.untyped_data(), y->untyped_data(), n, t, r, stream);
-                 });
+// A collective that the rewrite may have combined (one result per operand):
+// the local devices meet and the processes agree once, on a signature that
+// covers every operand (their types and counts, hashed), and each device
+// enqueues one NCCL call per operand inside one NCCL group.
+template <typename Enqueue>
+ffi::Error Combinable(cudaStream_t stream, int32_t ordinal, const ffi::RemainingArgs& args,
+                      const ffi::RemainingRets& results, CollectiveOp op, std::string_view reduction,
+                      ffi::Span<const int64_t> groups, int64_t group_size, std::string_view function,
+                      Enqueue enqueue) {
+  StatusOr<std::vector<CombinedOperand>> operands = CallOperands(args, results);
+  if (!operands.ok()) return ToFfi(operands.status());
+  const std::vector<CombinedOperand>& xs = operands.value();
+  if (xs.size() == 1) {
+    return Grouped(stream, ordinal, args.get<ffi::AnyBuffer>(0).value(), op, reduction, groups, group_size, function,
+                   [&](NcclCommunicator& c, DataType t, Reduction r, size_t n, size_t size) {
+                     return enqueue(c, xs[0].send, xs[0].recv, t, r, n, size);
+                   });
+  }
+  FunctionScope scope(function);
+  StatusOr<GroupedCall> decoded =
+      DecodeGrouped(ordinal, args.get<ffi::AnyBuffer>(0)->element_type(), reduction, groups, group_size);
+  if (!decoded.ok()) return ToFfi(decoded.status());
+  const GroupedCall& c = decoded.value();
+  size_t total = 0;
+  for (const CombinedOperand& x : xs) {
+    if (op == CollectiveOp::kReduceScatter && x.count % c.device_group.size() != 0) {
+      return ToFfi(InvalidArgument("reduce-scatter of " + std::to_string(x.count) + " elements over " +
+                                   std::to_string(c.device_group.size()) + " devices: the count must divide evenly"));
+    }
+    total += x.count;
+  }
+  NcclCallSite call{ordinal, c.device_group, op, c.reduction, c.type, total, HashOperands(xs)};
+  return ToFfi(RunNccl(call, [&](NcclCommunicator& comm) {
+    return comm.Group([&]() -> Status {
+      for (const CombinedOperand& x : xs) {
+        MYPLUGIN_RETURN_IF_ERROR(enqueue(comm, x.send, x.recv, x.type, c.reduction, x.count, c.device_group.size()));
+      }
+      return OkStatus();
+    });
+  }));
 }
 
-ffi::Error ReduceScatterImpl(cudaStream_t stream, int32_t ordinal, ffi::AnyBuffer x, ffi::RemainingArgs,
-                             ffi::Result<ffi::AnyBuffer> y, std::string_view reduction,
-                             ffi::Span<const int64_t> groups, int64_t group_size, std::string_view function) {
-  return Grouped(stream, ordinal, x, CollectiveOp::kReduceScatter, reduction, groups, group_size, function,
-                 [&](NcclCommunicator& c, DataType t, Reduction r, size_t n, size_t size) {
-                   return c.ReduceScatter(x.untyped_data(), y->untyped_data(), n / size, t, r, stream);
-                 });
-}
-
-ffi::Error AllGatherImpl(cudaStream_t stream, int32_t ordinal, ffi::AnyBuffer x, ffi::RemainingArgs,
-                         ffi::Result<ffi::AnyBuffer> y, ffi::Span<const int64_t> groups, int64_t group_size,
+ffi::Error AllReduceImpl(cudaStream_t stream, int32_t ordinal, ffi::RemainingArgs args, ffi::RemainingRets results,
+                         std::string_view reduction, ffi::Span<const int64_t> groups, int64_t group_size,
                          std::string_view function) {
-  return Grouped(stream, ordinal, x, CollectiveOp::kAllGather, "", groups, group_size, function,
-                 [&](NcclCommunicator& c, DataType t, Reduction, size_t n, size_t) {
-                   return c.AllGather(x.untyped_data(), y->untyped_data(), n, t, stream);
-                 });
+  return Combinable(stream, ordinal, args, results, CollectiveOp::kAllReduce, reduction, groups, group_size, function,
+                    [&](NcclCommunicator& c, const void* x, void* y, DataType t, Reduction r, size_t n, size_t) {
+                      return c.AllReduce(x, y, n, t, r, stream);
+                    });
+}
+
+ffi::Error ReduceScatterImpl(cudaStream_t stream, int32_t ordinal, ffi::RemainingArgs args,
+                             ffi::RemainingRets results, std::string_view reduction,
+                             ffi::Span<const int64_t> groups, int64_t group_size, std::string_view function) {
+  return Combinable(stream, ordinal, args, results, CollectiveOp::kReduceScatter, reduction, groups, group_size,
+                    function, [&](NcclCommunicator& c, const void* x, void* y, DataType t, Reduction r, size_t n,
+                                  size_t size) { return c.ReduceScatter(x, y, n / size, t, r, stream); });
+}
+
+ffi::Error AllGatherImpl(cudaStream_t stream, int32_t ordinal, ffi::RemainingArgs args, ffi::RemainingRets results,
+                         ffi::Span<const int64_t> groups, int64_t group_size, std::string_view function) {
+  return Combinable(stream, ordinal, args, results, CollectiveOp::kAllGather, "", groups, group_size, function,
+                    [&](NcclCommunicator& c, const void* x, void* y, DataType t, Reduction, size_t n, size_t) {
+                      return c.AllGather(x, y, n, t, stream);
+                    });
 }
 
 ffi::Error AllToAllImpl(cudaStream_t stream, int32_t ordinal, ffi::AnyBuffer x, ffi::RemainingArgs,
@@ -217,20 +257,30 @@ ffi::Error CollectivePermuteImpl(cudaStream_t stream, int32_t ordinal, ffi::AnyB
   }));
 }
 
-auto ReducingBinding() {
+auto CombinableReducingBinding() {
   return ffi::Ffi::Bind()
       .Ctx<ffi::PlatformStream<cudaStream_t>>()
       .Ctx<ffi::DeviceOrdinal>()
-      .Arg<ffi::AnyBuffer>()
       .RemainingArgs()
-      .Ret<ffi::AnyBuffer>()
+      .RemainingRets()
       .Attr<std::string_view>("reduction")
       .Attr<ffi::Span<const int64_t>>("replica_groups")
       .Attr<int64_t>("group_size")
       .Attr<std::string_view>("function");
 }
 
-auto NonReducingBinding() {
+auto CombinableBinding() {
+  return ffi::Ffi::Bind()
+      .Ctx<ffi::PlatformStream<cudaStream_t>>()
+      .Ctx<ffi::DeviceOrdinal>()
+      .RemainingArgs()
+      .RemainingRets()
+      .Attr<ffi::Span<const int64_t>>("replica_groups")
+      .Attr<int64_t>("group_size")
+      .Attr<std::string_view>("function");
+}
+
+auto SingleBinding() {
   return ffi::Ffi::Bind()
       .Ctx<ffi::PlatformStream<cudaStream_t>>()
       .Ctx<ffi::DeviceOrdinal>()
@@ -244,10 +294,10 @@ auto NonReducingBinding() {
 
 }  // namespace
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginNcclAllReduce, AllReduceImpl, ReducingBinding());
-XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginNcclReduceScatter, ReduceScatterImpl, ReducingBinding());
-XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginNcclAllGather, AllGatherImpl, NonReducingBinding());
-XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginNcclAllToAll, AllToAllImpl, NonReducingBinding());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginNcclAllReduce, AllReduceImpl, CombinableReducingBinding());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginNcclReduceScatter, ReduceScatterImpl, CombinableReducingBinding());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginNcclAllGather, AllGatherImpl, CombinableBinding());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginNcclAllToAll, AllToAllImpl, SingleBinding());
 XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginNcclCollectivePermute, CollectivePermuteImpl,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::PlatformStream<cudaStream_t>>()

@@ -178,6 +178,20 @@ void TestCalls() {
   CHECK(comm->CollectivePermute(send, recv, 2, coll::DataType::kF32, 1, -1, stream).ok());
   CHECK((fake.calls == std::vector<std::string>{"GroupStart", "Send1", "GroupEnd"}));
 
+  // A combined collective: its operands' calls go out as one NCCL group.
+  fake = FakeLog();
+  CHECK(comm->Group([&] {
+    auto st = comm->AllReduce(send, recv, 4, coll::DataType::kF32, coll::Reduction::kSum, stream);
+    return st.ok() ? comm->AllReduce(send, recv, 2, coll::DataType::kS32, coll::Reduction::kSum, stream) : st;
+  }).ok());
+  CHECK((fake.calls == std::vector<std::string>{"GroupStart", "AllReduce", "AllReduce", "GroupEnd"}));
+  fake = FakeLog();
+  fake.fail_all_reduce = ncclSystemError;  // an error inside still ends the group
+  CHECK(!comm->Group([&] {
+    return comm->AllReduce(send, recv, 4, coll::DataType::kF32, coll::Reduction::kSum, stream);
+  }).ok());
+  CHECK(fake.calls.back() == "GroupEnd");
+
   fake.fail_all_reduce = ncclSystemError;
   auto err = comm->AllReduce(nullptr, nullptr, 1, coll::DataType::kF32, coll::Reduction::kSum, stream);
   CHECK(!err.ok() && err.message().find("ncclAllReduce failed: unhandled system error") != std::string::npos);
