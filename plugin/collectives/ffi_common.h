@@ -39,6 +39,16 @@ StatusOr<GroupedCall> DecodeGrouped(int32_t ordinal, xla::ffi::DataType type, st
 StatusOr<std::vector<CombinedOperand>> CallOperands(const xla::ffi::RemainingArgs& args,
                                                     const xla::ffi::RemainingRets& results);
 
+// The attributes that every grouped collective's binding ends with (the
+// schema in ffi_handlers.h), after what the engine's handlers need first.
+template <typename Binding>
+auto WithGroupAttributes(Binding binding) {
+  return std::move(binding)
+      .template Attr<xla::ffi::Span<const int64_t>>("replica_groups")
+      .template Attr<int64_t>("group_size")
+      .template Attr<std::string_view>("function");
+}
+
 // Device `ordinal` meets the other local devices of `device_group`; the last to
 // arrive runs `op` for all of them, and each gets its status.
 Status MeetLocalDevices(int32_t ordinal, const std::vector<int>& device_group, const void* send, void* recv,

@@ -154,35 +154,26 @@ ffi::Error OrderFenceImpl(ffi::AnyBuffer x, ffi::RemainingArgs, ffi::Result<ffi:
 // them reliably), while an attribute travels inside the program itself,
 // through serialization and the compilation cache, and costs one string view.
 auto CombinableReducingBinding() {
-  return ffi::Ffi::Bind()
+  return WithGroupAttributes(ffi::Ffi::Bind()
       .Ctx<ffi::DeviceOrdinal>()
       .RemainingArgs()
       .RemainingRets()
-      .Attr<std::string_view>("reduction")
-      .Attr<ffi::Span<const int64_t>>("replica_groups")
-      .Attr<int64_t>("group_size")
-      .Attr<std::string_view>("function");
+      .Attr<std::string_view>("reduction"));
 }
 
 auto CombinableBinding() {
-  return ffi::Ffi::Bind()
+  return WithGroupAttributes(ffi::Ffi::Bind()
       .Ctx<ffi::DeviceOrdinal>()
       .RemainingArgs()
-      .RemainingRets()
-      .Attr<ffi::Span<const int64_t>>("replica_groups")
-      .Attr<int64_t>("group_size")
-      .Attr<std::string_view>("function");
+      .RemainingRets());
 }
 
 auto SingleBinding() {
-  return ffi::Ffi::Bind()
+  return WithGroupAttributes(ffi::Ffi::Bind()
       .Ctx<ffi::DeviceOrdinal>()
       .Arg<ffi::AnyBuffer>()
       .RemainingArgs()
-      .Ret<ffi::AnyBuffer>()
-      .Attr<ffi::Span<const int64_t>>("replica_groups")
-      .Attr<int64_t>("group_size")
-      .Attr<std::string_view>("function");
+      .Ret<ffi::AnyBuffer>());
 }
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginAllReduce, AllReduceImpl, CombinableReducingBinding());

@@ -258,38 +258,29 @@ ffi::Error CollectivePermuteImpl(cudaStream_t stream, int32_t ordinal, ffi::AnyB
 }
 
 auto CombinableReducingBinding() {
-  return ffi::Ffi::Bind()
+  return WithGroupAttributes(ffi::Ffi::Bind()
       .Ctx<ffi::PlatformStream<cudaStream_t>>()
       .Ctx<ffi::DeviceOrdinal>()
       .RemainingArgs()
       .RemainingRets()
-      .Attr<std::string_view>("reduction")
-      .Attr<ffi::Span<const int64_t>>("replica_groups")
-      .Attr<int64_t>("group_size")
-      .Attr<std::string_view>("function");
+      .Attr<std::string_view>("reduction"));
 }
 
 auto CombinableBinding() {
-  return ffi::Ffi::Bind()
+  return WithGroupAttributes(ffi::Ffi::Bind()
       .Ctx<ffi::PlatformStream<cudaStream_t>>()
       .Ctx<ffi::DeviceOrdinal>()
       .RemainingArgs()
-      .RemainingRets()
-      .Attr<ffi::Span<const int64_t>>("replica_groups")
-      .Attr<int64_t>("group_size")
-      .Attr<std::string_view>("function");
+      .RemainingRets());
 }
 
 auto SingleBinding() {
-  return ffi::Ffi::Bind()
+  return WithGroupAttributes(ffi::Ffi::Bind()
       .Ctx<ffi::PlatformStream<cudaStream_t>>()
       .Ctx<ffi::DeviceOrdinal>()
       .Arg<ffi::AnyBuffer>()
       .RemainingArgs()
-      .Ret<ffi::AnyBuffer>()
-      .Attr<ffi::Span<const int64_t>>("replica_groups")
-      .Attr<int64_t>("group_size")
-      .Attr<std::string_view>("function");
+      .Ret<ffi::AnyBuffer>());
 }
 
 }  // namespace
