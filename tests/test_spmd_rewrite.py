@@ -663,3 +663,19 @@ def test_gathers_and_scatters_share_a_call_along_their_own_dimensions():
   lines = entry_lines(out)
   assert root.startswith("ROOT %gc = f32[64]{0} custom-call(%w, ") and lines[-2] == root and lines[-1] == "}"
   assert any(l.startswith("%ga = f32[4,16]{1,0} transpose(") for l in lines)
+
+
+def test_a_control_predecessor_is_a_dependence():
+  """b runs after a's user by a control edge alone: b does not join a's
+  bucket, and the user stays before b."""
+  text = module("  %p = f32[4]{0} parameter(0)\n"
+                + _AR.format(name="a", shape="f32[4]{0}", x="%p", ch=1, op="add") + "\n"
+                "  %n = f32[4]{0} negate(%a)\n"
+                + _AR.format(name="b", shape="f32[4]{0}", x="%p", ch=2, op="add") + ", control-predecessors={%n}\n"
+                "  ROOT %t = (f32[4]{0}, f32[4]{0}) tuple(%n, %b)")
+  parses(text)
+  out = rewrite_module(text, [list(range(8))], 8, combine_threshold=_BIG)
+  parses(out)
+  assert len(calls(out)) == 2
+  lines = entry_lines(out)
+  assert [l.split(" = ")[0] for l in lines if " = " in l] == ["%p", "%a", "%n", "%b", "ROOT %t"]

@@ -30,8 +30,14 @@ from typing import Callable, Hashable
 from jax_plugin.spmd.hlo_text import HloTextError, Instruction
 
 
-def _base(operand: str) -> str:
-  return operand.split("#")[0]  # `%value#index`: an element of a tuple value
+def _inputs(inst: Instruction) -> list[str]:
+  """The instructions `inst` waits for: its operands (`%value#index` is an
+  element of a tuple value) and its control predecessors."""
+  names = [o.split("#")[0] for o in inst.operands]
+  control = inst.attr("control-predecessors")
+  if control:
+    names += [c.strip() for c in control.strip("{}").split(",") if c.strip()]
+  return names
 
 
 def plan(insts: list[Instruction | None], combinable: Callable[[Instruction], tuple[Hashable, int] | None],
@@ -69,8 +75,8 @@ def plan(insts: list[Instruction | None], combinable: Callable[[Instruction], tu
     if inst is None:
       continue
     deps = frozenset()
-    for operand in inst.operands:
-      j = where.get(_base(operand))
+    for name in _inputs(inst):
+      j = where.get(name)
       if j is not None and j in near:
         deps |= near[j]
     if closes(inst):
@@ -123,8 +129,8 @@ def schedule(insts: list[Instruction | None], buckets: list[list[int]]) -> list[
     needed = set()
     for i in node if isinstance(node, list) else [node]:
       inst = insts[i]
-      for operand in inst.operands if inst is not None else []:
-        j = where.get(_base(operand))
+      for name in _inputs(inst) if inst is not None else []:
+        j = where.get(name)
         if j is not None and node_of[j] != n:
           needed.add(node_of[j])
     waits[n] = len(needed)

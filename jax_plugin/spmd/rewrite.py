@@ -259,7 +259,8 @@ class _Rewriter:
     reduction and device groups per bucket (the dimension of a gather or
     scatter need not agree: each operand is moved to axis 0 for the call)."""
     parts = self.parts(inst)
-    if parts is None or inst.root:  # the root stays the computation's last line
+    # The root stays the computation's last line; a control edge stays on a call of its own.
+    if parts is None or inst.root or inst.attr("control-predecessors") is not None:
       return None
     try:
       config = self.collective_config(inst)
