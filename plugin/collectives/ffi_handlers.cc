@@ -1,7 +1,10 @@
 #include "collectives/ffi_handlers.h"
 
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <string_view>
+#include <vector>
 
 #include "collectives/device_collectives.h"
 #include "collectives/ffi_common.h"
@@ -30,6 +33,22 @@ ffi::Error Grouped(int32_t ordinal, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer
                                 }));
 }
 
+// Pack buffers kept per device between calls: fresh ones of a bucket's
+// megabytes would cost page faults on every step, and per device (not per
+// engine thread, any of which may run a call) they stay bounded. A call that
+// finds its device's in use (two executions at once) packs into its own.
+struct PackBuffers {
+  std::mutex mu;
+  std::vector<char> send, recv;
+};
+
+PackBuffers& KeptBuffers(int32_t ordinal) {
+  static std::mutex mu;
+  static auto* kept = new std::map<int32_t, PackBuffers>();  // never destroyed: engine threads outlive statics
+  std::lock_guard<std::mutex> lock(mu);
+  return (*kept)[ordinal];
+}
+
 // A collective that the rewrite may have combined (one result per operand;
 // combined_operands.h). One operand takes the plain path; several are packed
 // into one run per element type, and the local devices meet once for all runs.
@@ -53,9 +72,12 @@ ffi::Error Combinable(CollectiveOp kind, int32_t ordinal, const ffi::RemainingAr
       CombinedOperands::Make(kind, operands.take(), static_cast<int>(c.device_group.size()));
   if (!combined.ok()) return ToFfi(combined.status());
   const CombinedOperands& plan = combined.value();
-  // Kept per engine thread between calls: fresh buffers of a bucket's
-  // megabytes would cost page faults on every step.
-  thread_local std::vector<char> send, recv;
+  PackBuffers& kept = KeptBuffers(ordinal);
+  std::unique_lock<std::mutex> hold(kept.mu, std::try_to_lock);
+  PackBuffers own;
+  PackBuffers& buffers = hold.owns_lock() ? kept : own;
+  std::vector<char>& send = buffers.send;
+  std::vector<char>& recv = buffers.recv;
   if (send.size() < plan.send_bytes()) send.resize(plan.send_bytes());
   if (recv.size() < plan.recv_bytes()) recv.resize(plan.recv_bytes());
   plan.Pack(send.data());
