@@ -8,9 +8,11 @@ same module, compiled for this process's devices alone, exchanges data with
 the other processes through our communicators. The attribute schema is the
 one in the README (section "Collectives").
 
-Which devices each group holds is collective_modes.py's. The file stays one:
-a single pass over one module whose state (instruction names, shapes read so
-far, the latest collective for ordering) every per-op rewrite below shares.
+Which devices each group holds is collective_modes.py's; which collectives
+share one call, and the order the computation is then written in, is
+buckets.py's. The file stays one: a single pass over one module, computation
+by computation, whose state (instruction names, shapes read so far, the
+latest collective for ordering) every per-op rewrite below shares.
 """
 
 from __future__ import annotations
