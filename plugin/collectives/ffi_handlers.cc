@@ -85,7 +85,9 @@ ffi::Error Combinable(CollectiveOp kind, int32_t ordinal, const ffi::RemainingAr
                                [&](DeviceCollectives& dc, const DeviceBuffers& b) {
                                  for (const CombinedOperands::Run& run : plan.runs()) {
                                    DeviceBuffers part;
-                                   for (const void* p : b.send) part.send.push_back(static_cast<const char*>(p) + run.send_offset);
+                                   for (const void* p : b.send) {
+                                     part.send.push_back(static_cast<const char*>(p) + run.send_offset);
+                                   }
                                    for (void* p : b.recv) part.recv.push_back(static_cast<char*>(p) + run.recv_offset);
                                    Status done = op(dc, part, run.count, run.type, c.reduction, plan.hash());
                                    if (!done.ok()) return done;
@@ -97,21 +99,18 @@ ffi::Error Combinable(CollectiveOp kind, int32_t ordinal, const ffi::RemainingAr
   return ffi::Error::Success();
 }
 
-ffi::Error AllReduceImpl(int32_t ordinal, ffi::RemainingArgs args, ffi::RemainingRets results,
-                         std::string_view reduction, ffi::Span<const int64_t> groups, int64_t group_size,
-                         std::string_view function) {
-  return Combinable(CollectiveOp::kAllReduce, ordinal, args, results, reduction, groups, group_size, function,
+// All-reduce and reduce-scatter: `kind`, run by DeviceCollectives' `call`.
+template <CollectiveOp kind,
+          Status (DeviceCollectives::*call)(const DeviceBuffers&, size_t, DataType, Reduction, uint64_t)>
+ffi::Error ReducingImpl(int32_t ordinal, ffi::RemainingArgs args, ffi::RemainingRets results,
+                        std::string_view reduction, ffi::Span<const int64_t> groups, int64_t group_size,
+                        std::string_view function) {
+  return Combinable(kind, ordinal, args, results, reduction, groups, group_size, function,
                     [](DeviceCollectives& dc, const DeviceBuffers& b, size_t n, DataType t, Reduction r,
-                       uint64_t extra) { return dc.AllReduce(b, n, t, r, extra); });
+                       uint64_t extra) { return (dc.*call)(b, n, t, r, extra); });
 }
-
-ffi::Error ReduceScatterImpl(int32_t ordinal, ffi::RemainingArgs args, ffi::RemainingRets results,
-                             std::string_view reduction, ffi::Span<const int64_t> groups, int64_t group_size,
-                             std::string_view function) {
-  return Combinable(CollectiveOp::kReduceScatter, ordinal, args, results, reduction, groups, group_size, function,
-                    [](DeviceCollectives& dc, const DeviceBuffers& b, size_t n, DataType t, Reduction r,
-                       uint64_t extra) { return dc.ReduceScatter(b, n, t, r, extra); });
-}
+constexpr auto AllReduceImpl = ReducingImpl<CollectiveOp::kAllReduce, &DeviceCollectives::AllReduce>;
+constexpr auto ReduceScatterImpl = ReducingImpl<CollectiveOp::kReduceScatter, &DeviceCollectives::ReduceScatter>;
 
 ffi::Error AllGatherImpl(int32_t ordinal, ffi::RemainingArgs args, ffi::RemainingRets results,
                          ffi::Span<const int64_t> groups, int64_t group_size, std::string_view function) {
@@ -166,8 +165,9 @@ ffi::Error OrderFenceImpl(ffi::AnyBuffer x, ffi::RemainingArgs, ffi::Result<ffi:
 
 }  // namespace
 
-// The bindings of the grouped handlers: combinable (any number of operands,
-// with a reduction or without), and single (all-to-all).
+// The bindings of the grouped handlers (ffi_common.h) take the device
+// ordinal first: combinable (any number of operands, with a reduction or
+// without), and single (all-to-all).
 //
 // Every collective carries `function`, the name of the jitted function (the
 // module) it belongs to, for the flight recorder. An attribute, rather than
@@ -175,33 +175,12 @@ ffi::Error OrderFenceImpl(ffi::AnyBuffer x, ffi::RemainingArgs, ffi::Result<ffi:
 // threads after Execute has returned (so nothing set around Execute reaches
 // them reliably), while an attribute travels inside the program itself,
 // through serialization and the compilation cache, and costs one string view.
-auto CombinableReducingBinding() {
-  return WithGroupAttributes(ffi::Ffi::Bind()
-      .Ctx<ffi::DeviceOrdinal>()
-      .RemainingArgs()
-      .RemainingRets()
-      .Attr<std::string_view>("reduction"));
-}
+auto Leading() { return ffi::Ffi::Bind().Ctx<ffi::DeviceOrdinal>(); }
 
-auto CombinableBinding() {
-  return WithGroupAttributes(ffi::Ffi::Bind()
-      .Ctx<ffi::DeviceOrdinal>()
-      .RemainingArgs()
-      .RemainingRets());
-}
-
-auto SingleBinding() {
-  return WithGroupAttributes(ffi::Ffi::Bind()
-      .Ctx<ffi::DeviceOrdinal>()
-      .Arg<ffi::AnyBuffer>()
-      .RemainingArgs()
-      .Ret<ffi::AnyBuffer>());
-}
-
-XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginAllReduce, AllReduceImpl, CombinableReducingBinding());
-XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginReduceScatter, ReduceScatterImpl, CombinableReducingBinding());
-XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginAllGather, AllGatherImpl, CombinableBinding());
-XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginAllToAll, AllToAllImpl, SingleBinding());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginAllReduce, AllReduceImpl, CombinableReducingBinding(Leading()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginReduceScatter, ReduceScatterImpl, CombinableReducingBinding(Leading()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginAllGather, AllGatherImpl, CombinableBinding(Leading()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginAllToAll, AllToAllImpl, SingleBinding(Leading()));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginCollectivePermute, CollectivePermuteImpl,
                               ffi::Ffi::Bind()

@@ -257,38 +257,15 @@ ffi::Error CollectivePermuteImpl(cudaStream_t stream, int32_t ordinal, ffi::AnyB
   }));
 }
 
-auto CombinableReducingBinding() {
-  return WithGroupAttributes(ffi::Ffi::Bind()
-      .Ctx<ffi::PlatformStream<cudaStream_t>>()
-      .Ctx<ffi::DeviceOrdinal>()
-      .RemainingArgs()
-      .RemainingRets()
-      .Attr<std::string_view>("reduction"));
-}
-
-auto CombinableBinding() {
-  return WithGroupAttributes(ffi::Ffi::Bind()
-      .Ctx<ffi::PlatformStream<cudaStream_t>>()
-      .Ctx<ffi::DeviceOrdinal>()
-      .RemainingArgs()
-      .RemainingRets());
-}
-
-auto SingleBinding() {
-  return WithGroupAttributes(ffi::Ffi::Bind()
-      .Ctx<ffi::PlatformStream<cudaStream_t>>()
-      .Ctx<ffi::DeviceOrdinal>()
-      .Arg<ffi::AnyBuffer>()
-      .RemainingArgs()
-      .Ret<ffi::AnyBuffer>());
-}
+// What the grouped handlers' bindings (ffi_common.h) take first: the stream, then the device.
+auto Leading() { return ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>().Ctx<ffi::DeviceOrdinal>(); }
 
 }  // namespace
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginNcclAllReduce, AllReduceImpl, CombinableReducingBinding());
-XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginNcclReduceScatter, ReduceScatterImpl, CombinableReducingBinding());
-XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginNcclAllGather, AllGatherImpl, CombinableBinding());
-XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginNcclAllToAll, AllToAllImpl, SingleBinding());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginNcclAllReduce, AllReduceImpl, CombinableReducingBinding(Leading()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginNcclReduceScatter, ReduceScatterImpl, CombinableReducingBinding(Leading()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginNcclAllGather, AllGatherImpl, CombinableBinding(Leading()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginNcclAllToAll, AllToAllImpl, SingleBinding(Leading()));
 XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginNcclCollectivePermute, CollectivePermuteImpl,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::PlatformStream<cudaStream_t>>()
