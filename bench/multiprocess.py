@@ -12,7 +12,13 @@ jobs interleaved round by round:
   - a tensor-parallel layer's training step on a 2-D mesh (data x model,
     bench/tensor_parallel_step.py): its time.
 
-usage: python bench/multiprocess.py [--processes 2] [--rounds 3] [--max-mb 256] [--plot out.png]
+With --combine, instead: myplugin alone, the deep MLP's training step (12
+parameter arrays, bench/training_step.py) with the rewrite's collective
+combining off (MYPLUGIN_COMBINE_THRESHOLD_BYTES=0: an all-reduce call per
+gradient) and on (the default: one per bucket), jobs interleaved round by
+round; best and median step times, and their ratios.
+
+usage: python bench/multiprocess.py [--processes 2] [--rounds 3] [--max-mb 256] [--plot out.png] [--combine]
 """
 from __future__ import annotations
 
@@ -27,18 +33,21 @@ sys.path.insert(0, HERE)
 from procs import free_port, kill_groups  # noqa: E402
 
 
-def run_job(backend: str, n: int, sizes: list[int], timeout=1800) -> dict:
+def run_job(backend: str, n: int, sizes: list[int], timeout=1800, env=None, mode=None) -> dict:
+  """One job; `env` adds to every myplugin process's environment, `mode`
+  ("deep") picks the worker's deep step alone."""
   port = free_port()
   base = {k: v for k, v in os.environ.items() if not k.startswith(("MYPLUGIN_", "JAX_", "BENCH_"))}
   envs = []
   for r in range(n):
     if backend == "myplugin":
       envs.append(dict(base, JAX_PLATFORMS="myplugin", MYPLUGIN_COORDINATOR_ADDRESS=f"127.0.0.1:{port}",
-                       MYPLUGIN_NUM_PROCESSES=str(n), MYPLUGIN_PROCESS_ID=str(r), MYPLUGIN_NUM_DEVICES="1"))
+                       MYPLUGIN_NUM_PROCESSES=str(n), MYPLUGIN_PROCESS_ID=str(r), MYPLUGIN_NUM_DEVICES="1",
+                       **(env or {})))
     else:
       envs.append(dict(base, JAX_PLATFORMS="cpu", JAX_NUM_CPU_DEVICES="1", BENCH_JAX_COORDINATOR=f"127.0.0.1:{port}",
                        BENCH_NUM_PROCESSES=str(n), BENCH_PROCESS_ID=str(r)))
-  argv = [sys.executable, os.path.join(HERE, "multiprocess_worker.py"), ",".join(map(str, sizes))]
+  argv = [sys.executable, os.path.join(HERE, "multiprocess_worker.py"), ",".join(map(str, sizes)), *([mode] if mode else [])]
   procs = [subprocess.Popen(argv, env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True) for e in envs]
   try:
@@ -59,6 +68,8 @@ def run_job(backend: str, n: int, sizes: list[int], timeout=1800) -> dict:
         res["step"] = (float(parts[2]), float(parts[3]))
       elif line.startswith("RESULT tp_step"):
         res["tp_step"] = (float(parts[2]), float(parts[3]))
+      elif line.startswith("RESULT deep_step"):
+        res["deep_step"] = (float(parts[2]), float(parts[3]))
     return res
   finally:
     kill_groups(procs)
@@ -74,8 +85,13 @@ def main():
   parser.add_argument("--rounds", type=int, default=3)
   parser.add_argument("--max-mb", type=int, default=256)
   parser.add_argument("--plot")
+  parser.add_argument("--combine", action="store_true")
+  parser.add_argument("--batch", type=int, default=1024, help="--combine: the deep step's global batch")
+  parser.add_argument("--transport", help="--combine: MYPLUGIN_TRANSPORT of the jobs (default: auto)")
   args = parser.parse_args()
   n = args.processes
+  if args.combine:
+    return combine(n, args.rounds, args.batch, args.transport)
   sizes, s = [], 4096
   while s <= args.max_mb << 20:
     sizes.append(s)
@@ -151,6 +167,25 @@ def main():
     fig.tight_layout()
     fig.savefig(steps, dpi=110)
     print(f"\nplots: {args.plot}, {steps}")
+
+
+def combine(n: int, rounds: int, batch: int, transport: str | None) -> None:
+  """The deep step with combining off and on, interleaved round by round."""
+  common = {"MYPLUGIN_TRANSPORT": transport} if transport else {}
+  settings = {"off": dict(common, MYPLUGIN_COMBINE_THRESHOLD_BYTES="0"), "on": common}
+  runs = {k: [] for k in settings}
+  for _ in range(rounds):
+    for name, env in settings.items():
+      runs[name].append(run_job("myplugin", n, [], env=env, mode=f"deep:{batch}")["deep_step"])
+  best = {k: min(r[0] for r in rs) for k, rs in runs.items()}
+  med = {k: statistics.median(r[1] for r in rs) for k, rs in runs.items()}
+  print(f"{n} processes x 1 device, batch {batch}, transport {transport or 'auto'}, {rounds} rounds interleaved; "
+        "best / median over rounds of each job's best and median step (50 steps)")
+  print("\n| deep MLP step (12 parameter arrays) | combining off (threshold 0) | combining on (default) | "
+        "off / on (best, median) |")
+  print("|---|---|---|---|")
+  print(f"| step time | {best['off'] * 1e3:.3f} / {med['off'] * 1e3:.3f} ms | {best['on'] * 1e3:.3f} / "
+        f"{med['on'] * 1e3:.3f} ms | {best['off'] / best['on']:.2f}, {med['off'] / med['on']:.2f} |")
 
 
 if __name__ == "__main__":

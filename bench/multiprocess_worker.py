@@ -7,6 +7,12 @@ over Gloo (BENCH_JAX_COORDINATOR set). Process 0 prints RESULT lines:
   RESULT compile SECONDS CPU_SECONDS  (CPU: this process's, all its threads)
   RESULT step BEST_S MEDIAN_S
   RESULT tp_step BEST_S MEDIAN_S
+
+With a second argument `deep` (or `deep:BATCH`), only the deep MLP's step
+(12 parameter arrays, bench/training_step.py; batch 1024) runs, 50 times
+after its warm-up:
+
+  RESULT deep_step BEST_S MEDIAN_S
 """
 import os
 import statistics
@@ -40,6 +46,15 @@ def timed(fn, reps):
     fn()
     times.append(time.perf_counter() - t0)
   return min(times), statistics.median(times)
+
+
+if sys.argv[2:3] and sys.argv[2].startswith("deep"):
+  params, xs, ys = training_step.deep_inputs(mesh, int(sys.argv[2].partition(":")[2] or 1024))
+  deep = jax.jit(training_step.deep_step)
+  best, med = timed(lambda: jax.block_until_ready(deep(params, xs, ys)), 50)
+  if me == 0:
+    print(f"RESULT deep_step {best} {med}", flush=True)
+  sys.exit(0)
 
 
 psum = jax.jit(jax.shard_map(lambda v: jax.lax.psum(v, "d"), mesh=mesh, in_specs=P("d"), out_specs=P("d")))

@@ -1,7 +1,7 @@
-"""The data-parallel training step that the multi-process benchmarks compile
+"""The data-parallel training steps that the multi-process benchmarks compile
 and run (bench/multiprocess_worker.py, bench/compilation_cache_worker.py):
 an MLP 256-512-1 with gelu, batch 4096 split over every device of `mesh`'s
-axis "d", plain SGD."""
+axis "d", plain SGD; and a deeper one of 12 parameter arrays (`deep_*`)."""
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -35,4 +35,38 @@ def inputs(mesh):
   batch = NamedSharding(mesh, P("d"))
   xs = jax.make_array_from_callback(xb.shape, batch, lambda i: xb[i])
   ys = jax.make_array_from_callback(yb.shape, batch, lambda i: yb[i])
+  return params, xs, ys
+
+
+# A deeper MLP for the collective-combining benchmark (bench/multiprocess.py
+# --combine): 6 layers of 128, so 12 parameter arrays, each with a gradient
+# all-reduce of its own unless the rewrite combines them.
+DEEP = [64, 128, 128, 128, 128, 128, 1]
+
+
+def deep_loss_fn(p, x, y):
+  h = x
+  for i in range(len(DEEP) - 1):
+    h = h @ p[f"w{i}"] + p[f"b{i}"]
+    if i < len(DEEP) - 2:
+      h = jax.nn.gelu(h)
+  return jnp.mean((h - y) ** 2)
+
+
+deep_step = sgd_step(deep_loss_fn)
+
+
+def deep_inputs(mesh, batch=1024):
+  """(params replicated, xs and ys sharded by batch) of the deep MLP on `mesh`."""
+  rng = np.random.default_rng(0)
+  xb = rng.normal(size=(batch, DEEP[0])).astype(np.float32)
+  yb = np.sin(xb[:, :1]).astype(np.float32)
+  params = {}
+  for i, (a, b) in enumerate(zip(DEEP[:-1], DEEP[1:])):
+    params[f"w{i}"] = (rng.normal(size=(a, b)) / np.sqrt(a)).astype(np.float32)
+    params[f"b{i}"] = np.zeros(b, np.float32)
+  params = jax.device_put(params, NamedSharding(mesh, P()))
+  sharded = NamedSharding(mesh, P("d"))
+  xs = jax.make_array_from_callback(xb.shape, sharded, lambda i: xb[i])
+  ys = jax.make_array_from_callback(yb.shape, sharded, lambda i: yb[i])
   return params, xs, ys

@@ -125,7 +125,7 @@ def TestOneInput(data: bytes) -> None:
   # Global ids in an order that is not the identity, as on a real job.
   assignment = np.arange(devices)[::-1].reshape(replicas, partitions).tolist()
   valid = None
-  for kwargs in ({"runtime_device_ids": True},
+  for kwargs in ({"runtime_device_ids": True, "combine_threshold": 1 << 20},
                  {"local_order": [d for d in range(devices) if d % 2 == 0], "fences": False}):
     try:
       out = rewrite_module(text, assignment, devices, **kwargs)

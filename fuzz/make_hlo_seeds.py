@@ -2,7 +2,8 @@
 multi-process compile sees them, of small jax programs that use every
 collective the rewrite handles (psum, all_gather, psum_scatter, all_to_all,
 ppermute, axis_index as partition-id, pmap's replica-id) under shard_map, jit
-and pmap. jax's own CPU backend with 8 host devices compiles them and dumps
+and pmap, and programs whose collectives the rewrite combines into one call
+per bucket (a training step's gradients, independent gathers and scatters). jax's own CPU backend with 8 host devices compiles them and dumps
 the module after SPMD partitioning (a pmap's module is not partitioned: its
 module before optimizations is the one), the files the compile hook reads.
 
@@ -62,13 +63,23 @@ def main() -> None:
                                     out_shardings=NamedSharding(mesh2, P())),
       "jit_sharded_sum": jax.jit(lambda a: a.sum(axis=0), in_shardings=NamedSharding(mesh1, P("x")),
                                  out_shardings=NamedSharding(mesh1, P())),
+      "training_step": jax.jit(jax.grad(lambda p, a: sum(jnp.sum(jnp.tanh(a @ w + b)) for w, b in p)),
+                               in_shardings=(NamedSharding(mesh1, P()), NamedSharding(mesh1, P("x")))),
+      "combinable": jax.jit(shard_map(lambda v: (jax.lax.all_gather(v, "x", axis=1, tiled=True),
+                                                 jax.lax.all_gather(v.astype(jnp.int32), "x", tiled=True),
+                                                 jax.lax.psum_scatter(v, "x", tiled=True),
+                                                 jax.lax.psum_scatter(v * 2, "x", scatter_dimension=1, tiled=True),
+                                                 jax.lax.psum(v, "x"), jax.lax.pmax(v, "x")),
+                                      mesh=mesh1, in_specs=P(), out_specs=P(), check_vma=False)),
       "pmap_psum": jax.pmap(lambda v: jax.lax.psum(v, "i") + jax.lax.axis_index("i"), axis_name="i"),
       "pmap_all_gather": jax.pmap(lambda v: jax.lax.all_gather(v, "i"), axis_name="i"),
   }
   os.makedirs(out, exist_ok=True)
+  params = [(jnp.ones((8, 8)) / (i + 1), jnp.zeros(8)) for i in range(3)]
+  arguments = {"training_step": (params, x)}
   for name, f in programs.items():
     before = set(glob.glob(os.path.join(dump, "*.txt")))
-    f.lower(x).compile()
+    f.lower(*arguments.get(name, (x,))).compile()
     new = sorted(set(glob.glob(os.path.join(dump, "*.txt"))) - before)
     after = [p for p in new if "after_spmd-partitioning" in p] or [p for p in new if "before_optimizations" in p]
     if not after:

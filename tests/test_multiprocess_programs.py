@@ -243,3 +243,65 @@ def test_the_whole_program_answers_come_from_the_partition_that_stopped_early(tm
         np.testing.assert_allclose(value, reference[key], rtol=1e-5, atol=1e-5, err_msg=key)
         compared += 1
   assert compared == sum(1 for k in reference if ".shard." in k)
+
+
+def _step_calls(dump, target="myplugin_all_reduce", module="jit_step"):
+  """The calls of `target` in each process's rewritten `module` (MYPLUGIN_DUMP_REWRITTEN)."""
+  counts = []
+  for path in sorted(dump.glob("rewritten.*.txt")):
+    modules = ["HloModule" + m for m in path.read_text().split("HloModule")[1:]]
+    [step] = {m for m in modules if m.split()[1].startswith(module)}
+    counts.append(step.count(f'custom_call_target="{target}"'))
+  return counts
+
+
+def test_a_training_step_issues_as_many_all_reduces_as_xla_with_the_same_losses(tmp_path):
+  """A 4-layer MLP's data-parallel step (8 parameter arrays) over 2
+  processes of 2 devices: the losses of jax's CPU backend, and as many
+  all-reduce calls in the rewritten step as all-reduces in XLA's own
+  compile of it on 4 devices (its all-reduce combiner); with combining off
+  (threshold 0), one per gradient and one for the loss, and the same
+  losses."""
+  program = os.path.join(PROGRAMS, "train_deep_mlp.py")
+  r = run_python([program, "--count"], child_env(JAX_PLATFORMS="cpu",
+                                                 XLA_FLAGS="--xla_force_host_platform_device_count=4"), timeout=240)
+  assert r.returncode == 0, r.output
+  xla = int(re.search(r"all-reduces (\d+)", r.stdout).group(1))
+  ref = [float(v) for v in re.findall(r"loss ([0-9.]+)", r.stdout)]
+  assert len(ref) == 10 and ref[-1] < ref[0]
+  for threshold, want in ((None, xla), ("0", 9)):
+    dump = tmp_path / f"threshold-{threshold}"
+    dump.mkdir()
+    env = {"MYPLUGIN_DUMP_REWRITTEN": str(dump)}
+    if threshold is not None:
+      env["MYPLUGIN_COMBINE_THRESHOLD_BYTES"] = threshold
+    out = launch(2, 2, program, **env)
+    for rank in range(2):
+      losses = [float(v) for v in re.findall(rf"\[{rank}\] step +\d+ +loss ([0-9.]+)", out.stdout)]
+      np.testing.assert_allclose(losses, ref, rtol=1e-5, err_msg=f"rank {rank}, threshold {threshold}")
+    assert _step_calls(dump) == [want, want], (threshold, xla)
+  assert xla == 1
+
+
+def test_combined_gathers_scatters_and_sums_match_one_process(tmp_path):
+  """Two all-gathers of two types and dimensions, two reduce-scatters and
+  three psums in one program, over 2 processes of 2 devices: one call per
+  kind, and every shard equals jax's CPU backend on 4 devices."""
+  program = os.path.join(PROGRAMS, "combined_collectives.py")
+  ref_out = str(tmp_path / "cpu.{rank}.npz")
+  r = run_python([program, ref_out], child_env(JAX_PLATFORMS="cpu",
+                                               XLA_FLAGS="--xla_force_host_platform_device_count=4"), timeout=240)
+  assert r.returncode == 0, r.output
+  ref = load(ref_out.format(rank=0))
+  dump = tmp_path / "dump"
+  dump.mkdir()
+  out = str(tmp_path / "mp.{rank}.npz")
+  launch(2, 2, program, out, MYPLUGIN_DUMP_REWRITTEN=str(dump))
+  for target in ("myplugin_all_gather", "myplugin_reduce_scatter", "myplugin_all_reduce"):
+    assert _step_calls(dump, target, "jit_body") == [1, 1], target
+  compared = 0
+  for rank in range(2):
+    for key, value in load(out.format(rank=rank)).items():
+      np.testing.assert_allclose(value, ref[key], rtol=1e-6, err_msg=f"rank {rank}: {key}")
+      compared += 1
+  assert compared == len(ref)

@@ -166,6 +166,7 @@ def test_defaults_are_defined_once():
   assert rows["`MYPLUGIN_STRAGGLER_SECONDS`"][-1] == fmt(d["straggler_seconds"])
   assert rows["`MYPLUGIN_TRACE_BUFFER`"][-1] == str(d["trace_buffer"])
   assert rows["`MYPLUGIN_TRANSPORT`"][-1] == d["transport"]
+  assert rows["`MYPLUGIN_COMBINE_THRESHOLD_BYTES`"][-1] == str(d["combine_threshold_bytes"])
   assert f"({d['min_trace_buffer']} to {d['max_trace_buffer']})" in rows["`MYPLUGIN_TRACE_BUFFER`"][0]
 
 

@@ -521,3 +521,161 @@ def test_the_stop_mark_becomes_an_empty_tuple():
   assert text == ("%true_computation (p: ()) -> () {\n  %p = () parameter(0)\n  ROOT %custom-call.2 = () tuple()\n}\n"
                   + other + '  %t = () tuple(), metadata={op_name="c"}\n  %u = () tuple(), frontend_attributes={a="1"}\n'
                   '  %v = () tuple(), frontend_attributes={b="2"}\n')
+
+
+# -- one call per bucket (buckets.py) ---------------------------------------
+
+_AR = ("  %{name} = {shape} all-reduce({x}), channel_id={ch}, replica_groups=[1,8]<=[8], use_global_device_ids=true, "
+       "to_apply=%{op}")
+_BIG = 30 << 20
+
+
+def calls(text: str, target="myplugin_all_reduce") -> list[str]:
+  return [l.strip() for l in text.splitlines() if f'custom_call_target="{target}"' in l]
+
+
+def test_independent_all_reduces_of_any_types_become_one_call():
+  """Three gradients (f32, s32, bf16), a user of the first between them:
+  one call with a tuple result; each all-reduce's name is its element, and
+  the user moved after the call. With the threshold 0, one call each, as
+  before."""
+  text = module("  %p = f32[4,2]{1,0} parameter(0)\n  %q = s32[3]{0} parameter(1)\n  %h = bf16[5]{0} parameter(2)\n"
+                + _AR.format(name="a", shape="f32[4,2]{1,0}", x="%p", ch=1, op="add") + "\n"
+                "  %use = f32[4,2]{1,0} negate(%a)\n"
+                + _AR.format(name="b", shape="s32[3]{0}", x="%q", ch=2, op="add") + "\n"
+                + _AR.format(name="c", shape="bf16[5]{0}", x="%h", ch=3, op="add") + "\n"
+                "  ROOT %t = (f32[4,2]{1,0}, s32[3]{0}, bf16[5]{0}) tuple(%use, %b, %c)",
+                comps=ADD + ADD.replace("%add ", "%iadd ").replace("f32", "s32")
+                + ADD.replace("%add ", "%hadd ").replace("f32", "bf16"))
+  text = text.replace("to_apply=%add", "to_apply=%iadd", 2).replace("to_apply=%iadd", "to_apply=%add", 1)
+  text = text.replace("channel_id=3, replica_groups=[1,8]<=[8], use_global_device_ids=true, to_apply=%add",
+                      "channel_id=3, replica_groups=[1,8]<=[8], use_global_device_ids=true, to_apply=%hadd")
+  parses(text)
+  out = rewrite_module(text, [list(range(8))], 8, combine_threshold=_BIG)
+  parses(out)
+  [call] = calls(out)
+  assert call.split(" = ")[1].startswith("(f32[4,2]{1,0}, s32[3]{0}, bf16[5]{0}) custom-call(%p, %q, %h)"), call
+  lines = entry_lines(out)
+  index = {l.split(" = ")[0]: i for i, l in enumerate(lines) if " = " in l}
+  assert lines[index["%a"]] == "%a = f32[4,2]{1,0} get-tuple-element(" + call.split(" = ")[0] + "), index=0"
+  assert index["%use"] > index["%a"] > index[call.split(" = ")[0]]
+  separate = rewrite_module(text, [list(range(8))], 8, combine_threshold=0)
+  assert len(calls(separate)) == 3
+  assert separate == rewrite_module(text, [list(range(8))], 8)
+
+
+def test_a_collective_that_depends_on_a_bucket_does_not_join_it():
+  """b reads a's result (through a negate): two calls, b after a. And the
+  dependence through another bucket counts: sb reads mb, whose bucket (ma,
+  mb) reads sa, so sb cannot join sa (one call for sa and sb would wait on
+  itself); ma and mb are independent and share one."""
+  dep = module("  %p = f32[4]{0} parameter(0)\n"
+               + _AR.format(name="a", shape="f32[4]{0}", x="%p", ch=1, op="add") + "\n"
+               "  %n = f32[4]{0} negate(%a)\n"
+               + _AR.format(name="b", shape="f32[4]{0}", x="%n", ch=2, op="add").replace("%b =", "ROOT %b ="))
+  out = rewrite_module(dep, [list(range(8))], 8, combine_threshold=_BIG)
+  parses(out)
+  a, b = calls(out)
+  assert a.startswith("%a = f32[4]{0} custom-call(%p)") and "custom-call(%n, %a)" in b
+  through = module("  %p = f32[4]{0} parameter(0)\n  %p2 = f32[4]{0} parameter(1)\n"
+                   + _AR.format(name="sa", shape="f32[4]{0}", x="%p", ch=1, op="add") + "\n"
+                   "  %na = f32[4]{0} negate(%sa)\n"
+                   + _AR.format(name="ma", shape="f32[4]{0}", x="%na", ch=2, op="max") + "\n"
+                   + _AR.format(name="mb", shape="f32[4]{0}", x="%p2", ch=3, op="max") + "\n"
+                   "  %nb = f32[4]{0} negate(%mb)\n"
+                   + _AR.format(name="sb", shape="f32[4]{0}", x="%nb", ch=4, op="add") + "\n"
+                   "  ROOT %t = (f32[4]{0}, f32[4]{0}) tuple(%ma, %sb)", comps=ADD + MAX)
+  parses(through)
+  out = rewrite_module(through, [list(range(8))], 8, combine_threshold=_BIG)
+  parses(out)
+  found = calls(out)
+  assert len(found) == 3, out
+  assert 'reduction = "sum"' in found[0] and "custom-call(%p)" in found[0]
+  assert 'reduction = "max"' in found[1] and "custom-call(%na, %p2, %sa)" in found[1]
+  assert 'reduction = "sum"' in found[2] and "custom-call(%nb, " in found[2]
+
+
+def test_buckets_hold_at_most_the_threshold_and_one_reduction_and_group_each():
+  body = "  %p = f32[8]{0} parameter(0)\n" + "\n".join(
+      _AR.format(name=f"r{i}", shape="f32[8]{0}", x="%p", ch=i + 1, op="add") for i in range(5))
+  body += "\n" + _AR.format(name="m", shape="f32[8]{0}", x="%p", ch=9, op="max")
+  body += "\n" + _AR.format(name="g", shape="f32[8]{0}", x="%p", ch=10, op="add").replace("[1,8]<=[8]", "[2,4]<=[8]")
+  body += "\n  ROOT %t = (f32[8]{0}, f32[8]{0}, f32[8]{0}) tuple(%r4, %m, %g)"
+  text = module(body, comps=ADD + MAX)
+  out = rewrite_module(text, [list(range(8))], 8, combine_threshold=64)  # two f32[8] per call
+  parses(out)
+  sizes = [c.split(" custom-call(")[1].split(")")[0].count("%p") for c in calls(out)]
+  assert sizes == [2, 2, 1, 1, 1], calls(out)
+
+
+def test_a_loop_that_communicates_closes_the_buckets():
+  """The collectives before a communicating loop run before it, those after
+  it after it: none share a call across it, and the call after it is
+  ordered after the loop."""
+  loop = """%cond (c: f32[4]) -> pred[] {
+  %c = f32[4]{0} parameter(0)
+  ROOT %f = pred[] constant(false)
+}
+%body (b: f32[4]) -> f32[4] {
+  %b = f32[4]{0} parameter(0)
+  ROOT %s = f32[4]{0} all-reduce(%b), channel_id=9, replica_groups=[1,8]<=[8], use_global_device_ids=true, to_apply=%add
+}
+"""
+  text = module("  %p = f32[4]{0} parameter(0)\n  %q = f32[4]{0} parameter(1)\n"
+                + _AR.format(name="a", shape="f32[4]{0}", x="%p", ch=1, op="add") + "\n"
+                "  %w = f32[4]{0} while(%q), condition=%cond, body=%body\n"
+                + _AR.format(name="b", shape="f32[4]{0}", x="%p", ch=2, op="add") + "\n"
+                + _AR.format(name="c", shape="f32[4]{0}", x="%q", ch=3, op="add") + "\n"
+                "  ROOT %t = (f32[4]{0}, f32[4]{0}, f32[4]{0}, f32[4]{0}) tuple(%a, %w, %b, %c)", comps=ADD + loop)
+  out = rewrite_module(text, [list(range(8))], 8, combine_threshold=_BIG)
+  parses(out)
+  lines = entry_lines(out)
+  entry = [l for l in lines if "myplugin_all_reduce" in l or "while(" in l]
+  assert entry[0].startswith("%a = f32[4]{0} custom-call(%p)")
+  assert "while(" in entry[1]
+  assert "custom-call(%p, %q, %w)" in entry[2], entry  # b and c together, after the loop
+
+
+def test_gathers_and_scatters_share_a_call_along_their_own_dimensions():
+  """Two all-gathers (dimension 1 and 0) become one call on axis-0 operands,
+  transposed there and back; two reduce-scatters one call; the root, a
+  gather too, stays a call of its own and the computation's last line."""
+  body = ("  %p = f32[4,2]{1,0} parameter(0)\n  %v = s32[3]{0} parameter(1)\n  %w = f32[16]{0} parameter(2)\n"
+          "  %ga = f32[4,16]{1,0} all-gather(%p), channel_id=1, replica_groups=[1,8]<=[8], dimensions={1}, "
+          "use_global_device_ids=true\n"
+          "  %gb = s32[24]{0} all-gather(%v), channel_id=2, replica_groups=[1,8]<=[8], dimensions={0}, "
+          "use_global_device_ids=true\n"
+          "  %sa = f32[2]{0} reduce-scatter(%w), channel_id=3, replica_groups=[1,8]<=[8], dimensions={0}, "
+          "use_global_device_ids=true, to_apply=%add\n"
+          "  %sb = f32[2]{0} reduce-scatter(%w), channel_id=4, replica_groups=[1,8]<=[8], dimensions={0}, "
+          "use_global_device_ids=true, to_apply=%add\n"
+          "  %t = (f32[4,16]{1,0}, s32[24]{0}, f32[2]{0}) tuple(%ga, %gb, %sa)\n"
+          "  ROOT %gc = f32[64]{0} all-gather(%w), channel_id=5, replica_groups=[1,8]<=[8], dimensions={0}, "
+          "use_global_device_ids=true")
+  text = module(body)
+  parses(text)
+  out = rewrite_module(text, [list(range(8))], 8, combine_threshold=_BIG)
+  parses(out)
+  gather, root = calls(out, "myplugin_all_gather")
+  assert gather.split(" = ")[1].startswith("(f32[16,4]{1,0}, s32[24]{0}) custom-call(")
+  [scatter] = calls(out, "myplugin_reduce_scatter")
+  assert scatter.split(" = ")[1].startswith("(f32[2]{0}, f32[2]{0}) custom-call(%w, %w")
+  lines = entry_lines(out)
+  assert root.startswith("ROOT %gc = f32[64]{0} custom-call(%w, ") and lines[-2] == root and lines[-1] == "}"
+  assert any(l.startswith("%ga = f32[4,16]{1,0} transpose(") for l in lines)
+
+
+def test_a_control_predecessor_is_a_dependence():
+  """b runs after a's user by a control edge alone: b does not join a's
+  bucket, and the user stays before b."""
+  text = module("  %p = f32[4]{0} parameter(0)\n"
+                + _AR.format(name="a", shape="f32[4]{0}", x="%p", ch=1, op="add") + "\n"
+                "  %n = f32[4]{0} negate(%a)\n"
+                + _AR.format(name="b", shape="f32[4]{0}", x="%p", ch=2, op="add") + ", control-predecessors={%n}\n"
+                "  ROOT %t = (f32[4]{0}, f32[4]{0}) tuple(%n, %b)")
+  parses(text)
+  out = rewrite_module(text, [list(range(8))], 8, combine_threshold=_BIG)
+  parses(out)
+  assert len(calls(out)) == 2
+  lines = entry_lines(out)
+  assert [l.split(" = ")[0] for l in lines if " = " in l] == ["%p", "%a", "%n", "%b", "ROOT %t"]

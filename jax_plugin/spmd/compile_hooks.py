@@ -195,6 +195,21 @@ def _whole_program(dump: str, text: str) -> bytes:
   return hlo.hlo_module_from_text(text).as_serialized_hlo_module_proto() + shardings
 
 
+def combine_threshold() -> int:
+  """The bytes one combined collective call may carry
+  (MYPLUGIN_COMBINE_THRESHOLD_BYTES, else C++'s default). Every process must
+  use the same: they would issue different calls otherwise (a collective
+  mismatch error, never wrong numbers)."""
+  from jax_plugin import _myplugin
+  value = os.environ.get("MYPLUGIN_COMBINE_THRESHOLD_BYTES", "").strip()
+  if not value:
+    return int(_myplugin.DEFAULTS["combine_threshold_bytes"])
+  try:
+    return max(int(value), 0)
+  except ValueError:
+    raise ValueError(f"MYPLUGIN_COMBINE_THRESHOLD_BYTES={value!r} is not a number of bytes") from None
+
+
 def local_program(dump_dir: str, options: bytes, assignment: list[list[int]], num_devices: int,
                   local_engine_ids: dict[int, int]) -> tuple[bytes, bytes, list[int], bool, bytes]:
   """(HloModuleProto, compile options, local devices in execution order,
@@ -217,7 +232,8 @@ def local_program(dump_dir: str, options: bytes, assignment: list[list[int]], nu
   dump = _partitioned_dump(dump_dir)
   with open(dump + ".txt") as f:
     partitioned, marks = _without_stop_mark(f.read())
-  text = rewrite_module(partitioned, assignment, num_devices, order, fences=host, runtime_device_ids=host)
+  text = rewrite_module(partitioned, assignment, num_devices, order, fences=host, runtime_device_ids=host,
+                        combine_threshold=combine_threshold())
   if not order:
     # Every device of the program belongs to other processes: nothing runs
     # here (the rewrite above still refuses, on every process alike, what

@@ -8,9 +8,11 @@ same module, compiled for this process's devices alone, exchanges data with
 the other processes through our communicators. The attribute schema is the
 one in the README (section "Collectives").
 
-Which devices each group holds is collective_modes.py's. The file stays one:
-a single pass over one module whose state (instruction names, shapes read so
-far, the latest collective for ordering) every per-op rewrite below shares.
+Which devices each group holds is collective_modes.py's; which collectives
+share one call, and the order the computation is then written in, is
+buckets.py's. The file stays one: a single pass over one module, computation
+by computation, whose state (instruction names, shapes read so far, the
+latest collective for ordering) every per-op rewrite below shares.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import re
 
 import numpy as np
 
+from jax_plugin.spmd import buckets
 from jax_plugin.spmd import replica_groups as rg
 from jax_plugin.spmd.collective_modes import device_groups
 from jax_plugin.spmd.hlo_text import (ArrayShape, HloTextError, Instruction, UnsupportedProgram, callees,
@@ -40,6 +43,12 @@ _REFUSED = {
 _DIGITS = re.compile(r"[0-9]+")
 
 _COLLECTIVES = {"all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute"}
+
+# The collectives whose handlers take several operands (one call per bucket).
+_COMBINABLE = {"all-reduce": "myplugin_all_reduce", "all-gather": "myplugin_all_gather",
+               "reduce-scatter": "myplugin_reduce_scatter"}
+_ELEMENT_BYTES = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2, "bf16": 2, "s32": 4, "u32": 4,
+                  "f32": 4, "s64": 8, "u64": 8, "f64": 8, "c64": 8, "c128": 16}
 
 
 def _function_name(lines: list[str]) -> str:
@@ -75,8 +84,9 @@ def _dense(values) -> str:
 class _Rewriter:
 
   def __init__(self, lines: list[str], assignment: np.ndarray, num_devices: int, local_order: list[int],
-               fences: bool, runtime_device_ids: bool):
+               fences: bool, runtime_device_ids: bool, combine_threshold: int):
     self.runtime_device_ids = runtime_device_ids
+    self.combine_threshold = combine_threshold
     self.assignment = assignment  # [replicas, partitions] -> global device id
     self.num_devices = num_devices
     self.local_order = local_order  # the local program's replica r is global device local_order[r]
@@ -113,19 +123,24 @@ class _Rewriter:
     """A collective call. It also reads the previous collective's result, which
     orders it after that one: XLA's CPU runtime runs thunks that share no
     buffer concurrently, and collectives must run in one order everywhere."""
-    operands, shapes = [], []
-    if operand:
-      operands.append(operand)
-      shapes.append(operand_shape.text())
-    if self.last is not None and operand:
+    self.shapes[name] = ArrayShape(shape.dtype, shape.dims if dims is None else tuple(dims))
+    if not operand:
+      return self.call_line(indent, name, shape.text(dims), [], [], target, config, root)
+    return self.call_line(indent, name, shape.text(dims), [operand], [operand_shape], target, config, root)
+
+  def call_line(self, indent, name, result: str, operands: list[str], shapes: list[ArrayShape], target,
+                config: dict[str, str], root=False, ordered_by: str | None = None) -> str:
+    """The custom call of `target` on `operands`, after the latest collective
+    (`ordered_by`, the array that stands for it, becomes the latest)."""
+    operands, shapes = list(operands), [s.text() for s in shapes]
+    if self.last is not None and operands:
       operands.append(self.last)
       shapes.append(self.shapes[self.last].text())
-    if operand:
-      self.last = name
-    self.shapes[name] = ArrayShape(shape.dtype, shape.dims if dims is None else tuple(dims))
+    if operands:
+      self.last = ordered_by or name
     layouts = f", operand_layout_constraints={{{', '.join(shapes)}}}" if operands else ""
     cfg = ", ".join(f"{k} = {v}" for k, v in sorted({**config, "function": f'"{self.function}"'}.items()))
-    return (f"{indent}{'ROOT ' if root else ''}{name} = {shape.text(dims)} custom-call({', '.join(operands)}), "
+    return (f"{indent}{'ROOT ' if root else ''}{name} = {result} custom-call({', '.join(operands)}), "
             f"custom_call_target=\"{target}\"{layouts}, api_version=API_VERSION_TYPED_FFI, "
             f"backend_config={{{cfg}}}")
 
@@ -209,22 +224,122 @@ class _Rewriter:
     groups = device_groups(inst, self.assignment)
     return {"replica_groups": _dense([d for g in groups for d in g]), "group_size": f"{len(groups[0])} : i64"}
 
+  def collective_config(self, inst: Instruction) -> dict[str, str]:
+    """The attributes of an all-reduce, all-gather or reduce-scatter call."""
+    config = self.grouped_config(inst)
+    if inst.opcode != "all-gather":
+      config["reduction"] = f'"{self.reduction(inst)}"'
+    return config
+
+  # -- buckets (buckets.py) ---------------------------------------------
+
+  def parts(self, inst: Instruction) -> list[tuple[str, ArrayShape, ArrayShape, int]] | None:
+    """(operand, its shape, result shape, dimension) of each operand of a
+    collective that may share a call; None for one that may not (the
+    rewrite of it alone then says why, if it cannot be rewritten at all)."""
+    if inst.opcode not in _COMBINABLE:
+      return None
+    try:
+      shape = inst.shape
+      results = shape if isinstance(shape, list) else [shape]
+      dim = 0 if inst.opcode == "all-reduce" else _dimension(inst, inst.attr("dimensions") or "{0}")
+      if len(inst.operands) != len(results) or not results:
+        return None
+      out = []
+      for i, (operand, result) in enumerate(zip(inst.operands, results)):
+        xs = self.operand_shape(inst, i)
+        if not isinstance(result, ArrayShape) or len(result.dims) != len(xs.dims) or \
+            not 0 <= dim < max(len(xs.dims), 1) or xs.dtype not in _ELEMENT_BYTES or result.dtype != xs.dtype:
+          return None
+        out.append((operand, xs, result, dim))
+      return out
+    except HloTextError:
+      return None
+
+  def combinable(self, inst: Instruction):
+    """(bucket key, bytes) of a collective that may share a call: one kind,
+    reduction and device groups per bucket (the dimension of a gather or
+    scatter need not agree: each operand is moved to axis 0 for the call)."""
+    parts = self.parts(inst)
+    # The root stays the computation's last line; a control edge stays on a call of its own.
+    if parts is None or inst.root or inst.attr("control-predecessors") is not None:
+      return None
+    try:
+      config = self.collective_config(inst)
+    except HloTextError:
+      return None
+    nbytes = sum(_ELEMENT_BYTES[xs.dtype] * max(int(np.prod(xs.dims)), int(np.prod(ys.dims)))
+                 for _, xs, ys, _ in parts)
+    return (inst.opcode, tuple(sorted(config.items()))), nbytes
+
+  def closes(self, inst: Instruction) -> bool:
+    return inst.opcode in ("while", "conditional", "call") and any(self.communicates.get(c) for c in callees(inst))
+
+  def combined(self, members: list[Instruction]) -> list[str]:
+    """One call for a bucket's collectives: their operands (each moved to
+    axis 0 where it works along another), a tuple of their results, and
+    each member's value taken back out of it."""
+    first = members[0]
+    indent = first.indent
+    target, config = _COMBINABLE[first.opcode], self.collective_config(first)
+    lines, operands, operand_shapes, results, back = [], [], [], [], []
+    for inst in members:
+      for operand, xs, ys, dim in self.parts(inst):
+        if dim == 0 or len(xs.dims) <= 1:
+          operands.append(operand)
+          operand_shapes.append(xs)
+          results.append(ys)
+          back.append(None)
+          continue
+        perm = [dim] + [i for i in range(len(xs.dims)) if i != dim]
+        moved = self.fresh(inst.name)
+        moved_shape = ArrayShape(xs.dtype, tuple(xs.dims[p] for p in perm))
+        lines.append(self.transpose(indent, moved, operand, xs, xs.dims, perm))
+        self.shapes[moved] = moved_shape
+        operands.append(moved)
+        operand_shapes.append(moved_shape)
+        results.append(ArrayShape(ys.dtype, tuple(ys.dims[p] for p in perm)))
+        back.append((ys, [int(i) for i in np.argsort(perm)]))
+    # A member of one result, used as it comes back, keeps its name for it.
+    call = self.fresh(first.name)
+    elements, k = [], 0
+    for inst in members:
+      alone = not isinstance(inst.shape, list)
+      for _ in inst.operands:
+        elements.append(inst.name if alone and back[k] is None else self.fresh(inst.name))
+        k += 1
+    lines.append(self.call_line(indent, call, f"({', '.join(r.text() for r in results)})", operands, operand_shapes,
+                                target, config, ordered_by=elements[0]))
+    for element, result in zip(elements, results):
+      self.shapes[element] = result
+    k = 0
+    for inst in members:
+      alone = not isinstance(inst.shape, list)
+      names = []
+      for _ in inst.operands:
+        element, result = elements[k], results[k]
+        lines.append(f"{indent}{element} = {result.text()} get-tuple-element({call}), index={k}")
+        if back[k] is not None:
+          ys, inverse = back[k]
+          element = inst.name if alone else self.fresh(inst.name)
+          lines.append(self.transpose(indent, element, elements[k], ys, result.dims, inverse))
+        names.append(element)
+        k += 1
+      if not alone:
+        lines.append(f"{indent}{inst.name} = {inst.shape_text} tuple({', '.join(names)})")
+    return lines
+
   def rewrite(self, inst: Instruction) -> list[str] | None:
     op = inst.opcode
     if op == "all-reduce":
-      config = self.grouped_config(inst)
-      config["reduction"] = f'"{self.reduction(inst)}"'
+      config = self.collective_config(inst)
       return self.per_operand(inst, lambda x, xs, ys, name, root: [
           self.custom_call(inst.indent, name, ys, None, x, xs, "myplugin_all_reduce", config, root)])
     if op in ("all-gather", "reduce-scatter"):
-      config = self.grouped_config(inst)
-      target = "myplugin_all_gather"
-      if op == "reduce-scatter":
-        config["reduction"] = f'"{self.reduction(inst)}"'
-        target = "myplugin_reduce_scatter"
+      config = self.collective_config(inst)
       dim = _dimension(inst, inst.attr("dimensions") or "{0}")
       return self.per_operand(inst, lambda x, xs, ys, name, root: self.along_dim(
-          inst, x, xs, ys, dim, target, config, name, root))
+          inst, x, xs, ys, dim, _COMBINABLE[op], config, name, root))
     if op == "all-to-all":
       dims = inst.attr("dimensions")
       if dims is None or len(inst.operands) != 1:
@@ -334,28 +449,66 @@ class _Rewriter:
             f"operand_layout_constraints={{{shape.text()}, {self.shapes[self.last].text()}}}, "
             f"output_to_operand_aliasing={{{{}}: (0, {{}})}}, api_version=API_VERSION_TYPED_FFI, backend_config={{}}")
 
+  def line(self, line: str) -> list[str]:
+    """One line of a computation, rewritten."""
+    inst = parse_instruction(line)
+    if inst is None:
+      return [line]
+    inst.attrs = [a for a in inst.attrs if not a.startswith("sharding=")]
+    try:
+      self.shapes[inst.name] = inst.shape
+    except HloTextError:
+      pass  # tokens, dynamic or nested shapes: never a collective's operand we rewrite
+    if self.closes(inst):
+      return self.ordered_call(inst)
+    replaced = self.rewrite(inst)
+    return replaced if replaced is not None else [inst.line()]
+
+  def body(self, lines: list[str]) -> list[str]:
+    """A computation's instructions, its buckets each made one call."""
+    insts = [parse_instruction(l) for l in lines]
+    for inst in insts:
+      if inst is not None:
+        try:
+          self.shapes[inst.name] = inst.shape
+        except HloTextError:
+          pass
+    groups = buckets.plan(insts, self.combinable, self.closes, self.combine_threshold)
+    if not groups:
+      return [out for l in lines for out in self.line(l)]
+    out: list[str] = []
+    for node in buckets.schedule(insts, groups):
+      if isinstance(node, list):
+        for i in node:
+          insts[i].attrs = [a for a in insts[i].attrs if not a.startswith("sharding=")]
+        out.extend(self.combined([insts[i] for i in node]))
+      else:
+        out.extend(self.line(lines[node]))
+    return out
+
   def run(self) -> list[str]:
     out: list[str] = []
+    body: list[str] | None = None  # the lines of the computation being read
     for line in self.lines:
+      if body is not None:
+        if line.strip() == "}":
+          out.extend(self.body(body))
+          out.append(line)
+          body = None
+        else:
+          body.append(line)
+        continue
       if line.startswith("HloModule"):
         out.append(_local_header(line))
         continue
       if computation_header(line):
         self.last = None
-      inst = parse_instruction(line)
-      if inst is None:
         out.append(line)
+        body = []
         continue
-      inst.attrs = [a for a in inst.attrs if not a.startswith("sharding=")]
-      try:
-        self.shapes[inst.name] = inst.shape
-      except HloTextError:
-        pass  # tokens, dynamic or nested shapes: never a collective's operand we rewrite
-      if inst.opcode in ("while", "conditional", "call") and any(self.communicates.get(c) for c in callees(inst)):
-        out.extend(self.ordered_call(inst))
-        continue
-      replaced = self.rewrite(inst)
-      out.extend(replaced if replaced is not None else [inst.line()])
+      out.extend(self.line(line))
+    if body is not None:
+      out.extend(self.body(body))
     return out
 
 
@@ -368,7 +521,7 @@ def _local_header(line: str) -> str:
 
 
 def rewrite_module(text: str, assignment, num_devices: int, local_order=None, fences: bool = True,
-                   runtime_device_ids: bool = False) -> str:
+                   runtime_device_ids: bool = False, combine_threshold: int = 0) -> str:
   """`text` (a partitioned module) with myplugin's collectives.
 
   assignment: [replicas][partitions] global device ids, as compiled.
@@ -383,8 +536,12 @@ def rewrite_module(text: str, assignment, num_devices: int, local_order=None, fe
     does not depend on local_order, and its compiled form serves every
     process (a compilation cache entry). Needs the handlers in the engine
     (the host engine has them).
+  combine_threshold: independent all-reduces (all-gathers, reduce-scatters)
+    of one computation, of one reduction and device groups, become one call
+    of up to this many bytes (buckets.py); 0 makes one call each.
   """
   lines = lines_of(text)
   da = np.asarray(assignment, dtype=np.int64).reshape(len(assignment), -1)
   order = [int(d) for d in da.reshape(-1)] if local_order is None else [int(d) for d in local_order]
-  return "\n".join(_Rewriter(lines, da, num_devices, order, fences, runtime_device_ids).run()) + "\n"
+  return "\n".join(_Rewriter(lines, da, num_devices, order, fences, runtime_device_ids,
+                                 combine_threshold).run()) + "\n"

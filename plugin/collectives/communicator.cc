@@ -254,14 +254,17 @@ Status Communicator::RunInline(Signature sig, const void* payload, size_t bytes,
   return tag.status();
 }
 
-Status Communicator::AllReduce(const void* send, void* recv, size_t count, DataType type, Reduction reduction) {
+Status Communicator::AllReduce(const void* send, void* recv, size_t count, DataType type, Reduction reduction,
+                               uint64_t extra) {
   std::lock_guard<std::mutex> lock(call_mu_);
+  Signature sig{CollectiveOp::kAllReduce, reduction, type, count};
+  sig.extra = extra;
   StatusOr<ReduceFunction> fn = ReduceFunctionFor(type, reduction);
   if (!fn.ok()) return fn.status();
   const size_t bytes = count * ByteSize(type);
   if (bytes <= inline_bytes_) {
     // Every rank reduces the same records in rank order: identical results.
-    return RunInline({CollectiveOp::kAllReduce, reduction, type, count}, send, bytes,
+    return RunInline(sig, send, bytes,
                      [&](const char* records, size_t record) {
                        const size_t off = Signature::kEncodedSize;
                        std::memcpy(recv, records + off, bytes);
@@ -275,7 +278,7 @@ Status Communicator::AllReduce(const void* send, void* recv, size_t count, DataT
     char* all = scratch_.data();
     // This rank's own data is read where it is, unless the result overwrites it.
     const bool own_in_place = send != recv;
-    Status st = RunSigned({CollectiveOp::kAllReduce, reduction, type, count}, send, bytes, all, !own_in_place);
+    Status st = RunSigned(sig, send, bytes, all, !own_in_place);
     if (!st.ok()) return st;
     // Every rank reduces in rank order: identical results everywhere.
     auto data = [&](size_t r) -> const void* {
@@ -289,16 +292,18 @@ Status Communicator::AllReduce(const void* send, void* recv, size_t count, DataT
     for (size_t r = 2; r < process_group_.size(); ++r) fn.value()(recv, recv, data(r), count);
     return OkStatus();
   }
-  return Run({CollectiveOp::kAllReduce, reduction, type, count}, count, [&](uint32_t tag) {
+  return Run(sig, count, [&](uint32_t tag) {
     return DoAllReduce(send, recv, count, type, fn.value(), tag);
   });
 }
 
-Status Communicator::AllGather(const void* send, void* recv, size_t count, DataType type) {
+Status Communicator::AllGather(const void* send, void* recv, size_t count, DataType type, uint64_t extra) {
   std::lock_guard<std::mutex> lock(call_mu_);
+  Signature sig{CollectiveOp::kAllGather, Reduction::kNone, type, count};
+  sig.extra = extra;
   const size_t bytes = count * ByteSize(type);
   if (bytes <= inline_bytes_) {
-    return RunInline({CollectiveOp::kAllGather, Reduction::kNone, type, count}, send, bytes,
+    return RunInline(sig, send, bytes,
                      [&](const char* records, size_t record) {
                        for (size_t r = 0; r < process_group_.size(); ++r) {
                          std::memcpy(static_cast<char*>(recv) + r * bytes, records + r * record + Signature::kEncodedSize,
@@ -307,22 +312,25 @@ Status Communicator::AllGather(const void* send, void* recv, size_t count, DataT
                      });
   }
   if (bytes <= signed_bytes_limit()) {
-    return RunSigned({CollectiveOp::kAllGather, Reduction::kNone, type, count}, send, bytes, static_cast<char*>(recv));
+    return RunSigned(sig, send, bytes, static_cast<char*>(recv));
   }
-  return Run({CollectiveOp::kAllGather, Reduction::kNone, type, count}, count, [&](uint32_t tag) {
+  return Run(sig, count, [&](uint32_t tag) {
     return DoAllGatherBytes(send, recv, count * ByteSize(type), tag);
   });
 }
 
-Status Communicator::ReduceScatter(const void* send, void* recv, size_t count, DataType type, Reduction reduction) {
+Status Communicator::ReduceScatter(const void* send, void* recv, size_t count, DataType type, Reduction reduction,
+                                   uint64_t extra) {
   std::lock_guard<std::mutex> lock(call_mu_);
+  Signature sig{CollectiveOp::kReduceScatter, reduction, type, count};
+  sig.extra = extra;
   if (count % process_group_.size() != 0) {
     return InvalidArgument("reduce-scatter of " + std::to_string(count) + " elements over " +
                            std::to_string(process_group_.size()) + " processes: the count must divide evenly");
   }
   StatusOr<ReduceFunction> fn = ReduceFunctionFor(type, reduction);
   if (!fn.ok()) return fn.status();
-  return Run({CollectiveOp::kReduceScatter, reduction, type, count}, count, [&](uint32_t tag) {
+  return Run(sig, count, [&](uint32_t tag) {
     // Reduce everything, keep this rank's block: simple, and exact.
     std::vector<char> full(count * ByteSize(type));
     Status st = DoAllReduce(send, full.data(), count, type, fn.value(), tag);

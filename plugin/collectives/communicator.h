@@ -48,9 +48,13 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   // `count` is the number of elements this rank contributes; recv sizes
   // follow from the op: all-gather/all-to-all recv n*count, reduce-scatter
   // recv count/n (count must divide by n), permute recv count.
-  Status AllReduce(const void* send, void* recv, size_t count, DataType type, Reduction reduction);
-  Status AllGather(const void* send, void* recv, size_t count, DataType type);
-  Status ReduceScatter(const void* send, void* recv, size_t count, DataType type, Reduction reduction);
+  // `extra` goes into the signature: a combined call's operands, hashed
+  // (combined_operands.h), so that processes that combined differently differ.
+  Status AllReduce(const void* send, void* recv, size_t count, DataType type, Reduction reduction,
+                   uint64_t extra = 0);
+  Status AllGather(const void* send, void* recv, size_t count, DataType type, uint64_t extra = 0);
+  Status ReduceScatter(const void* send, void* recv, size_t count, DataType type, Reduction reduction,
+                       uint64_t extra = 0);
   Status AllToAll(const void* send, void* recv, size_t count, DataType type);
   // Point-to-point: at most one send to and one receive from each peer rank.
   // `count` (elements per device) and `pairs_hash` (the pattern) are the

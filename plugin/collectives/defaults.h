@@ -28,6 +28,14 @@ inline constexpr size_t kMaxTraceBuffer = size_t{1} << 24;
 // "shm", "gloo" and "hierarchical" force one.
 inline constexpr const char* kDefaultTransport = "auto";
 
+// The most bytes one call of a combined collective carries: the
+// multi-process rewrite (jax_plugin/spmd/buckets.py) makes independent
+// all-reduces, all-gathers and reduce-scatters of a program one call per
+// bucket of at most this size, as XLA's combiners do
+// (MYPLUGIN_COMBINE_THRESHOLD_BYTES; 0 makes one call each). XLA's own
+// default for GPUs (xla_gpu_all_reduce_combine_threshold_bytes).
+inline constexpr size_t kDefaultCombineThresholdBytes = size_t{30} << 20;
+
 // The shared-memory all-reduce writes results of at least this many bytes
 // with stores that bypass the cache (streaming_copy.h): larger than a
 // core's share of the last-level cache, they would only evict.

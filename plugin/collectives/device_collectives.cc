@@ -61,7 +61,8 @@ Status DeviceCollectives::Agree(CollectiveOp op, Reduction reduction, DataType t
   return comm.value()->Agree(op, reduction, type, count, extra);
 }
 
-Status DeviceCollectives::AllReduce(const DeviceBuffers& b, size_t count, DataType type, Reduction reduction) {
+Status DeviceCollectives::AllReduce(const DeviceBuffers& b, size_t count, DataType type, Reduction reduction,
+                                    uint64_t extra) {
   MYPLUGIN_RETURN_IF_ERROR(Check(b));
   StatusOr<ReduceFunction> fn = ReduceFunctionFor(type, reduction);
   if (!fn.ok()) return fn.status();
@@ -69,7 +70,7 @@ Status DeviceCollectives::AllReduce(const DeviceBuffers& b, size_t count, DataTy
   if (b.send.size() == 1 && processes_.size() > 1) {  // one device here: nothing to combine first
     StatusOr<std::shared_ptr<Communicator>> comm = ProcessCommunicator(processes_, device_group_);
     if (!comm.ok()) return comm.status();
-    return comm.value()->AllReduce(b.send[0], b.recv[0], count, type, reduction);
+    return comm.value()->AllReduce(b.send[0], b.recv[0], count, type, reduction, extra);
   }
   // Combine the local devices into the first output, in device group order.
   void* acc = b.recv[0];
@@ -80,7 +81,7 @@ Status DeviceCollectives::AllReduce(const DeviceBuffers& b, size_t count, DataTy
   if (processes_.size() > 1) {
     StatusOr<std::shared_ptr<Communicator>> comm = ProcessCommunicator(processes_, device_group_);
     if (!comm.ok()) return comm.status();
-    MYPLUGIN_RETURN_IF_ERROR(comm.value()->AllReduce(acc, acc, count, type, reduction));
+    MYPLUGIN_RETURN_IF_ERROR(comm.value()->AllReduce(acc, acc, count, type, reduction, extra));
   }
   for (size_t i = 1; i < b.recv.size(); ++i) {
     if (bytes) std::memcpy(b.recv[i], acc, bytes);
@@ -88,7 +89,7 @@ Status DeviceCollectives::AllReduce(const DeviceBuffers& b, size_t count, DataTy
   return OkStatus();
 }
 
-Status DeviceCollectives::AllGather(const DeviceBuffers& b, size_t count, DataType type) {
+Status DeviceCollectives::AllGather(const DeviceBuffers& b, size_t count, DataType type, uint64_t extra) {
   MYPLUGIN_RETURN_IF_ERROR(Check(b));
   const size_t bytes = count * ByteSize(type);
   const size_t local = local_ranks_.size();
@@ -100,7 +101,7 @@ Status DeviceCollectives::AllGather(const DeviceBuffers& b, size_t count, DataTy
   if (processes_.size() > 1) {
     StatusOr<std::shared_ptr<Communicator>> comm = ProcessCommunicator(processes_, device_group_);
     if (!comm.ok()) return comm.status();
-    MYPLUGIN_RETURN_IF_ERROR(comm.value()->AllGather(block.data(), all.data(), local * count, type));
+    MYPLUGIN_RETURN_IF_ERROR(comm.value()->AllGather(block.data(), all.data(), local * count, type, extra));
   } else {
     all.swap(block);
   }
@@ -118,7 +119,8 @@ Status DeviceCollectives::AllGather(const DeviceBuffers& b, size_t count, DataTy
   return OkStatus();
 }
 
-Status DeviceCollectives::ReduceScatter(const DeviceBuffers& b, size_t count, DataType type, Reduction reduction) {
+Status DeviceCollectives::ReduceScatter(const DeviceBuffers& b, size_t count, DataType type, Reduction reduction,
+                                        uint64_t extra) {
   MYPLUGIN_RETURN_IF_ERROR(Check(b));
   if (count % size() != 0) {
     return InvalidArgument("reduce-scatter of " + std::to_string(count) + " elements over " +
@@ -129,7 +131,7 @@ Status DeviceCollectives::ReduceScatter(const DeviceBuffers& b, size_t count, Da
   DeviceBuffers whole;
   whole.send = b.send;
   for (auto& f : full) whole.recv.push_back(f.data());
-  MYPLUGIN_RETURN_IF_ERROR(AllReduce(whole, count, type, reduction));
+  MYPLUGIN_RETURN_IF_ERROR(AllReduce(whole, count, type, reduction, extra));
   for (size_t i = 0; i < b.recv.size(); ++i) {
     if (block) std::memcpy(b.recv[i], full[i].data() + local_ranks_[i] * block, block);
   }

@@ -35,9 +35,11 @@ class DeviceCollectives {
 
   // count: elements each device sends. Outputs: all-reduce count; all-gather
   // size*count; reduce-scatter count/size; all-to-all count; permute count.
-  Status AllReduce(const DeviceBuffers& b, size_t count, DataType type, Reduction reduction);
-  Status AllGather(const DeviceBuffers& b, size_t count, DataType type);
-  Status ReduceScatter(const DeviceBuffers& b, size_t count, DataType type, Reduction reduction);
+  // `extra`: see Communicator::AllReduce.
+  Status AllReduce(const DeviceBuffers& b, size_t count, DataType type, Reduction reduction, uint64_t extra = 0);
+  Status AllGather(const DeviceBuffers& b, size_t count, DataType type, uint64_t extra = 0);
+  Status ReduceScatter(const DeviceBuffers& b, size_t count, DataType type, Reduction reduction,
+                       uint64_t extra = 0);
   Status AllToAll(const DeviceBuffers& b, size_t count, DataType type);
   // pairs: (source rank, target rank) in the device group; a rank with no source gets zeros.
   Status CollectivePermute(const DeviceBuffers& b, size_t count, DataType type,

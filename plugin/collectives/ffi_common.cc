@@ -61,6 +61,27 @@ StatusOr<GroupedCall> DecodeGrouped(int32_t ordinal, xla::ffi::DataType type, st
   return GroupedCall{t.value(), r.value(), device_group.take()};
 }
 
+StatusOr<std::vector<CombinedOperand>> CallOperands(const xla::ffi::RemainingArgs& args,
+                                                    const xla::ffi::RemainingRets& results) {
+  if (results.size() == 0 || args.size() < results.size()) {
+    return InvalidArgument("a collective of " + std::to_string(args.size()) + " operands and " +
+                           std::to_string(results.size()) + " results: it needs one result per operand");
+  }
+  std::vector<CombinedOperand> operands;
+  for (size_t i = 0; i < results.size(); ++i) {
+    auto x = args.get<xla::ffi::AnyBuffer>(i);
+    auto y = results.get<xla::ffi::AnyBuffer>(i);
+    if (x.has_error() || y.has_error()) return InvalidArgument("operand " + std::to_string(i) + " is not a buffer");
+    StatusOr<DataType> type = FromFfi(x->element_type());
+    if (!type.ok()) return type.status();
+    if (y.value()->element_type() != x->element_type()) {
+      return InvalidArgument("result " + std::to_string(i) + " differs in element type from its operand");
+    }
+    operands.push_back({type.value(), x->element_count(), x->untyped_data(), y.value()->untyped_data()});
+  }
+  return operands;
+}
+
 Status MeetLocalDevices(int32_t ordinal, const std::vector<int>& device_group, const void* send, void* recv,
                         const std::function<Status(DeviceCollectives&, const DeviceBuffers&)>& op) {
   DeviceLocation location = LocationOf(ordinal);

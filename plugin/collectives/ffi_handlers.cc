@@ -1,7 +1,10 @@
 #include "collectives/ffi_handlers.h"
 
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <string_view>
+#include <vector>
 
 #include "collectives/device_collectives.h"
 #include "collectives/ffi_common.h"
@@ -15,7 +18,7 @@ namespace {
 
 // The shared body of the handlers that work on replica groups: decode the
 // element type (and reduction), find this device's group, meet the group's
-// other local devices, and run `op(dc, buffers, count, type, reduction)`.
+// other local devices, and run `op(dc, buffers, count, type, reduction, extra)`.
 template <typename Op>
 ffi::Error Grouped(int32_t ordinal, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y, std::string_view reduction,
                    ffi::Span<const int64_t> replica_groups, int64_t group_size, std::string_view function, Op op) {
@@ -26,39 +29,100 @@ ffi::Error Grouped(int32_t ordinal, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer
   const GroupedCall& c = call.value();
   return ToFfi(MeetLocalDevices(ordinal, c.device_group, x.untyped_data(), y->untyped_data(),
                                 [&](DeviceCollectives& dc, const DeviceBuffers& b) {
-                                  return op(dc, b, count, c.type, c.reduction);
+                                  return op(dc, b, count, c.type, c.reduction, 0);
                                 }));
 }
 
-ffi::Error AllReduceImpl(int32_t ordinal, ffi::AnyBuffer x, ffi::RemainingArgs, ffi::Result<ffi::AnyBuffer> y, std::string_view reduction,
-                         ffi::Span<const int64_t> groups, int64_t group_size, std::string_view function) {
-  return Grouped(ordinal, x, y, reduction, groups, group_size, function,
-                 [](DeviceCollectives& dc, const DeviceBuffers& b, size_t n, DataType t, Reduction r) {
-                   return dc.AllReduce(b, n, t, r);
-                 });
+// Pack buffers kept per device between calls: fresh ones of a bucket's
+// megabytes would cost page faults on every step, and per device (not per
+// engine thread, any of which may run a call) they stay bounded. A call that
+// finds its device's in use (two executions at once) packs into its own.
+struct PackBuffers {
+  std::mutex mu;
+  std::vector<char> send, recv;
+};
+
+PackBuffers& KeptBuffers(int32_t ordinal) {
+  static std::mutex mu;
+  static auto* kept = new std::map<int32_t, PackBuffers>();  // never destroyed: engine threads outlive statics
+  std::lock_guard<std::mutex> lock(mu);
+  return (*kept)[ordinal];
 }
 
-ffi::Error ReduceScatterImpl(int32_t ordinal, ffi::AnyBuffer x, ffi::RemainingArgs, ffi::Result<ffi::AnyBuffer> y,
-                             std::string_view reduction, ffi::Span<const int64_t> groups, int64_t group_size,
-                             std::string_view function) {
-  return Grouped(ordinal, x, y, reduction, groups, group_size, function,
-                 [](DeviceCollectives& dc, const DeviceBuffers& b, size_t n, DataType t, Reduction r) {
-                   return dc.ReduceScatter(b, n, t, r);
-                 });
+// A collective that the rewrite may have combined (one result per operand;
+// combined_operands.h). One operand takes the plain path; several are packed
+// into one run per element type, and the local devices meet once for all runs.
+template <typename Op>
+ffi::Error Combinable(CollectiveOp kind, int32_t ordinal, const ffi::RemainingArgs& args,
+                      const ffi::RemainingRets& results, std::string_view reduction,
+                      ffi::Span<const int64_t> replica_groups, int64_t group_size, std::string_view function,
+                      Op op) {
+  StatusOr<std::vector<CombinedOperand>> operands = CallOperands(args, results);
+  if (!operands.ok()) return ToFfi(operands.status());
+  if (operands.value().size() == 1) {
+    return Grouped(ordinal, args.get<ffi::AnyBuffer>(0).value(), results.get<ffi::AnyBuffer>(0).value(), reduction,
+                   replica_groups, group_size, function, op);
+  }
+  FunctionScope scope(function);
+  StatusOr<GroupedCall> call =
+      DecodeGrouped(ordinal, args.get<ffi::AnyBuffer>(0)->element_type(), reduction, replica_groups, group_size);
+  if (!call.ok()) return ToFfi(call.status());
+  const GroupedCall& c = call.value();
+  StatusOr<CombinedOperands> combined =
+      CombinedOperands::Make(kind, operands.take(), static_cast<int>(c.device_group.size()));
+  if (!combined.ok()) return ToFfi(combined.status());
+  const CombinedOperands& plan = combined.value();
+  PackBuffers& kept = KeptBuffers(ordinal);
+  std::unique_lock<std::mutex> hold(kept.mu, std::try_to_lock);
+  PackBuffers own;
+  PackBuffers& buffers = hold.owns_lock() ? kept : own;
+  std::vector<char>& send = buffers.send;
+  std::vector<char>& recv = buffers.recv;
+  if (send.size() < plan.send_bytes()) send.resize(plan.send_bytes());
+  if (recv.size() < plan.recv_bytes()) recv.resize(plan.recv_bytes());
+  plan.Pack(send.data());
+  Status st = MeetLocalDevices(ordinal, c.device_group, send.data(), recv.data(),
+                               [&](DeviceCollectives& dc, const DeviceBuffers& b) {
+                                 for (const CombinedOperands::Run& run : plan.runs()) {
+                                   DeviceBuffers part;
+                                   for (const void* p : b.send) {
+                                     part.send.push_back(static_cast<const char*>(p) + run.send_offset);
+                                   }
+                                   for (void* p : b.recv) part.recv.push_back(static_cast<char*>(p) + run.recv_offset);
+                                   Status done = op(dc, part, run.count, run.type, c.reduction, plan.hash());
+                                   if (!done.ok()) return done;
+                                 }
+                                 return OkStatus();
+                               });
+  if (!st.ok()) return ToFfi(st);
+  plan.Unpack(recv.data());
+  return ffi::Error::Success();
 }
 
-ffi::Error AllGatherImpl(int32_t ordinal, ffi::AnyBuffer x, ffi::RemainingArgs, ffi::Result<ffi::AnyBuffer> y,
+// All-reduce and reduce-scatter: `kind`, run by DeviceCollectives' `call`.
+template <CollectiveOp kind,
+          Status (DeviceCollectives::*call)(const DeviceBuffers&, size_t, DataType, Reduction, uint64_t)>
+ffi::Error ReducingImpl(int32_t ordinal, ffi::RemainingArgs args, ffi::RemainingRets results,
+                        std::string_view reduction, ffi::Span<const int64_t> groups, int64_t group_size,
+                        std::string_view function) {
+  return Combinable(kind, ordinal, args, results, reduction, groups, group_size, function,
+                    [](DeviceCollectives& dc, const DeviceBuffers& b, size_t n, DataType t, Reduction r,
+                       uint64_t extra) { return (dc.*call)(b, n, t, r, extra); });
+}
+constexpr auto AllReduceImpl = ReducingImpl<CollectiveOp::kAllReduce, &DeviceCollectives::AllReduce>;
+constexpr auto ReduceScatterImpl = ReducingImpl<CollectiveOp::kReduceScatter, &DeviceCollectives::ReduceScatter>;
+
+ffi::Error AllGatherImpl(int32_t ordinal, ffi::RemainingArgs args, ffi::RemainingRets results,
                          ffi::Span<const int64_t> groups, int64_t group_size, std::string_view function) {
-  return Grouped(ordinal, x, y, "", groups, group_size, function,
-                 [](DeviceCollectives& dc, const DeviceBuffers& b, size_t n, DataType t, Reduction) {
-                   return dc.AllGather(b, n, t);
-                 });
+  return Combinable(CollectiveOp::kAllGather, ordinal, args, results, "", groups, group_size, function,
+                    [](DeviceCollectives& dc, const DeviceBuffers& b, size_t n, DataType t, Reduction,
+                       uint64_t extra) { return dc.AllGather(b, n, t, extra); });
 }
 
 ffi::Error AllToAllImpl(int32_t ordinal, ffi::AnyBuffer x, ffi::RemainingArgs, ffi::Result<ffi::AnyBuffer> y,
                         ffi::Span<const int64_t> groups, int64_t group_size, std::string_view function) {
   return Grouped(ordinal, x, y, "", groups, group_size, function,
-                 [](DeviceCollectives& dc, const DeviceBuffers& b, size_t n, DataType t, Reduction) {
+                 [](DeviceCollectives& dc, const DeviceBuffers& b, size_t n, DataType t, Reduction, uint64_t) {
                    return dc.AllToAll(b, n, t);
                  });
 }
@@ -101,7 +165,9 @@ ffi::Error OrderFenceImpl(ffi::AnyBuffer x, ffi::RemainingArgs, ffi::Result<ffi:
 
 }  // namespace
 
-// The two bindings of the grouped handlers: with a reduction, and without.
+// The bindings of the grouped handlers (ffi_common.h) take the device
+// ordinal first: combinable (any number of operands, with a reduction or
+// without), and single (all-to-all).
 //
 // Every collective carries `function`, the name of the jitted function (the
 // module) it belongs to, for the flight recorder. An attribute, rather than
@@ -109,33 +175,12 @@ ffi::Error OrderFenceImpl(ffi::AnyBuffer x, ffi::RemainingArgs, ffi::Result<ffi:
 // threads after Execute has returned (so nothing set around Execute reaches
 // them reliably), while an attribute travels inside the program itself,
 // through serialization and the compilation cache, and costs one string view.
-auto ReducingBinding() {
-  return ffi::Ffi::Bind()
-      .Ctx<ffi::DeviceOrdinal>()
-      .Arg<ffi::AnyBuffer>()
-      .RemainingArgs()
-      .Ret<ffi::AnyBuffer>()
-      .Attr<std::string_view>("reduction")
-      .Attr<ffi::Span<const int64_t>>("replica_groups")
-      .Attr<int64_t>("group_size")
-      .Attr<std::string_view>("function");
-}
+auto Leading() { return ffi::Ffi::Bind().Ctx<ffi::DeviceOrdinal>(); }
 
-auto NonReducingBinding() {
-  return ffi::Ffi::Bind()
-      .Ctx<ffi::DeviceOrdinal>()
-      .Arg<ffi::AnyBuffer>()
-      .RemainingArgs()
-      .Ret<ffi::AnyBuffer>()
-      .Attr<ffi::Span<const int64_t>>("replica_groups")
-      .Attr<int64_t>("group_size")
-      .Attr<std::string_view>("function");
-}
-
-XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginAllReduce, AllReduceImpl, ReducingBinding());
-XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginReduceScatter, ReduceScatterImpl, ReducingBinding());
-XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginAllGather, AllGatherImpl, NonReducingBinding());
-XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginAllToAll, AllToAllImpl, NonReducingBinding());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginAllReduce, AllReduceImpl, CombinableReducingBinding(Leading()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginReduceScatter, ReduceScatterImpl, CombinableReducingBinding(Leading()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginAllGather, AllGatherImpl, CombinableBinding(Leading()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginAllToAll, AllToAllImpl, SingleBinding(Leading()));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginCollectivePermute, CollectivePermuteImpl,
                               ffi::Ffi::Bind()

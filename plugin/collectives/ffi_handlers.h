@@ -7,10 +7,13 @@
 //   id (partition-id, replica-id): ids (i64[], the id of each global device)
 //
 // replica_groups lists global device ids, group after group, each of
-// group_size; a device runs the collective with the group it is in. Every
-// collective takes any number of operands after its first and does not read
-// them: the multi-process rewrite passes the previous collective's result,
-// which orders the calls (myplugin_order_fence does the same for loops).
+// group_size; a device runs the collective with the group it is in.
+// all_reduce, all_gather and reduce_scatter take one result per data
+// operand: the rewrite combines independent collectives of one kind and
+// group into one call (a bucket; combined_operands.h). Every collective
+// takes operands after its data and does not read them: the multi-process
+// rewrite passes the previous collective's result, which orders the calls
+// (myplugin_order_fence does the same for loops).
 #pragma once
 
 #include <string>

@@ -96,6 +96,14 @@ Status NcclCommunicator::Guard() {
   return OkStatus();
 }
 
+Status NcclCommunicator::Group(const std::function<Status()>& enqueue) {
+  MYPLUGIN_RETURN_IF_ERROR(Guard());
+  MYPLUGIN_RETURN_IF_ERROR(api_.Check(api_.GroupStart(), "ncclGroupStart"));
+  Status st = enqueue();
+  Status end = api_.Check(api_.GroupEnd(), "ncclGroupEnd");
+  return st.ok() ? end : st;
+}
+
 Status NcclCommunicator::AllReduce(const void* send, void* recv, size_t count, DataType type, Reduction reduction,
                                    cudaStream_t stream) {
   MYPLUGIN_RETURN_IF_ERROR(Guard());

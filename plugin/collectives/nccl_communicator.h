@@ -62,6 +62,9 @@ class NcclCommunicator {
   // send_to / recv_from: ranks, or -1.
   Status CollectivePermute(const void* send, void* recv, size_t count, DataType type, int send_to, int recv_from,
                            cudaStream_t stream);
+  // Runs `enqueue` (calls of the methods above) as one NCCL group: a
+  // combined collective's operands go out as one launch.
+  Status Group(const std::function<Status()>& enqueue);
   void Abort(const Status& why);
 
  private:

@@ -138,6 +138,30 @@ Status RunNccl(const NcclCallSite& call, const std::function<Status(NcclCommunic
   return enqueue(*comm.value());
 }
 
+Status EnqueueCombined(NcclCommunicator& comm, CollectiveOp op, const std::vector<CombinedOperand>& operands,
+                       Reduction reduction, size_t group_size, cudaStream_t stream) {
+  for (const CombinedOperand& x : operands) {  // before anything is enqueued
+    if (op == CollectiveOp::kReduceScatter && x.count % group_size != 0) {
+      return InvalidArgument("reduce-scatter of " + std::to_string(x.count) + " elements over " +
+                             std::to_string(group_size) + " devices: the count must divide evenly");
+    }
+  }
+  auto one = [&](const CombinedOperand& x) -> Status {
+    switch (op) {
+      case CollectiveOp::kAllReduce: return comm.AllReduce(x.send, x.recv, x.count, x.type, reduction, stream);
+      case CollectiveOp::kAllGather: return comm.AllGather(x.send, x.recv, x.count, x.type, stream);
+      case CollectiveOp::kReduceScatter:
+        return comm.ReduceScatter(x.send, x.recv, x.count / group_size, x.type, reduction, stream);
+      default: return InvalidArgument(std::string("a ") + Name(op) + " cannot take several operands");
+    }
+  };
+  if (operands.size() == 1) return one(operands[0]);
+  return comm.Group([&]() -> Status {
+    for (const CombinedOperand& x : operands) MYPLUGIN_RETURN_IF_ERROR(one(x));
+    return OkStatus();
+  });
+}
+
 namespace {
 
 template <typename Enqueue>
@@ -154,31 +178,46 @@ ffi::Error Grouped(cudaStream_t stream, int32_t ordinal, ffi::AnyBuffer x, Colle
   }));
 }
 
-ffi::Error AllReduceImpl(cudaStream_t stream, int32_t ordinal, ffi::AnyBuffer x, ffi::RemainingArgs,
-                         ffi::Result<ffi::AnyBuffer> y, std::string_view reduction, ffi::Span<const int64_t> groups,
-                         int64_t group_size, std::string_view function) {
-  return Grouped(stream, ordinal, x, CollectiveOp::kAllReduce, reduction, groups, group_size, function,
-                 [&](NcclCommunicator& c, DataType t, Reduction r, size_t n, size_t) {
-                   return c.AllReduce(x.untyped_data(), y->untyped_data(), n, t, r, stream);
-                 });
+// A collective that the rewrite may have combined (one result per operand):
+// the local devices meet and the processes agree once, on a signature that
+// covers every operand (their types and counts, hashed, when there are
+// several), and each device enqueues them (EnqueueCombined).
+ffi::Error Combinable(cudaStream_t stream, int32_t ordinal, const ffi::RemainingArgs& args,
+                      const ffi::RemainingRets& results, CollectiveOp op, std::string_view reduction,
+                      ffi::Span<const int64_t> groups, int64_t group_size, std::string_view function) {
+  FunctionScope scope(function);  // the `function` attribute: see ffi_handlers.cc
+  StatusOr<std::vector<CombinedOperand>> operands = CallOperands(args, results);
+  if (!operands.ok()) return ToFfi(operands.status());
+  const std::vector<CombinedOperand>& xs = operands.value();
+  StatusOr<GroupedCall> decoded =
+      DecodeGrouped(ordinal, args.get<ffi::AnyBuffer>(0)->element_type(), reduction, groups, group_size);
+  if (!decoded.ok()) return ToFfi(decoded.status());
+  const GroupedCall& c = decoded.value();
+  size_t total = 0;
+  for (const CombinedOperand& x : xs) total += x.count;
+  NcclCallSite call{ordinal, c.device_group, op, c.reduction, c.type, total, xs.size() > 1 ? HashOperands(xs) : 0};
+  return ToFfi(RunNccl(call, [&](NcclCommunicator& comm) {
+    return EnqueueCombined(comm, op, xs, c.reduction, c.device_group.size(), stream);
+  }));
 }
 
-ffi::Error ReduceScatterImpl(cudaStream_t stream, int32_t ordinal, ffi::AnyBuffer x, ffi::RemainingArgs,
-                             ffi::Result<ffi::AnyBuffer> y, std::string_view reduction,
-                             ffi::Span<const int64_t> groups, int64_t group_size, std::string_view function) {
-  return Grouped(stream, ordinal, x, CollectiveOp::kReduceScatter, reduction, groups, group_size, function,
-                 [&](NcclCommunicator& c, DataType t, Reduction r, size_t n, size_t size) {
-                   return c.ReduceScatter(x.untyped_data(), y->untyped_data(), n / size, t, r, stream);
-                 });
-}
-
-ffi::Error AllGatherImpl(cudaStream_t stream, int32_t ordinal, ffi::AnyBuffer x, ffi::RemainingArgs,
-                         ffi::Result<ffi::AnyBuffer> y, ffi::Span<const int64_t> groups, int64_t group_size,
+ffi::Error AllReduceImpl(cudaStream_t stream, int32_t ordinal, ffi::RemainingArgs args, ffi::RemainingRets results,
+                         std::string_view reduction, ffi::Span<const int64_t> groups, int64_t group_size,
                          std::string_view function) {
-  return Grouped(stream, ordinal, x, CollectiveOp::kAllGather, "", groups, group_size, function,
-                 [&](NcclCommunicator& c, DataType t, Reduction, size_t n, size_t) {
-                   return c.AllGather(x.untyped_data(), y->untyped_data(), n, t, stream);
-                 });
+  return Combinable(stream, ordinal, args, results, CollectiveOp::kAllReduce, reduction, groups, group_size,
+                    function);
+}
+
+ffi::Error ReduceScatterImpl(cudaStream_t stream, int32_t ordinal, ffi::RemainingArgs args,
+                             ffi::RemainingRets results, std::string_view reduction,
+                             ffi::Span<const int64_t> groups, int64_t group_size, std::string_view function) {
+  return Combinable(stream, ordinal, args, results, CollectiveOp::kReduceScatter, reduction, groups, group_size,
+                    function);
+}
+
+ffi::Error AllGatherImpl(cudaStream_t stream, int32_t ordinal, ffi::RemainingArgs args, ffi::RemainingRets results,
+                         ffi::Span<const int64_t> groups, int64_t group_size, std::string_view function) {
+  return Combinable(stream, ordinal, args, results, CollectiveOp::kAllGather, "", groups, group_size, function);
 }
 
 ffi::Error AllToAllImpl(cudaStream_t stream, int32_t ordinal, ffi::AnyBuffer x, ffi::RemainingArgs,
@@ -217,37 +256,15 @@ ffi::Error CollectivePermuteImpl(cudaStream_t stream, int32_t ordinal, ffi::AnyB
   }));
 }
 
-auto ReducingBinding() {
-  return ffi::Ffi::Bind()
-      .Ctx<ffi::PlatformStream<cudaStream_t>>()
-      .Ctx<ffi::DeviceOrdinal>()
-      .Arg<ffi::AnyBuffer>()
-      .RemainingArgs()
-      .Ret<ffi::AnyBuffer>()
-      .Attr<std::string_view>("reduction")
-      .Attr<ffi::Span<const int64_t>>("replica_groups")
-      .Attr<int64_t>("group_size")
-      .Attr<std::string_view>("function");
-}
-
-auto NonReducingBinding() {
-  return ffi::Ffi::Bind()
-      .Ctx<ffi::PlatformStream<cudaStream_t>>()
-      .Ctx<ffi::DeviceOrdinal>()
-      .Arg<ffi::AnyBuffer>()
-      .RemainingArgs()
-      .Ret<ffi::AnyBuffer>()
-      .Attr<ffi::Span<const int64_t>>("replica_groups")
-      .Attr<int64_t>("group_size")
-      .Attr<std::string_view>("function");
-}
+// What the grouped handlers' bindings (ffi_common.h) take first: the stream, then the device.
+auto Leading() { return ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>().Ctx<ffi::DeviceOrdinal>(); }
 
 }  // namespace
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginNcclAllReduce, AllReduceImpl, ReducingBinding());
-XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginNcclReduceScatter, ReduceScatterImpl, ReducingBinding());
-XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginNcclAllGather, AllGatherImpl, NonReducingBinding());
-XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginNcclAllToAll, AllToAllImpl, NonReducingBinding());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginNcclAllReduce, AllReduceImpl, CombinableReducingBinding(Leading()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginNcclReduceScatter, ReduceScatterImpl, CombinableReducingBinding(Leading()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginNcclAllGather, AllGatherImpl, CombinableBinding(Leading()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginNcclAllToAll, AllToAllImpl, SingleBinding(Leading()));
 XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginNcclCollectivePermute, CollectivePermuteImpl,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::PlatformStream<cudaStream_t>>()

@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "collectives/combined_operands.h"
 #include "collectives/once_per_key.h"
 #include "collectives/nccl_communicator.h"
 #include "collectives/signature.h"
@@ -63,6 +64,12 @@ struct NcclCallSite {
 // or the process's own when null).
 Status RunNccl(const NcclCallSite& call, const std::function<Status(NcclCommunicator&)>& enqueue,
                NcclDeviceGroups* device_groups = nullptr);
+
+// A combined call's operands (one result each) on `comm`: each operand's own
+// collective, all of them in one NCCL group (no packing on the device); one
+// operand alone is a plain call.
+Status EnqueueCombined(NcclCommunicator& comm, CollectiveOp op, const std::vector<CombinedOperand>& operands,
+                       Reduction reduction, size_t group_size, cudaStream_t stream);
 
 // (target name, XLA_FFI_Handler*) of every handler.
 std::vector<std::pair<std::string, void*>> NcclFfiHandlers();

@@ -26,6 +26,7 @@ void BindDefaults(nb::module_& m) {
   d["min_trace_buffer"] = coll::kMinTraceBuffer;
   d["max_trace_buffer"] = coll::kMaxTraceBuffer;
   d["transport"] = coll::kDefaultTransport;
+  d["combine_threshold_bytes"] = coll::kDefaultCombineThresholdBytes;
   m.attr("DEFAULTS") = d;
 }
 

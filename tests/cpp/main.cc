@@ -14,6 +14,7 @@ int main() {
   RunEngineLibraryTests();
   RunDtypeTests();
   RunSignatureTests();
+  RunCombinedOperandsTests();
   RunLocalRendezvousTests();
   RunDeviceAssignmentTests();
   RunStreamingCopyTests();

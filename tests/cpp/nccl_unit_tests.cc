@@ -178,6 +178,30 @@ void TestCalls() {
   CHECK(comm->CollectivePermute(send, recv, 2, coll::DataType::kF32, 1, -1, stream).ok());
   CHECK((fake.calls == std::vector<std::string>{"GroupStart", "Send1", "GroupEnd"}));
 
+  // A combined collective: its operands' calls go out as one NCCL group,
+  // each with its own count (a scatter's divided by the group size) and type.
+  fake = FakeLog();
+  std::vector<coll::CombinedOperand> two = {{coll::DataType::kF32, 4, send, recv}, {coll::DataType::kS32, 6, send, recv}};
+  CHECK(coll::EnqueueCombined(*comm, coll::CollectiveOp::kAllReduce, two, coll::Reduction::kSum, 3, stream).ok());
+  CHECK((fake.calls == std::vector<std::string>{"GroupStart", "AllReduce", "AllReduce", "GroupEnd"}));
+  CHECK(fake.count == 6 && fake.type == ncclInt32);
+  fake = FakeLog();
+  CHECK(coll::EnqueueCombined(*comm, coll::CollectiveOp::kReduceScatter, two, coll::Reduction::kMax, 2, stream).ok());
+  CHECK((fake.calls == std::vector<std::string>{"GroupStart", "ReduceScatter", "ReduceScatter", "GroupEnd"}));
+  CHECK(fake.count == 3 && fake.op == ncclMax);
+  fake = FakeLog();
+  CHECK(coll::EnqueueCombined(*comm, coll::CollectiveOp::kAllGather, {two[1]}, coll::Reduction::kNone, 3, stream).ok());
+  CHECK((fake.calls == std::vector<std::string>{"AllGather"}) && fake.count == 24);  // one operand: no group
+  fake = FakeLog();  // a count that does not split over the group fails before NCCL hears of it
+  CHECK(!coll::EnqueueCombined(*comm, coll::CollectiveOp::kReduceScatter, two, coll::Reduction::kSum, 4, stream).ok());
+  CHECK(fake.calls.empty());
+  fake = FakeLog();
+  fake.fail_all_reduce = ncclSystemError;  // an error inside still ends the group
+  CHECK(!comm->Group([&] {
+    return comm->AllReduce(send, recv, 4, coll::DataType::kF32, coll::Reduction::kSum, stream);
+  }).ok());
+  CHECK(fake.calls.back() == "GroupEnd");
+
   fake.fail_all_reduce = ncclSystemError;
   auto err = comm->AllReduce(nullptr, nullptr, 1, coll::DataType::kF32, coll::Reduction::kSum, stream);
   CHECK(!err.ok() && err.message().find("ncclAllReduce failed: unhandled system error") != std::string::npos);

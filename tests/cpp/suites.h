@@ -15,6 +15,7 @@ void RunCoordinationStressTests();
 void RunFlightRecorderTests();
 void RunDtypeTests();
 void RunSignatureTests();
+void RunCombinedOperandsTests();
 void RunLocalRendezvousTests();
 void RunDeviceAssignmentTests();
 void RunStreamingCopyTests();
