@@ -119,6 +119,18 @@ def shadow_engine(env=None, find=package_file) -> str | None:
   return env.get("MYPLUGIN_SHADOW_ENGINE_PATH", "").strip() or find(CPU_PACKAGE, CPU_FILE)
 
 
+def compile_engine(find=package_file, version=distribution_version) -> str | None:
+  """XLA's CUDA engine as a compiler for GPUs that this machine need not
+  have (compile-only topologies, pip install 'myplugin[gpu-compile]'): the
+  same choice as for running, but only when its release equals jaxlib's (a
+  compiled program must load where jax and the engine are the same)."""
+  path, distribution = find_cuda_engine(find, version)
+  jaxlib = version("jaxlib")
+  if path is None or jaxlib is None or version(distribution) != jaxlib:
+    return None
+  return path
+
+
 def select(env=None, probe=probe_gpus, find=package_file, version=distribution_version) -> Engine:
   env = os.environ if env is None else env
   requested = env.get("MYPLUGIN_ENGINE", "").strip()

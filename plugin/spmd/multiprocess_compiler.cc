@@ -145,6 +145,53 @@ StatusOr<std::unique_ptr<EngineExecutable>> MultiProcessCompiler::CompileWholePr
   return std::move(compiled.value().executable);
 }
 
+StatusOr<std::vector<LocalProgram>> MultiProcessCompiler::PartitionForProcesses(
+    const PJRT_Program& program, const std::string& options, const std::vector<std::vector<int64_t>>& assignment,
+    const std::vector<std::map<int64_t, int64_t>>& processes, const std::string& engine_kind) {
+  ProgramHooks hooks = GetProgramHooks();
+  if (!hooks.shadow_program || !hooks.local_program) {
+    return FailedPrecondition("this program spans processes, and compiling it needs the jax_plugin Python package "
+                              "(its multi-process compile hooks are not installed)");
+  }
+  const std::string code(program.code, program.code_size), format(program.format, program.format_size);
+  std::lock_guard<std::mutex> lock(mu_);
+  // As in PartitionUncached: first the shortened partition, then, if the
+  // stop mark itself was the trouble, the full one.
+  for (bool stop_early : {true, false}) {
+    StatusOr<std::string> dir = MakeTempDir();
+    if (!dir.ok()) return dir.status();
+    RemoveOnExit remove_dir(dir.value());
+    StatusOr<ShadowCompile> compiled = CompileShadow(code, format, options, dir.value(), stop_early);
+    if (!compiled.ok()) return compiled.status();
+    const bool stopped = compiled.value().stopped_early && !compiled.value().status.ok();
+    if (!compiled.value().status.ok() && !stopped) {
+      const Status& st = compiled.value().status;
+      return Status(st.code(), "partitioning the program for " + std::to_string(num_devices_) +
+                                   " devices failed: " + st.message());
+    }
+    std::vector<LocalProgram> out;
+    Status failed;
+    for (const auto& local_ids : processes) {
+      LocalProgramRequest request;
+      request.dump_dir = dir.value();
+      request.compile_options = options;
+      request.assignment = assignment;
+      request.num_devices = num_devices_;
+      request.local_engine_ids = local_ids;
+      request.engine_kind = engine_kind;
+      StatusOr<LocalProgram> local = hooks.local_program(request);
+      if (!local.ok()) {
+        failed = local.status();
+        break;
+      }
+      out.push_back(local.take());
+    }
+    if (failed.ok()) return out;
+    if (!stopped || failed.code() == Code::kUnimplemented) return failed;
+  }
+  return Internal("unreachable: the full partition neither succeeded nor failed");
+}
+
 StatusOr<std::shared_ptr<const PartitionedProgram>> MultiProcessCompiler::PartitionUncached(
     const PJRT_Program& program, const std::string& options, const std::vector<std::vector<int64_t>>& assignment,
     bool stop_early) {

@@ -58,6 +58,16 @@ class MultiProcessCompiler {
                                                                 const std::string& cache_key,
                                                                 const std::vector<std::vector<int64_t>>& assignment);
 
+  // For a compile-only GPU target (pjrt/gpu_compile.h): one partition of
+  // the program, then the local program of every process in `processes`
+  // (each its global id -> engine id map), rewritten for `engine_kind`.
+  // `whole` gets the partitioned whole program (empty where the shadow did
+  // not stop early). Not cached: each compile-only compile is jax's own call.
+  StatusOr<std::vector<LocalProgram>> PartitionForProcesses(const PJRT_Program& program, const std::string& options,
+                                                            const std::vector<std::vector<int64_t>>& assignment,
+                                                            const std::vector<std::map<int64_t, int64_t>>& processes,
+                                                            const std::string& engine_kind);
+
   // The whole program's executable on the shadow engine, compiled now for a
   // program whose partition stopped early.
   StatusOr<std::unique_ptr<EngineExecutable>> CompileWholeProgram(const PartitionedProgram& program);
