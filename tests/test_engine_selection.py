@@ -70,6 +70,15 @@ def test_cuda13_beside_cuda12_the_one_matching_jaxlib_wins():
   assert es.select({}, version=versions(jaxlib="0.11.2"), **both).path == CUDA13
 
 
+def test_gpu_compile_engine_is_the_cuda_engine_of_jaxlibs_release_only():
+  # Compile-only GPU targets need no GPU; the engine's release must equal
+  # jaxlib's, as find_cuda_engine prefers, and nothing else is taken.
+  assert es.compile_engine(find=find_all, version=versions(jaxlib="0.11.2", jax_cuda12_pjrt="0.11.2")) == CUDA12
+  assert es.compile_engine(find=find_all, version=versions(jaxlib="0.12.0.1", jax_cuda13_pjrt="0.12.0.1")) == CUDA13
+  assert es.compile_engine(find=find_all, version=versions(jaxlib="0.12.0.1", jax_cuda13_pjrt="0.11.2")) is None
+  assert es.compile_engine(find=find_cpu_only, version=versions(jaxlib="0.11.2")) is None
+
+
 def test_nccl_library_explicit_path_wins_then_the_wheels(tmp_path):
   wheel = "/site/nvidia/nccl/lib/libnccl.so.2"
   from_wheel = lambda package, name: wheel if (package, name) == ("nvidia.nccl", "lib/libnccl.so.2") else None  # noqa: E731
