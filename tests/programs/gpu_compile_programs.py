@@ -4,9 +4,9 @@ what comes out.
 
 The programs are those of examples/shard_map_collectives.py (every
 collective on a 1-D mesh and on either axis of a 2-D one, a loop that
-communicates), examples/train_mlp.py and data_parallel_collectives.py (a
-data-parallel training step: the partitioner inserts the gradients'
-all-reduces), an auto-partitioned model-parallel layer, and the
+communicates) and examples/train_mlp.py (a data-parallel training step: the
+partitioner inserts the gradients' all-reduces), imported from there, an
+auto-partitioned model-parallel layer, and the
 single-device arithmetic of tests/gpu/numerics.py (sin, log, erf, pow:
 libdevice; bf16 and f32 matmuls).
 
@@ -29,7 +29,16 @@ import re
 import sys
 import tempfile
 import time
-from functools import partial
+
+
+def _example(name: str):
+  """examples/<name>.py as a module (its programs, without running it)."""
+  import importlib.util
+  path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples", name + ".py")
+  spec = importlib.util.spec_from_file_location(f"example_{name}", path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
 
 
 def catalogue(devices):
@@ -46,37 +55,15 @@ def catalogue(devices):
   f32 = jnp.float32
   x = jax.ShapeDtypeStruct((n, 2 * n), f32, sharding=NamedSharding(line, P("i")))
   xg = jax.ShapeDtypeStruct((n, 2 * n), f32, sharding=NamedSharding(grid, P("a", "b")))
+  shard_map_collectives, train_mlp = _example("shard_map_collectives"), _example("train_mlp")
   out = {}
-  on_line = {
-      "psum": lambda v: jax.lax.psum(v, "i"),
-      "pmean": lambda v: jax.lax.pmean(v, "i"),
-      "pmax": lambda v: jax.lax.pmax(v, "i"),
-      "pmin": lambda v: jax.lax.pmin(v, "i"),
-      "all_gather": lambda v: jax.lax.all_gather(v, "i", tiled=True),
-      "psum_scatter": lambda v: jax.lax.psum_scatter(v, "i", scatter_dimension=1, tiled=True),
-      "ppermute": lambda v: jax.lax.ppermute(v, "i", [(j, (j + 1) % n) for j in range(n)]),
-      "all_to_all": lambda v: jax.lax.all_to_all(v, "i", split_axis=1, concat_axis=1, tiled=True),
-      "axis_index": lambda v: v * 0 + jax.lax.axis_index("i"),
-  }
-  for name, fn in on_line.items():
+  for name, fn in shard_map_collectives.line_collectives(n).items():
     out[name] = (jax.jit(jax.shard_map(fn, mesh=line, in_specs=P("i"), out_specs=P("i"))), (x,))
-  on_grid = {
-      "grid_psum_a": lambda v: jax.lax.psum(v, "a"),
-      "grid_psum_b": lambda v: jax.lax.psum(v, "b"),
-      "grid_all_gather_a": lambda v: jax.lax.all_gather(v, "a", axis=1, tiled=True),
-      "grid_ppermute_a": lambda v: jax.lax.ppermute(v, "a", [(0, 1), (1, 0)]),
-  }
-  for name, fn in on_grid.items():
+  for name, fn in shard_map_collectives.GRID_COLLECTIVES.items():
     out[name] = (jax.jit(jax.shard_map(fn, mesh=grid, in_specs=P("a", "b"), out_specs=P("a", "b"))), (xg,))
+  out["loop"] = (shard_map_collectives.looped(line), (x,))
 
-  @jax.jit
-  @partial(jax.shard_map, mesh=line, in_specs=P("i"), out_specs=P())
-  def looped(v):
-    v = jax.lax.fori_loop(0, 3, lambda k, acc: 0.5 * acc + jax.lax.psum(acc, "i") / n + k, v)
-    return jax.lax.pmax(v.sum(), "i")
-  out["loop"] = (looped, (x,))
-
-  # examples/train_mlp.py: parameters replicated, the batch split.
+  # examples/train_mlp.py's step: parameters replicated, the batch split.
   hidden = 64
   rep = NamedSharding(line, P())
   params = {"w1": jax.ShapeDtypeStruct((16, hidden), f32, sharding=rep),
@@ -86,16 +73,7 @@ def catalogue(devices):
   batch = NamedSharding(line, P("i"))
   xs = jax.ShapeDtypeStruct((8 * n, 16), f32, sharding=batch)
   ys = jax.ShapeDtypeStruct((8 * n, 4), f32, sharding=batch)
-
-  def loss_fn(p, x, y):
-    h = jax.nn.gelu(x @ p["w1"] + p["b1"])
-    return jnp.mean((h @ p["w2"] + p["b2"] - y) ** 2)
-
-  @jax.jit
-  def step(p, x, y):
-    loss, grads = jax.value_and_grad(loss_fn)(p, x, y)
-    return jax.tree.map(lambda a, g: a - 0.05 * g, p, grads), loss
-  out["train_step"] = (step, (params, xs, ys))
+  out["train_step"] = (train_mlp.step, (params, xs, ys))
 
   # A layer split across devices by its weight's columns: the partitioner
   # gathers what the next op needs.
