@@ -20,6 +20,23 @@ struct LoadedEngine {
   Status status;
 };
 
+// `path` loaded into a new LoadedEngine (leaked, like the engine), or the
+// reason it is not: `missing` when no path was chosen.
+LoadedEngine* LoadEngine(const std::string& path, const std::string& missing) {
+  auto* e = new LoadedEngine;
+  if (path.empty()) {
+    e->status = FailedPrecondition(missing);
+    return e;
+  }
+  StatusOr<std::unique_ptr<EngineLibrary>> lib = EngineLibrary::Load(path);
+  if (lib.ok()) {
+    e->library = lib.take();
+  } else {
+    e->status = lib.status();
+  }
+  return e;
+}
+
 LoadedEngine& Instance() {
   // Leaked on purpose: the engine outlives every static destructor that
   // might still hold an engine object.
@@ -51,22 +68,10 @@ StatusOr<const EngineLibrary*> ShadowEngine() {
     MYPLUGIN_RETURN_IF_ERROR(EnsureEngineLoaded());
     return &Engine();
   }
-  static LoadedEngine* shadow = [] {
-    auto* e = new LoadedEngine;
-    const std::string path = CurrentLibraryChoice().shadow_engine_path;
-    if (path.empty()) {
-      e->status = FailedPrecondition("multi-process programs on the CUDA engine are partitioned on XLA's CPU "
-                                     "engine: install lammps-jax-pjrt-cpu (or set MYPLUGIN_SHADOW_ENGINE_PATH)");
-      return e;
-    }
-    StatusOr<std::unique_ptr<EngineLibrary>> lib = EngineLibrary::Load(path);
-    if (lib.ok()) {
-      e->library = lib.take();
-    } else {
-      e->status = lib.status();
-    }
-    return e;
-  }();
+  static LoadedEngine* shadow =
+      LoadEngine(CurrentLibraryChoice().shadow_engine_path,
+                 "multi-process programs on the CUDA engine are partitioned on XLA's CPU engine: install "
+                 "lammps-jax-pjrt-cpu (or set MYPLUGIN_SHADOW_ENGINE_PATH)");
   if (!shadow->status.ok()) return shadow->status;
   return shadow->library.get();
 }
@@ -111,20 +116,11 @@ StatusOr<const EngineLibrary*> CompileEngine() {
     return &Engine();
   }
   static LoadedEngine* compiler = [] {
-    auto* e = new LoadedEngine;
-    const std::string path = CurrentLibraryChoice().compile_engine_path;
-    if (path.empty()) {
-      e->status = FailedPrecondition("compiling for NVIDIA GPUs needs XLA's CUDA engine and the CUDA compiler "
-                                     "pieces it runs (ptxas, libdevice): pip install 'myplugin[gpu-compile]'");
-      return e;
-    }
-    StatusOr<std::unique_ptr<EngineLibrary>> lib = EngineLibrary::Load(path);
-    if (!lib.ok()) {
-      e->status = lib.status();
-      return e;
-    }
-    e->status = RegisterNcclHandlers(*lib.value());
-    e->library = lib.take();
+    LoadedEngine* e = LoadEngine(CurrentLibraryChoice().compile_engine_path,
+                                 "compiling for NVIDIA GPUs needs XLA's CUDA engine of the installed jaxlib's "
+                                 "release and the CUDA compiler pieces it runs (ptxas, libdevice): pip install "
+                                 "'myplugin[gpu-compile]'");
+    if (e->status.ok()) e->status = RegisterNcclHandlers(*e->library);
     return e;
   }();
   if (!compiler->status.ok()) return compiler->status;

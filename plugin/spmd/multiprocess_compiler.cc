@@ -130,6 +130,19 @@ StatusOr<MultiProcessCompiler::ShadowCompile> MultiProcessCompiler::CompileShado
   return out;
 }
 
+StatusOr<MultiProcessCompiler::ShadowCompile> MultiProcessCompiler::PartitionOnShadow(
+    const std::string& code, const std::string& format, const std::string& options, const std::string& dump_dir,
+    bool stop_early) {
+  StatusOr<ShadowCompile> compiled = CompileShadow(code, format, options, dump_dir, stop_early);
+  if (!compiled.ok()) return compiled.status();
+  const Status& st = compiled.value().status;
+  if (!st.ok() && !compiled.value().stopped_early) {
+    return Status(st.code(), "partitioning the program for " + std::to_string(num_devices_) +
+                                 " devices failed: " + st.message());
+  }
+  return compiled;
+}
+
 StatusOr<std::unique_ptr<EngineExecutable>> MultiProcessCompiler::CompileWholeProgram(
     const PartitionedProgram& program) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -161,14 +174,9 @@ StatusOr<std::vector<LocalProgram>> MultiProcessCompiler::PartitionForProcesses(
     StatusOr<std::string> dir = MakeTempDir();
     if (!dir.ok()) return dir.status();
     RemoveOnExit remove_dir(dir.value());
-    StatusOr<ShadowCompile> compiled = CompileShadow(code, format, options, dir.value(), stop_early);
+    StatusOr<ShadowCompile> compiled = PartitionOnShadow(code, format, options, dir.value(), stop_early);
     if (!compiled.ok()) return compiled.status();
-    const bool stopped = compiled.value().stopped_early && !compiled.value().status.ok();
-    if (!compiled.value().status.ok() && !stopped) {
-      const Status& st = compiled.value().status;
-      return Status(st.code(), "partitioning the program for " + std::to_string(num_devices_) +
-                                   " devices failed: " + st.message());
-    }
+    const bool stopped = !compiled.value().status.ok();
     std::vector<LocalProgram> out;
     Status failed;
     for (const auto& local_ids : processes) {
@@ -210,14 +218,10 @@ StatusOr<std::shared_ptr<const PartitionedProgram>> MultiProcessCompiler::Partit
   result->format.assign(program.format, program.format_size);
   result->options = options;
 
-  StatusOr<ShadowCompile> compiled = CompileShadow(result->code, result->format, options, dir.value(), stop_early);
+  StatusOr<ShadowCompile> compiled =
+      PartitionOnShadow(result->code, result->format, options, dir.value(), stop_early);
   if (!compiled.ok()) return compiled.status();
-  const bool stopped = compiled.value().stopped_early && !compiled.value().status.ok();
-  if (!compiled.value().status.ok() && !stopped) {
-    const Status& st = compiled.value().status;
-    return Status(st.code(), "partitioning the program for " + std::to_string(num_devices_) +
-                                 " devices failed: " + st.message());
-  }
+  const bool stopped = !compiled.value().status.ok();
   result->shadow = std::move(compiled.value().executable);
   double shadow_seconds = Seconds(start);
 

@@ -86,6 +86,11 @@ class MultiProcessCompiler {
     std::unique_ptr<EngineExecutable> executable;  // when it compiled
     bool stopped_early = false;                 // it was meant to end once the dump was written
   };
+  // Called with mu_ held. An error where the compile failed other than by
+  // its stop mark (ShadowCompile::status is then OK, or the mark's).
+  StatusOr<ShadowCompile> PartitionOnShadow(const std::string& code, const std::string& format,
+                                            const std::string& options, const std::string& dump_dir,
+                                            bool stop_early);
   // Called with mu_ held.
   StatusOr<ShadowCompile> CompileShadow(const std::string& code, const std::string& format,
                                         const std::string& options, const std::string& dump_dir, bool stop_early);
