@@ -130,6 +130,20 @@ StatusOr<MultiProcessCompiler::ShadowCompile> MultiProcessCompiler::CompileShado
   return out;
 }
 
+LocalProgramRequest MultiProcessCompiler::Request(const std::string& dump_dir, const std::string& options,
+                                                 const std::vector<std::vector<int64_t>>& assignment,
+                                                 const std::map<int64_t, int64_t>& local_ids,
+                                                 const std::string& engine_kind) const {
+  LocalProgramRequest request;
+  request.dump_dir = dump_dir;
+  request.compile_options = options;
+  request.assignment = assignment;
+  request.num_devices = num_devices_;
+  request.local_engine_ids = local_ids;
+  request.engine_kind = engine_kind;
+  return request;
+}
+
 StatusOr<MultiProcessCompiler::ShadowCompile> MultiProcessCompiler::PartitionOnShadow(
     const std::string& code, const std::string& format, const std::string& options, const std::string& dump_dir,
     bool stop_early) {
@@ -180,14 +194,8 @@ StatusOr<std::vector<LocalProgram>> MultiProcessCompiler::PartitionForProcesses(
     std::vector<LocalProgram> out;
     Status failed;
     for (const auto& local_ids : processes) {
-      LocalProgramRequest request;
-      request.dump_dir = dir.value();
-      request.compile_options = options;
-      request.assignment = assignment;
-      request.num_devices = num_devices_;
-      request.local_engine_ids = local_ids;
-      request.engine_kind = engine_kind;
-      StatusOr<LocalProgram> local = hooks.local_program(request);
+      StatusOr<LocalProgram> local =
+          hooks.local_program(Request(dir.value(), options, assignment, local_ids, engine_kind));
       if (!local.ok()) {
         failed = local.status();
         break;
@@ -225,13 +233,7 @@ StatusOr<std::shared_ptr<const PartitionedProgram>> MultiProcessCompiler::Partit
   result->shadow = std::move(compiled.value().executable);
   double shadow_seconds = Seconds(start);
 
-  LocalProgramRequest request;
-  request.dump_dir = dir.value();
-  request.compile_options = options;
-  request.assignment = assignment;
-  request.num_devices = num_devices_;
-  request.local_engine_ids = local_engine_ids_;
-  StatusOr<LocalProgram> local = hooks.local_program(request);
+  StatusOr<LocalProgram> local = hooks.local_program(Request(dir.value(), options, assignment, local_engine_ids_, ""));
   if (!local.ok() && stopped && local.status().code() != Code::kUnimplemented) {
     // The compile ended before the dump was written: the mark that stops it
     // may itself be what this program cannot take. Partition it whole.

@@ -86,6 +86,10 @@ class MultiProcessCompiler {
     std::unique_ptr<EngineExecutable> executable;  // when it compiled
     bool stopped_early = false;                 // it was meant to end once the dump was written
   };
+  // What the local_program hook is asked for one process's devices.
+  LocalProgramRequest Request(const std::string& dump_dir, const std::string& options,
+                              const std::vector<std::vector<int64_t>>& assignment,
+                              const std::map<int64_t, int64_t>& local_ids, const std::string& engine_kind) const;
   // Called with mu_ held. An error where the compile failed other than by
   // its stop mark (ShadowCompile::status is then OK, or the mark's).
   StatusOr<ShadowCompile> PartitionOnShadow(const std::string& code, const std::string& format,
