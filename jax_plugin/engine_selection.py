@@ -17,6 +17,9 @@ that is not a file is an error naming it), else libnccl.so.2 from the
 nvidia-nccl-cu13 or nvidia-nccl-cu12 wheel (both install it under
 nvidia/nccl/lib), else the system's.
 
+Compiling for GPUs without one (compile-only topologies) uses the CUDA
+engine whose release equals jaxlib's, GPU or not (compile_engine).
+
 Detecting a GPU never initializes CUDA: it counts /proc/driver/nvidia/gpus
 and loads libcuda.so.1 without calling it, so a machine without a driver
 gets a clean "no", never a crash.
