@@ -7,8 +7,8 @@ collective on a 1-D mesh and on either axis of a 2-D one, a loop that
 communicates) and examples/train_mlp.py (a data-parallel training step: the
 partitioner inserts the gradients' all-reduces), imported from there, an
 auto-partitioned model-parallel layer, and the
-single-device arithmetic of tests/gpu/numerics.py (sin, log, erf, pow:
-libdevice; bf16 and f32 matmuls).
+single-device programs of tests/gpu (numerics.py's sin, log, erf, pow:
+libdevice; bf16 and f32 matmuls; scan, vmap, grad, random, f16).
 
   python gpu_compile_programs.py myplugin --gpu h100 --topology 1x2x2 --out ours.json
   python gpu_compile_programs.py reference --devices 4 --out ref.json   # jax's CPU backend
@@ -89,6 +89,15 @@ def catalogue(devices):
   mf = jax.ShapeDtypeStruct((128, 128), f32, sharding=one)
   out["numerics"] = (jax.jit(lambda v, m, mf: (jnp.sin(v) + jnp.log1p(jnp.abs(v)) + jax.lax.erf(v) +
                                                jnp.power(jnp.abs(v) + 1, 1.5), m @ m, mf @ mf)), (v, m, mf))
+  # tests/gpu/test_gpu_single.py's control flow and transformations: scan,
+  # vmap, grad, random bits, f16.
+  def control(v, mf):
+    noise = jax.random.normal(jax.random.key(0), v.shape)
+    total, running = jax.lax.scan(lambda c, e: (c + e, c * e), 0.0, v + noise)
+    rows = jax.vmap(jnp.dot)(mf, mf)
+    slope = jax.grad(lambda w: jnp.sum(jnp.tanh(w * v)))(1.5)
+    return total, running.astype(jnp.float16), rows, slope
+  out["control"] = (jax.jit(control), (v, mf))
   return out
 
 
