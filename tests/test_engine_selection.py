@@ -127,3 +127,26 @@ def test_this_machine_picks_the_cpu_engine_and_refuses_cuda():
                  timeout=120)
   assert r.returncode != 0
   assert "MYPLUGIN_ENGINE=cuda, but no CUDA driver/GPU found" in r.output, r.output
+
+
+def test_gpu_topology_without_the_cuda_engine_says_what_to_install():
+  # As where jax-cuda13-pjrt (of jaxlib's release) is not installed: the
+  # choice the PJRT library reads names no compile engine.
+  program = """
+import jax
+from jax.experimental import topologies
+from jax_plugin import _myplugin
+jax.devices()
+c = _myplugin.library_choice()
+_myplugin.set_library_choice(c["engine_path"], c["engine_kind"], c["shadow_engine_path"], c["nccl_library"],
+                             compile_engine_path="")
+try:
+  topologies.get_topology_desc(platform="myplugin", topology="1x1x8", gpu="h100")
+except Exception as e:
+  print("ERROR", e)
+"""
+  r = run_python(["-c", program], child_env(JAX_PLATFORMS="myplugin"), timeout=120)
+  assert r.returncode == 0, r.output
+  assert ("ERROR FAILED_PRECONDITION: compiling for NVIDIA GPUs needs XLA's CUDA engine of the installed jaxlib's "
+          "release and the CUDA compiler pieces it runs (ptxas, libdevice): pip install 'myplugin[gpu-compile]'"
+          ) in r.stdout, r.output
