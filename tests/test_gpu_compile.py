@@ -215,3 +215,25 @@ def test_compiles_with_the_cuda_toolkit_hidden(tmp_path):
   assert r.stdout.splitlines()[0].strip() == "0"  # the toolkit's folder was empty for the compile
   got = json.loads(out.read_text())
   assert set(got) == {"numerics", "train_step"} and len(got["train_step"]["collectives"]) == 5
+
+
+def test_programs_for_gpus_are_lowered_as_jax_lowers_for_cuda(tmp_path):
+  # On this machine myplugin runs the CPU engine, whose lowering rules serve
+  # its devices; a program for a GPU topology gets "cuda"'s (cumsum has one
+  # of its own: reduce_window on the CPU, not on CUDA). The reference is
+  # jax's own lowering for platform cuda.
+  body = """
+import collections, re, jax, jax.numpy as jnp
+from jax.experimental import topologies
+topo = topologies.get_topology_desc(platform="myplugin", topology="1x1x1", gpu="a100")
+f = jax.jit(lambda a: (jnp.cumsum(a, axis=0), jnp.sin(a) @ a))
+shape = jax.ShapeDtypeStruct((64, 64), jnp.float32)
+on_gpu = jax.ShapeDtypeStruct((64, 64), jnp.float32, sharding=jax.sharding.SingleDeviceSharding(topo.devices[0]))
+ops = lambda t: collections.Counter(o for o in re.findall(r"stablehlo\\.\\w+", t) if o != "stablehlo.mesh")
+ours, here = ops(f.lower(on_gpu).as_text()), ops(f.lower(shape).as_text())
+cuda, cpu = (ops(f.trace(shape).lower(lowering_platforms=(p,)).as_text()) for p in ("cuda", "cpu"))
+print("GPU TARGET AS CUDA", ours == cuda, "HERE AS CPU", here == cpu, "DIFFERENT", cuda != cpu)
+"""
+  r = run_python([_script(tmp_path, body)], child_env(JAX_PLATFORMS="myplugin,cpu"), timeout=300)
+  assert r.returncode == 0, r.output[-3000:]
+  assert "GPU TARGET AS CUDA True HERE AS CPU True DIFFERENT True" in r.stdout, r.output[-2000:]
