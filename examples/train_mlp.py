@@ -10,17 +10,6 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-mesh = Mesh(np.array(jax.devices()), ("batch",))
-rng = np.random.default_rng(0)
-x = rng.normal(size=(1024, 32)).astype(np.float32)
-y = (np.sin(x[:, :1] * 2) + x[:, 1:2] ** 2).astype(np.float32)
-params = {
-    "w1": (rng.normal(size=(32, 128)) / np.sqrt(32)).astype(np.float32), "b1": np.zeros(128, np.float32),
-    "w2": (rng.normal(size=(128, 1)) / np.sqrt(128)).astype(np.float32), "b2": np.zeros(1, np.float32),
-}
-params = jax.device_put(params, NamedSharding(mesh, P()))
-x, y = jax.device_put((x, y), NamedSharding(mesh, P("batch")))
-
 
 def loss_fn(p, x, y):
   h = jax.nn.gelu(x @ p["w1"] + p["b1"])
@@ -33,6 +22,22 @@ def step(p, x, y):
   return jax.tree.map(lambda a, g: a - 0.05 * g, p, grads), loss
 
 
-for i in range(20):
-  params, loss = step(params, x, y)
-  print(f"step {i:3d}  loss {float(loss):.7f}")
+def main():
+  mesh = Mesh(np.array(jax.devices()), ("batch",))
+  rng = np.random.default_rng(0)
+  x = rng.normal(size=(1024, 32)).astype(np.float32)
+  y = (np.sin(x[:, :1] * 2) + x[:, 1:2] ** 2).astype(np.float32)
+  params = {
+      "w1": (rng.normal(size=(32, 128)) / np.sqrt(32)).astype(np.float32), "b1": np.zeros(128, np.float32),
+      "w2": (rng.normal(size=(128, 1)) / np.sqrt(128)).astype(np.float32), "b2": np.zeros(1, np.float32),
+  }
+  params = jax.device_put(params, NamedSharding(mesh, P()))
+  x, y = jax.device_put((x, y), NamedSharding(mesh, P("batch")))
+  for i in range(20):
+    params, loss = step(params, x, y)
+    print(f"step {i:3d}  loss {float(loss):.7f}")
+
+
+# Importable without devices: ci/gpu_compile_matrix.sh compiles `step` for GPUs.
+if __name__ == "__main__":
+  main()

@@ -18,6 +18,9 @@ that is not a file is an error naming it), else libnccl.so.2 from the
 nvidia-nccl-cu13 or nvidia-nccl-cu12 wheel (both install it under
 nvidia/nccl/lib), else the system's.
 
+Compiling for GPUs without one (compile-only topologies) uses the CUDA
+engine whose release equals jaxlib's, GPU or not (compile_engine).
+
 Detecting a GPU never initializes CUDA: it counts /proc/driver/nvidia/gpus
 and loads libcuda.so.1 without calling it, so a machine without a driver
 gets a clean "no", never a crash.
@@ -143,6 +146,18 @@ def shadow_engine(env=None, find=package_file) -> str | None:
   runs them): MYPLUGIN_SHADOW_ENGINE_PATH if set, else the CPU engine."""
   env = os.environ if env is None else env
   return env.get("MYPLUGIN_SHADOW_ENGINE_PATH", "").strip() or cpu_engine(find)[0]
+
+
+def compile_engine(find=package_file, version=distribution_version) -> str | None:
+  """XLA's CUDA engine as a compiler for GPUs that this machine need not
+  have (compile-only topologies, pip install 'myplugin[gpu-compile]'): the
+  same choice as for running, but only when its release equals jaxlib's (a
+  compiled program must load where jax and the engine are the same)."""
+  path, distribution = find_cuda_engine(find, version)
+  jaxlib = version("jaxlib")
+  if path is None or jaxlib is None or version(distribution) != jaxlib:
+    return None
+  return path
 
 
 def select(env=None, probe=probe_gpus, find=package_file, version=distribution_version) -> Engine:

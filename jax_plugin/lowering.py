@@ -36,8 +36,8 @@ def install_lowering_rules(engine_kind: str = "cpu") -> None:
   rules = getattr(mlir, "_platform_specific_lowerings", None)
   if rules is None:
     raise RuntimeError("this jax keeps no per-platform lowering rules; myplugin cannot lower for its engine")
-  for prim, rule in rules.get(engine_kind, {}).items():
-    rules[PLATFORM].setdefault(prim, rule)
+  for prim in list(rules.get(engine_kind, {})):
+    rules[PLATFORM].setdefault(prim, _for_target(prim, engine_kind))
   from jax_plugin import callbacks
   callbacks.install(engine_kind)
 
@@ -159,20 +159,55 @@ def _follow_cpu_registrations(c_api) -> None:
   xla_client.register_custom_call_target = follow
 
 
+# In the platform version of myplugin's compile-only GPU topologies
+# (plugin/pjrt/gpu_compile.cc, TargetWriter), which jax's compile-only
+# backend reports.
+_GPU_TARGET = "for XLA's CUDA engine"
+
+
+def _lowers_for_gpu_target(ctx) -> bool:
+  backend = getattr(getattr(ctx, "module_context", None), "backend", None)
+  return _GPU_TARGET in (getattr(backend, "platform_version", "") or "")
+
+
+def _for_target(prim, engine_kind: str):
+  """The lowering rule of `prim` for myplugin: the engine platform's, but
+  "cuda"'s when the program is compiled for a GPU topology of myplugin on a
+  machine whose engine is the CPU one; jax's default rule where the chosen
+  platform has none. Chosen per lowering: one process lowers for both."""
+  from jax._src.interpreters import mlir
+
+  rules = mlir._platform_specific_lowerings
+  entry = rules[engine_kind].get(prim)
+  if engine_kind == "cuda":
+    return entry
+
+  def rule(ctx, *args, **params):
+    platform = "cuda" if _lowers_for_gpu_target(ctx) else engine_kind
+    chosen = rules[platform].get(prim) or mlir._lowerings.get(prim)
+    if chosen is None:
+      raise NotImplementedError(f"myplugin has no lowering of {prim} for {platform}")
+    return chosen.rule(ctx, *args, **params)
+  return mlir.LoweringRuleEntry(rule, entry.inline if entry is not None else True)
+
+
 class _FollowingRules(dict):
-  """myplugin's own lowering rules, then the engine platform's, looked up at
-  lowering time: a "cpu" rule that jax registers after start-up (importing
+  """myplugin's own lowering rules, then the engine platform's (or, for a
+  compile-only GPU topology, "cuda"'s: _for_target), looked up at lowering
+  time: a "cpu" rule that jax registers after start-up (importing
   jax.experimental.sparse late) serves myplugin too."""
 
-  def __init__(self, own: dict, engine_rules: dict):
+  def __init__(self, own: dict, engine_kind: str, rules: dict):
     super().__init__(own)
-    self._engine_rules = engine_rules
+    self._engine_kind = engine_kind
+    self._rules = rules
 
   def __contains__(self, prim) -> bool:
-    return dict.__contains__(self, prim) or prim in self._engine_rules
+    return (dict.__contains__(self, prim) or prim in self._rules[self._engine_kind] or
+            prim in self._rules.get("cuda", {}))
 
   def __missing__(self, prim):
-    return self._engine_rules[prim]
+    return _for_target(prim, self._engine_kind)
 
   def get(self, prim, default=None):
     return self[prim] if prim in self else default
@@ -186,4 +221,4 @@ def follow_engine_lowering_rules(engine_kind: str = "cpu") -> None:
   rules = getattr(mlir, "_platform_specific_lowerings", None)
   if rules is None or isinstance(rules.get(PLATFORM), _FollowingRules):
     return
-  rules[PLATFORM] = _FollowingRules(rules.get(PLATFORM, {}), rules[engine_kind])
+  rules[PLATFORM] = _FollowingRules(rules.get(PLATFORM, {}), engine_kind, rules)

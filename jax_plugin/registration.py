@@ -68,7 +68,8 @@ def _initialize() -> None:
   # initialization, FFI registration): before register_plugin.
   _myplugin.set_library_choice(engine_path=engine.path or "", engine_kind=kind,
                                shadow_engine_path=engine_selection.shadow_engine() or "",
-                               nccl_library=nccl or "")
+                               nccl_library=nccl or "",
+                               compile_engine_path=engine_selection.compile_engine() or "")
 
   # jax warns that every plugin outside this list is "experimental"; myplugin
   # is tested against jax's CPU backend, so it asks to be left out of that.

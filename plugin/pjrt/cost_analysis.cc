@@ -10,6 +10,7 @@
 #include "engine/engine_executable.h"
 #include "pjrt/executable.h"
 #include "pjrt/forwarding.h"
+#include "pjrt/gpu_compile.h"
 #include "spmd/cost_analysis_hook.h"
 
 namespace myplugin {
@@ -71,7 +72,8 @@ StatusOr<std::string> ModuleOfProtoWithConfig(const std::string& bytes) {
   return DataLoss("the engine's optimized program holds no HLO module");
 }
 
-StatusOr<std::unique_ptr<Properties>> Analyze(PJRT_Executable* executable) {
+// `engine` made `executable`: ours, or a compile-only GPU target's CUDA engine.
+StatusOr<std::unique_ptr<Properties>> Analyze(const EngineLibrary& engine, PJRT_Executable* executable) {
   spmd::CostAnalysisHook hook = spmd::GetCostAnalysisHook();
   if (!hook) {
     return Unimplemented("cost analysis of myplugin executables needs the jax_plugin package loaded");
@@ -91,7 +93,7 @@ StatusOr<std::unique_ptr<Properties>> Analyze(PJRT_Executable* executable) {
                   ? whole.value()->OptimizedProgram(&format)
                   : EngineExecutable::OptimizedProgram(Engine(), executable, &format);
   } else {
-    program = EngineExecutable::OptimizedProgram(Engine(), executable, &format);
+    program = EngineExecutable::OptimizedProgram(engine, executable, &format);
   }
   if (!program.ok()) return program.status();
   std::string module;
@@ -135,14 +137,38 @@ PJRT_Error* ExecutableGetCostAnalysis(PJRT_Executable_GetCostAnalysis_Args* args
       return nullptr;
     }
   }
-  if (auto* engine_fn = Engine().api()->PJRT_Executable_GetCostAnalysis) {
-    Status engine = Engine().Consume(engine_fn(args));
-    if (engine.ok()) return nullptr;  // an engine that answers itself is believed
-    if (engine.code() != Code::kUnimplemented) return ToPjrtError(engine);
+  // A compile-only GPU program (pjrt/gpu_compile.h) is its CUDA engine's
+  // (the first process's local program, for one over several processes).
+  TargetExecutable* target = TargetExecutableOf(args->executable);
+  const EngineLibrary& engine = target ? target->engine() : Engine();
+  PJRT_Executable* engine_executable = target ? target->primary() : args->executable;
+  if (auto* engine_fn = engine.api()->PJRT_Executable_GetCostAnalysis) {
+    ScopedSwap<PJRT_Executable*> swap(args->executable, engine_executable);
+    Status answer = engine.Consume(engine_fn(args));
+    if (answer.ok() && target == nullptr) return nullptr;  // an engine that answers itself is believed
+    if (answer.ok()) {
+      // Its properties live as long as its executable, which is ours to keep.
+      auto out = std::make_unique<Properties>();
+      for (size_t i = 0; i < args->num_properties; ++i) {
+        out->names.emplace_back(args->properties[i].name, args->properties[i].name_size);
+      }
+      for (size_t i = 0; i < args->num_properties; ++i) {
+        PJRT_NamedValue v = args->properties[i];
+        v.name = out->names[i].data();
+        out->values.push_back(v);
+      }
+      std::lock_guard<std::mutex> lock(mu);
+      auto& slot = Table()[args->executable];
+      if (!slot) slot = std::move(out);
+      args->num_properties = slot->values.size();
+      args->properties = slot->values.data();
+      return nullptr;
+    }
+    if (answer.code() != Code::kUnimplemented) return ToPjrtError(answer);
   }
   // Outside the lock: the analysis takes the GIL, and another thread holding
   // it may be waiting for this lock.
-  StatusOr<std::unique_ptr<Properties>> props = Analyze(args->executable);
+  StatusOr<std::unique_ptr<Properties>> props = Analyze(engine, engine_executable);
   if (!props.ok()) return ToPjrtError(props.status());
   std::lock_guard<std::mutex> lock(mu);
   auto& slot = Table()[args->executable];

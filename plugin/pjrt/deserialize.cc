@@ -11,6 +11,7 @@
 #include "pjrt/engine_instance.h"
 #include "pjrt/error.h"
 #include "pjrt/executable.h"
+#include "pjrt/gpu_compile.h"
 #include "pjrt/serialized_executable.h"
 
 namespace myplugin {
@@ -155,6 +156,66 @@ PJRT_Error* LoadAcrossProcesses(Client* ours, SerializedExecutable& blob, const 
   return WrapInto(ours, slot, std::move(partitioned));
 }
 
+// A program compiled ahead of time for GPUs (pjrt/gpu_compile.h), checked
+// against this process before anything is loaded: on a client of another
+// engine (the CPU one) it is refused there, and no CUDA client is ever made.
+PJRT_Error* LoadForTarget(Client* ours, const SerializedExecutable& blob, const std::string& options,
+                          PJRT_LoadedExecutable*& slot) {
+  TargetLoadSite site;
+  site.cuda_engine = CurrentEngineKind() == EngineKind::kCuda;
+  site.engine_description = std::string("XLA's ") + (site.cuda_engine ? "CUDA" : "CPU") + " engine (" +
+                            Engine().path() + ")";
+  if (site.cuda_engine) site.writer = TargetWriter(Engine());
+  site.devices_per_process = static_cast<int>(ours->c_addressable_devices().size());
+  if (!ours->c_addressable_devices().empty()) {
+    site.device_kind = FromC(ours->c_addressable_devices()[0])->description().kind();
+  }
+  site.processes = site.devices_per_process == 0
+                       ? 0
+                       : static_cast<int>(ours->c_devices().size()) / site.devices_per_process;
+  if (Status st = CheckTargetFits(blob, site); !st.ok()) return ToPjrtError(st);
+  if (!blob.multiprocess) return LoadLocal(ours, blob, options, slot);
+  const int p = ours->process_index();
+  if (p >= static_cast<int>(blob.process_executables.size()) || blob.process_executables[p].empty()) {
+    return ToPjrtError(Unimplemented("this executable has no part for process " + std::to_string(p) +
+                                     " (none of its devices is in the program)"));
+  }
+  std::vector<int64_t> order;
+  for (const auto& replica : blob.assignment) {
+    for (int64_t id : replica) {
+      Device* d = ours->LookupDevice(static_cast<int>(id));
+      if (d != nullptr && d->addressable()) order.push_back(id);
+    }
+  }
+  if (order != blob.process_device_orders[p]) {
+    return ToPjrtError(FailedPrecondition("this executable's part for process " + std::to_string(p) +
+                                          " runs devices " + IdList(blob.process_device_orders[p]) +
+                                          "; this process has " + IdList(order)));
+  }
+  std::unordered_map<int64_t, int64_t> engine_id_of;
+  for (size_t i = 0; i < order.size(); ++i) {
+    StatusOr<int64_t> id = ours->EngineIdOf(order[i]);
+    if (!id.ok()) return ToPjrtError(id.status());
+    engine_id_of[blob.process_engine_ids[p][i]] = id.value();
+  }
+  StatusOr<std::string> local_options = RemapCompileOptionDevices(
+      blob.process_compile_options[p], [&engine_id_of](int64_t id) -> StatusOr<int64_t> {
+        auto it = engine_id_of.find(id);
+        if (it == engine_id_of.end()) return InvalidArgument("the local program names an unknown engine device");
+        return it->second;
+      });
+  if (!local_options.ok()) return ToPjrtError(local_options.status());
+  StatusOr<std::unique_ptr<EngineExecutable>> local = EngineExecutable::Deserialize(
+      Engine(), ours->engine_client().get(), blob.process_executables[p], local_options.value());
+  if (!local.ok()) return ToPjrtError(local.status());
+  auto partitioned = std::make_shared<spmd::PartitionedProgram>();
+  partitioned->local.compile_options = local_options.take();
+  partitioned->local.device_order = std::move(order);
+  partitioned->assignment = blob.assignment;
+  slot = local.value()->release();
+  return WrapInto(ours, slot, std::move(partitioned));
+}
+
 }  // namespace
 
 PJRT_Error* PjrtExecutableDeserializeAndLoad(PJRT_Executable_DeserializeAndLoad_Args* args) {
@@ -163,6 +224,12 @@ PJRT_Error* PjrtExecutableDeserializeAndLoad(PJRT_Executable_DeserializeAndLoad_
   StatusOr<SerializedExecutable> blob =
       DecodeSerializedExecutable(std::string(args->serialized_executable, args->serialized_executable_size));
   if (!blob.ok()) return ToPjrtError(blob.status());
+  std::string options;
+  if (args->overridden_serialized_compile_options != nullptr) {
+    options.assign(args->overridden_serialized_compile_options, args->overridden_serialized_compile_options_size);
+  }
+  args->loaded_executable = nullptr;
+  if (blob.value().for_target) return LoadForTarget(ours, blob.value(), options, args->loaded_executable);
   if (blob.value().platform_version != ours->platform_version()) {
     return ToPjrtError(FailedPrecondition(
         "this serialized executable was written by '" + blob.value().platform_version + "'; this client is '" +
@@ -170,11 +237,6 @@ PJRT_Error* PjrtExecutableDeserializeAndLoad(PJRT_Executable_DeserializeAndLoad_
         "(compile the program again)"));
   }
   // jax passes the program's compile options back (global device ids).
-  std::string options;
-  if (args->overridden_serialized_compile_options != nullptr) {
-    options.assign(args->overridden_serialized_compile_options, args->overridden_serialized_compile_options_size);
-  }
-  args->loaded_executable = nullptr;
   if (blob.value().multiprocess) return LoadAcrossProcesses(ours, blob.value(), options, args->loaded_executable);
   return LoadLocal(ours, blob.value(), options, args->loaded_executable);
 }

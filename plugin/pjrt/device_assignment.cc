@@ -252,4 +252,33 @@ StatusOr<std::string> WholeProgramModule(const std::string& hlo_with_config, con
   return out;
 }
 
+StatusOr<std::string> LocalProgramAsWhole(const std::string& hlo_with_config, const std::string& partitioned,
+                                          int64_t replicas, int64_t partitions) {
+  constexpr int kSpmdOutputSharding = 12, kSpmdParametersShardings = 14;
+  auto is_sharding = [](const Field& f) {
+    return f.wire == kLengthDelimited && (f.number == kSpmdOutputSharding || f.number == kSpmdParametersShardings);
+  };
+  std::string module;
+  bool found = false;
+  for (size_t pos = 0; pos < hlo_with_config.size();) {
+    StatusOr<Field> f = NextField(hlo_with_config, &pos);
+    if (!f.ok()) return f.status();
+    if (f.value().wire != kLengthDelimited || f.value().number != kHloModule) continue;
+    const std::string local = hlo_with_config.substr(f.value().value_start, f.value().end - f.value().value_start);
+    for (size_t m = 0; m < local.size();) {
+      StatusOr<Field> g = NextField(local, &m);
+      if (!g.ok()) return g.status();
+      if (!is_sharding(g.value())) module.append(local, g.value().start, g.value().end - g.value().start);
+    }
+    found = true;
+  }
+  if (!found) return Malformed("no module in the engine's optimized program");
+  for (size_t pos = 0; pos < partitioned.size();) {
+    StatusOr<Field> f = NextField(partitioned, &pos);
+    if (!f.ok()) return f.status();
+    if (is_sharding(f.value())) module.append(partitioned, f.value().start, f.value().end - f.value().start);
+  }
+  return WholeProgramModule(hlo_with_config, module, replicas, partitions);
+}
+
 }  // namespace myplugin

@@ -49,4 +49,12 @@ std::string WriteDeviceAssignment(const std::vector<std::vector<int64_t>>& assig
 StatusOr<std::string> WholeProgramModule(const std::string& hlo_with_config, const std::string& module,
                                          int64_t replicas, int64_t partitions);
 
+// The same, keeping `hlo_with_config`'s own module (a local program, with
+// our collectives) but with the partitioner's parameter and output
+// shardings (HloModuleProto fields 14 and 12) of `partitioned` (the whole
+// program after SPMD partitioning) in place of its own: what jax reads
+// back as the executable's shardings, while its text shows the code made.
+StatusOr<std::string> LocalProgramAsWhole(const std::string& hlo_with_config, const std::string& partitioned,
+                                          int64_t replicas, int64_t partitions);
+
 }  // namespace myplugin

@@ -3,8 +3,14 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
+#include <vector>
 
+#ifdef MYPLUGIN_HAVE_NCCL
+#include "collectives/nccl_ffi_handlers.h"
+#endif
 #include "engine/library_choice.h"
+#include "pjrt/ffi_extension.h"
 
 namespace myplugin {
 namespace {
@@ -13,6 +19,23 @@ struct LoadedEngine {
   std::unique_ptr<EngineLibrary> library;
   Status status;
 };
+
+// `path` loaded into a new LoadedEngine (leaked, like the engine), or the
+// reason it is not: `missing` when no path was chosen.
+LoadedEngine* LoadEngine(const std::string& path, const std::string& missing) {
+  auto* e = new LoadedEngine;
+  if (path.empty()) {
+    e->status = FailedPrecondition(missing);
+    return e;
+  }
+  StatusOr<std::unique_ptr<EngineLibrary>> lib = EngineLibrary::Load(path);
+  if (lib.ok()) {
+    e->library = lib.take();
+  } else {
+    e->status = lib.status();
+  }
+  return e;
+}
 
 LoadedEngine& Instance() {
   // Leaked on purpose: the engine outlives every static destructor that
@@ -45,24 +68,69 @@ StatusOr<const EngineLibrary*> ShadowEngine() {
     MYPLUGIN_RETURN_IF_ERROR(EnsureEngineLoaded());
     return &Engine();
   }
-  static LoadedEngine* shadow = [] {
-    auto* e = new LoadedEngine;
-    const std::string path = CurrentLibraryChoice().shadow_engine_path;
-    if (path.empty()) {
-      e->status = FailedPrecondition("multi-process programs on the CUDA engine are partitioned on XLA's CPU "
-                                     "engine: install lammps-jax-pjrt-cpu (or set MYPLUGIN_SHADOW_ENGINE_PATH)");
-      return e;
-    }
-    StatusOr<std::unique_ptr<EngineLibrary>> lib = EngineLibrary::Load(path);
-    if (lib.ok()) {
-      e->library = lib.take();
-    } else {
-      e->status = lib.status();
-    }
-    return e;
-  }();
+  static LoadedEngine* shadow =
+      LoadEngine(CurrentLibraryChoice().shadow_engine_path,
+                 "multi-process programs on the CUDA engine are partitioned on XLA's CPU engine: install "
+                 "lammps-jax-pjrt-cpu (or set MYPLUGIN_SHADOW_ENGINE_PATH)");
   if (!shadow->status.ok()) return shadow->status;
   return shadow->library.get();
+}
+
+std::vector<std::pair<std::string, void*>> NcclHandlersForCompile() {
+#ifdef MYPLUGIN_HAVE_NCCL
+  return collectives::NcclFfiHandlers();
+#else
+  return {};
+#endif
+}
+
+namespace {
+
+// Our NCCL handlers in the compile engine's FFI registry: the compiler
+// refuses a custom call whose target it does not know.
+Status RegisterNcclHandlers(const EngineLibrary& engine) {
+  PJRT_Extension_Base* ext = engine.FindExtension(PJRT_Extension_Type_FFI);
+  if (ext == nullptr || ext->struct_size < sizeof(FfiExtension)) {
+    return Unimplemented("XLA's CUDA engine (" + engine.path() + ") has no FFI extension");
+  }
+  const auto* ffi = reinterpret_cast<const FfiExtension*>(ext);
+  static const char kCuda[] = "CUDA";
+  for (const auto& [name, handler] : NcclHandlersForCompile()) {
+    FfiRegisterHandlerArgs args{};
+    args.struct_size = kFfiRegisterHandlerArgsSize;
+    args.target_name = name.data();
+    args.target_name_size = name.size();
+    args.handler = handler;
+    args.platform_name = kCuda;
+    args.platform_name_size = sizeof(kCuda) - 1;
+    MYPLUGIN_RETURN_IF_ERROR(engine.Consume(ffi->register_handler(&args)));
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
+StatusOr<const EngineLibrary*> CompileEngine() {
+  if (CurrentEngineKind() == EngineKind::kCuda) {
+    MYPLUGIN_RETURN_IF_ERROR(EnsureEngineLoaded());
+    return &Engine();
+  }
+  static LoadedEngine* compiler = [] {
+    LoadedEngine* e = LoadEngine(CurrentLibraryChoice().compile_engine_path,
+                                 "compiling for NVIDIA GPUs needs XLA's CUDA engine of the installed jaxlib's "
+                                 "release and the CUDA compiler pieces it runs (ptxas, libdevice): pip install "
+                                 "'myplugin[gpu-compile]'");
+    if (e->status.ok()) e->status = RegisterNcclHandlers(*e->library);
+    return e;
+  }();
+  if (!compiler->status.ok()) return compiler->status;
+  return compiler->library.get();
+}
+
+int CompileEngineCudaMajor() {
+  const LibraryChoice choice = CurrentLibraryChoice();
+  const std::string& path = CurrentEngineKind() == EngineKind::kCuda ? choice.engine_path : choice.compile_engine_path;
+  return path.find("cuda12") != std::string::npos ? 12 : 13;
 }
 
 }  // namespace myplugin

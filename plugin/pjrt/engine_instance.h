@@ -4,6 +4,10 @@
 // registers the plugin. A failed load is remembered and reported every time.
 #pragma once
 
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "common/status.h"
 #include "engine/engine_library.h"
 
@@ -24,5 +28,16 @@ EngineKind CurrentEngineKind();
 // The CPU engine that partitions multi-process programs: the engine itself
 // when it is the CPU one, else the shadow engine jax_plugin chose, loaded once.
 StatusOr<const EngineLibrary*> ShadowEngine();
+
+// XLA's CUDA engine as a compiler for compile-only GPU topologies: the
+// engine itself when it is the CUDA one, else the one jax_plugin found,
+// loaded once with our NCCL handlers registered for platform CUDA (so that
+// the rewritten multi-process programs compile). Never makes a client.
+StatusOr<const EngineLibrary*> CompileEngine();
+// (target name, XLA_FFI_Handler*) of our NCCL handlers; empty when this
+// build has no NCCL backend (built without NCCL's headers).
+std::vector<std::pair<std::string, void*>> NcclHandlersForCompile();
+// The CUDA major version of that engine (12 or 13), from its package.
+int CompileEngineCudaMajor();
 
 }  // namespace myplugin

@@ -7,6 +7,7 @@
 #include "pjrt/client.h"
 #include "pjrt/device_assignment.h"
 #include "pjrt/forwarding.h"
+#include "pjrt/gpu_compile.h"
 #include "pjrt/serialized_executable.h"
 
 namespace myplugin {
@@ -177,7 +178,22 @@ StatusOr<const EngineExecutable*> LoadedExecutable::WholeProgramExecutable() con
   return whole_executable_.get();
 }
 
+// A compile-only GPU program (pjrt/gpu_compile.h) over several processes
+// answers for the whole program; one of a single process is the engine's.
+template <typename Args, typename Fn>
+PJRT_Error* ForTarget(TargetExecutable* target, Args* args, Fn fn, const char* name) {
+  ScopedSwap<decltype(args->executable)> executable(args->executable, target->primary());
+  return CallLibrary(target->engine(), fn, args, name);
+}
+
 PJRT_Error* PjrtExecutableNumReplicas(PJRT_Executable_NumReplicas_Args* args) {
+  if (TargetExecutable* target = TargetExecutableOf(args->executable)) {
+    if (!target->multiprocess()) {
+      return ForTarget(target, args, target->engine().api()->PJRT_Executable_NumReplicas, "NumReplicas");
+    }
+    args->num_replicas = target->assignment().size();
+    return nullptr;
+  }
   if (const spmd::PartitionedProgram* whole = StoodInFor(args->executable)) {
     args->num_replicas = whole->assignment.size();
     return nullptr;
@@ -186,6 +202,13 @@ PJRT_Error* PjrtExecutableNumReplicas(PJRT_Executable_NumReplicas_Args* args) {
 }
 
 PJRT_Error* PjrtExecutableNumPartitions(PJRT_Executable_NumPartitions_Args* args) {
+  if (TargetExecutable* target = TargetExecutableOf(args->executable)) {
+    if (!target->multiprocess()) {
+      return ForTarget(target, args, target->engine().api()->PJRT_Executable_NumPartitions, "NumPartitions");
+    }
+    args->num_partitions = target->assignment().empty() ? 0 : target->assignment()[0].size();
+    return nullptr;
+  }
   if (const spmd::PartitionedProgram* whole = StoodInFor(args->executable)) {
     args->num_partitions = whole->assignment.empty() ? 0 : whole->assignment[0].size();
     return nullptr;
@@ -194,12 +217,21 @@ PJRT_Error* PjrtExecutableNumPartitions(PJRT_Executable_NumPartitions_Args* args
 }
 
 PJRT_Error* PjrtExecutableOptimizedProgram(PJRT_Executable_OptimizedProgram_Args* args) {
-  const LoadedExecutable* origin = OriginOf(args->executable);
-  if (origin == nullptr || origin->stood_in_for() == nullptr ||
-      origin->stood_in_for()->local.partitioned_module_proto.empty()) {
-    return MYPLUGIN_CALL_ENGINE(PJRT_Executable_OptimizedProgram, args);
+  StatusOr<std::string> whole = Internal("no program");
+  if (TargetExecutable* target = TargetExecutableOf(args->executable)) {
+    if (!target->multiprocess()) {
+      return ForTarget(target, args, target->engine().api()->PJRT_Executable_OptimizedProgram, "OptimizedProgram");
+    }
+    std::string format;
+    whole = target->OptimizedProgram(&format);
+  } else {
+    const LoadedExecutable* origin = OriginOf(args->executable);
+    if (origin == nullptr || origin->stood_in_for() == nullptr ||
+        origin->stood_in_for()->local.partitioned_module_proto.empty()) {
+      return MYPLUGIN_CALL_ENGINE(PJRT_Executable_OptimizedProgram, args);
+    }
+    whole = origin->WholeOptimizedProgram();
   }
-  StatusOr<std::string> whole = origin->WholeOptimizedProgram();
   if (!whole.ok()) return ToPjrtError(whole.status());
   static const char kFormat[] = "hlo_with_config";
   PJRT_Program* program = args->program;
@@ -218,12 +250,17 @@ PJRT_Error* PjrtExecutableOptimizedProgram(PJRT_Executable_OptimizedProgram_Args
 }
 
 PJRT_Error* PjrtExecutableSerialize(PJRT_Executable_Serialize_Args* args) {
-  const LoadedExecutable* origin = OriginOf(args->executable);
-  if (origin == nullptr) {
-    return ToPjrtError(FailedPrecondition(
-        "myplugin serializes only executables obtained from its loaded executables (and still loaded)"));
+  StatusOr<std::string> bytes = Internal("no executable");
+  if (TargetExecutable* target = TargetExecutableOf(args->executable)) {
+    bytes = target->Serialize();
+  } else {
+    const LoadedExecutable* origin = OriginOf(args->executable);
+    if (origin == nullptr) {
+      return ToPjrtError(FailedPrecondition(
+          "myplugin serializes only executables obtained from its loaded executables (and still loaded)"));
+    }
+    bytes = origin->Serialize();
   }
-  StatusOr<std::string> bytes = origin->Serialize();
   if (!bytes.ok()) return ToPjrtError(bytes.status());
   auto* holder = new std::string(bytes.take());
   args->serialized_bytes = holder->data();

@@ -5,6 +5,7 @@
 #include "pjrt/device.h"
 #include "pjrt/entry_point.h"
 #include "pjrt/executable.h"
+#include "pjrt/gpu_compile.h"
 
 namespace myplugin {
 namespace {
@@ -149,6 +150,10 @@ PJRT_Error* TransferManagerDevice(PJRT_AsyncHostToDeviceTransferManager_Device_A
 
 PJRT_Error* ExecutableDestroy(PJRT_Executable_Destroy_Args* args) {
   ForgetCostAnalysis(args->executable);
+  if (TargetExecutable* target = TargetExecutableOf(args->executable)) {
+    delete target;
+    return nullptr;
+  }
   ForgetExecutableOrigin(args->executable);
   return MYPLUGIN_CALL_ENGINE(PJRT_Executable_Destroy, args);
 }
@@ -161,14 +166,6 @@ MYPLUGIN_PASS_THROUGH(PJRT_Event_Destroy)
 MYPLUGIN_PASS_THROUGH(PJRT_Event_IsReady)
 MYPLUGIN_PASS_THROUGH(PJRT_Event_Error)
 MYPLUGIN_PASS_THROUGH(PJRT_Event_Await)
-MYPLUGIN_PASS_THROUGH(PJRT_Executable_Name)
-MYPLUGIN_PASS_THROUGH(PJRT_Executable_NumOutputs)
-MYPLUGIN_PASS_THROUGH(PJRT_Executable_SizeOfGeneratedCodeInBytes)
-MYPLUGIN_PASS_THROUGH(PJRT_Executable_OutputMemoryKinds)
-MYPLUGIN_PASS_THROUGH(PJRT_Executable_OutputElementTypes)
-MYPLUGIN_PASS_THROUGH(PJRT_Executable_OutputDimensions)
-MYPLUGIN_PASS_THROUGH(PJRT_Executable_Fingerprint)
-MYPLUGIN_PASS_THROUGH(PJRT_Executable_GetCompiledMemoryStats)
 MYPLUGIN_PASS_THROUGH(PJRT_Buffer_Destroy)
 MYPLUGIN_PASS_THROUGH(PJRT_Buffer_ElementType)
 MYPLUGIN_PASS_THROUGH(PJRT_Buffer_Dimensions)
@@ -201,6 +198,26 @@ MYPLUGIN_PASS_THROUGH(PJRT_AsyncHostToDeviceTransferManager_BufferSize)
 MYPLUGIN_PASS_THROUGH(PJRT_AsyncHostToDeviceTransferManager_SetBufferError)
 MYPLUGIN_PASS_THROUGH(PJRT_AsyncHostToDeviceTransferManager_AddMetadata)
 #undef MYPLUGIN_PASS_THROUGH
+
+// Executables: the engine's, or a compile-only GPU program's
+// (pjrt/gpu_compile.h), which the CUDA engine that compiled it answers.
+#define MYPLUGIN_EXECUTABLE_FORWARD(name)                                                   \
+  PJRT_Error* Forward_##name(name##_Args* args) {                                           \
+    if (TargetExecutable* target = TargetExecutableOf(args->executable)) {                  \
+      ScopedSwap<decltype(args->executable)> executable(args->executable, target->primary()); \
+      return CallLibrary(target->engine(), target->engine().api()->name, args, #name);      \
+    }                                                                                       \
+    return MYPLUGIN_CALL_ENGINE(name, args);                                                \
+  }
+MYPLUGIN_EXECUTABLE_FORWARD(PJRT_Executable_Name)
+MYPLUGIN_EXECUTABLE_FORWARD(PJRT_Executable_NumOutputs)
+MYPLUGIN_EXECUTABLE_FORWARD(PJRT_Executable_SizeOfGeneratedCodeInBytes)
+MYPLUGIN_EXECUTABLE_FORWARD(PJRT_Executable_OutputMemoryKinds)
+MYPLUGIN_EXECUTABLE_FORWARD(PJRT_Executable_OutputElementTypes)
+MYPLUGIN_EXECUTABLE_FORWARD(PJRT_Executable_OutputDimensions)
+MYPLUGIN_EXECUTABLE_FORWARD(PJRT_Executable_Fingerprint)
+MYPLUGIN_EXECUTABLE_FORWARD(PJRT_Executable_GetCompiledMemoryStats)
+#undef MYPLUGIN_EXECUTABLE_FORWARD
 
 }  // namespace
 

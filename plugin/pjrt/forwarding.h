@@ -12,16 +12,18 @@
 
 namespace myplugin {
 
-// Calls an engine entry point, converting its error into ours.
+// Calls an entry point of `library` (the engine, or the CUDA engine that
+// compiles for GPU targets), converting its error into ours.
 template <typename Args>
-PJRT_Error* CallEngine(PJRT_Error* (*fn)(Args*), Args* args, const char* name) {
+PJRT_Error* CallLibrary(const EngineLibrary& library, PJRT_Error* (*fn)(Args*), Args* args, const char* name) {
   if (fn == nullptr) {
     return ToPjrtError(Unimplemented(std::string("the XLA engine does not implement ") + name));
   }
-  return ToPjrtError(Engine().Consume(fn(args)));
+  return ToPjrtError(library.Consume(fn(args)));
 }
 
-#define MYPLUGIN_CALL_ENGINE(name, args) ::myplugin::CallEngine(::myplugin::Engine().api()->name, args, #name)
+#define MYPLUGIN_CALL_ENGINE(name, args) \
+  ::myplugin::CallLibrary(::myplugin::Engine(), ::myplugin::Engine().api()->name, args, #name)
 
 // Replaces a field for the lifetime of the scope.
 template <typename T>

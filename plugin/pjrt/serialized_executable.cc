@@ -1,5 +1,6 @@
 #include "pjrt/serialized_executable.h"
 
+#include <cstdio>
 #include <cstring>
 
 namespace myplugin {
@@ -10,7 +11,7 @@ namespace {
 // new version and old blobs are refused, never misread.
 constexpr char kMagic[] = "myplugin-exec\n\0\0";
 constexpr size_t kMagicSize = 16;
-constexpr uint32_t kFormatVersion = 1;
+constexpr uint32_t kFormatVersion = 2;  // 2: the compile-only target section
 
 class Writer {
  public:
@@ -83,6 +84,20 @@ std::string EncodeSerializedExecutable(const SerializedExecutable& e) {
     w.Bytes(e.local_compile_options);
     w.Bytes(e.shadow_executable);
   }
+  w.U64(e.for_target ? 1 : 0);
+  if (e.for_target) {
+    w.Bytes(e.target_device_kind);
+    w.U64(static_cast<uint64_t>(e.target_cc_major));
+    w.U64(static_cast<uint64_t>(e.target_cc_minor));
+    w.Bytes(e.target_topology);
+    w.U64(e.process_executables.size());
+    for (size_t p = 0; p < e.process_executables.size(); ++p) {
+      w.Bytes(e.process_executables[p]);
+      w.Ids(e.process_device_orders[p]);
+      w.Ids(e.process_engine_ids[p]);
+      w.Bytes(e.process_compile_options[p]);
+    }
+  }
   return std::move(w.out());
 }
 
@@ -128,9 +143,65 @@ StatusOr<SerializedExecutable> DecodeSerializedExecutable(const std::string& byt
       return InvalidArgument("the serialized myplugin executable is corrupt: device lists of different lengths");
     }
   }
+  MYPLUGIN_READ(for_target, r.U64());
+  e.for_target = for_target.value() != 0;
+  if (e.for_target) {
+    MYPLUGIN_READ(kind, r.Bytes());
+    e.target_device_kind = kind.take();
+    MYPLUGIN_READ(major, r.U64());
+    MYPLUGIN_READ(minor, r.U64());
+    e.target_cc_major = static_cast<int64_t>(major.value());
+    e.target_cc_minor = static_cast<int64_t>(minor.value());
+    MYPLUGIN_READ(topology, r.Bytes());
+    e.target_topology = topology.take();
+    MYPLUGIN_READ(processes, r.U64());
+    if (processes.value() > bytes.size() / 16) return InvalidArgument("the serialized myplugin executable is corrupt");
+    for (uint64_t p = 0; p < processes.value(); ++p) {
+      MYPLUGIN_READ(exec, r.Bytes());
+      MYPLUGIN_READ(order, r.Ids());
+      MYPLUGIN_READ(ids, r.Ids());
+      MYPLUGIN_READ(local_options, r.Bytes());
+      e.process_compile_options.push_back(local_options.take());
+      if (order.value().size() != ids.value().size()) {
+        return InvalidArgument("the serialized myplugin executable is corrupt: device lists of different lengths");
+      }
+      e.process_executables.push_back(exec.take());
+      e.process_device_orders.push_back(order.take());
+      e.process_engine_ids.push_back(ids.take());
+    }
+  }
 #undef MYPLUGIN_READ
   if (!r.done()) return InvalidArgument("the serialized myplugin executable has trailing bytes");
   return e;
+}
+
+Status CheckTargetFits(const SerializedExecutable& e, const TargetLoadSite& site) {
+  const std::string what = "this executable was compiled ahead of time for " + e.target_device_kind + " (sm_" +
+                           std::to_string(e.target_cc_major) + std::to_string(e.target_cc_minor) +
+                           ") GPUs in topology " + e.target_topology;
+  if (!site.cuda_engine) {
+    return FailedPrecondition(what + "; this process runs myplugin over " + site.engine_description +
+                              ": it loads only in a job on those GPUs (myplugin over XLA's CUDA engine)");
+  }
+  if (e.platform_version != site.writer) {
+    return FailedPrecondition(what + " by '" + e.platform_version + "'; this process is '" + site.writer +
+                              "': an executable loads only into the plugin build and engine that made it");
+  }
+  if (e.target_device_kind != site.device_kind) {
+    return FailedPrecondition(what + "; this process's GPUs are " + site.device_kind +
+                              ": compile it again for them (gpu=... or target_config=...)");
+  }
+  // "<slices>x<hosts>x<GPUs per host>": processes = slices * hosts.
+  int dims[3] = {0, 0, 0};
+  if (std::sscanf(e.target_topology.c_str(), "%dx%dx%d", &dims[0], &dims[1], &dims[2]) != 3) {
+    return InvalidArgument("the serialized myplugin executable is corrupt: topology '" + e.target_topology + "'");
+  }
+  if (dims[0] * dims[1] != site.processes || dims[2] != site.devices_per_process) {
+    return FailedPrecondition(what + " (" + std::to_string(dims[0] * dims[1]) + " processes of " +
+                              std::to_string(dims[2]) + " GPUs); this job has " + std::to_string(site.processes) +
+                              " processes of " + std::to_string(site.devices_per_process) + " GPUs");
+  }
+  return OkStatus();
 }
 
 }  // namespace myplugin

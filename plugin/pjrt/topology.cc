@@ -1,16 +1,26 @@
 #include "pjrt/topology.h"
 
 #include "pjrt/error.h"
+#include "pjrt/gpu_compile.h"
 
 namespace myplugin {
 
+// A detached topology is a compile-only GPU target (pjrt/gpu_compile.h).
 PJRT_Error* PjrtTopologyCreate(PJRT_TopologyDescription_Create_Args* args) {
-  return ToPjrtError(Unimplemented(
-      "myplugin has no detached topologies: use the topology of a client (jax.devices())"));
+  std::string name(args->topology_name ? args->topology_name : "", args->topology_name ? args->topology_name_size : 0);
+  StatusOr<std::unique_ptr<Topology>> topology =
+      GpuCompileTarget::CreateTopology(name, args->create_options, args->num_options);
+  if (!topology.ok()) return ToPjrtError(topology.status());
+  args->topology = ToC(topology.take().release());
+  return nullptr;
 }
 
-// Topologies are owned by their client; jax never destroys those.
-PJRT_Error* PjrtTopologyDestroy(PJRT_TopologyDescription_Destroy_Args* args) { return nullptr; }
+// A client's topology is the client's; jax destroys only the detached ones.
+PJRT_Error* PjrtTopologyDestroy(PJRT_TopologyDescription_Destroy_Args* args) {
+  Topology* topology = args->topology ? FromC(args->topology) : nullptr;
+  if (topology != nullptr && topology->compile_target()) delete topology;
+  return nullptr;
+}
 
 PJRT_Error* PjrtTopologyPlatformName(PJRT_TopologyDescription_PlatformName_Args* args) {
   const std::string& name = FromC(args->topology)->platform_name();
@@ -48,8 +58,18 @@ PJRT_Error* PjrtTopologyAttributes(PJRT_TopologyDescription_Attributes_Args* arg
 }
 
 PJRT_Error* PjrtCompileForTopology(PJRT_Compile_Args* args) {
-  return ToPjrtError(Unimplemented(
-      "myplugin does not compile ahead of time for a topology: compile through a client (jax.jit)"));
+  const std::shared_ptr<const GpuCompileTarget>& target = FromC(args->topology)->compile_target();
+  if (!target) {
+    return ToPjrtError(Unimplemented(
+        "myplugin compiles ahead of time only for its GPU topologies (jax.experimental.topologies."
+        "get_topology_desc(platform='myplugin', topology='1x1x8', gpu='h100')); compile for a client's devices "
+        "through the client (jax.jit)"));
+  }
+  StatusOr<std::unique_ptr<TargetExecutable>> exec =
+      target->Compile(*args->program, std::string(args->compile_options, args->compile_options_size));
+  if (!exec.ok()) return ToPjrtError(exec.status());
+  args->executable = ToC(exec.take().release());
+  return nullptr;
 }
 
 }  // namespace myplugin

@@ -2,12 +2,15 @@
 // (in one process, the local ones), as our own descriptions.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "pjrt_c_api.h"
 
 namespace myplugin {
+
+class GpuCompileTarget;  // pjrt/gpu_compile.h
 
 class Topology {
  public:
@@ -21,14 +24,21 @@ class Topology {
   const std::string& platform_version() const { return platform_version_; }
   const std::vector<PJRT_DeviceDescription*>& descriptions() const { return descriptions_; }
 
+  // Set for a detached, compile-only topology (jax's get_topology_desc),
+  // which jax owns and destroys; null for a client's.
+  const std::shared_ptr<const GpuCompileTarget>& compile_target() const { return compile_target_; }
+  void set_compile_target(std::shared_ptr<const GpuCompileTarget> target) { compile_target_ = std::move(target); }
+
  private:
   std::string platform_name_;
   std::string platform_version_;
   std::vector<PJRT_DeviceDescription*> descriptions_;
+  std::shared_ptr<const GpuCompileTarget> compile_target_;
 };
 
 inline PJRT_TopologyDescription* ToC(Topology* t) { return reinterpret_cast<PJRT_TopologyDescription*>(t); }
 inline const Topology* FromC(const PJRT_TopologyDescription* t) { return reinterpret_cast<const Topology*>(t); }
+inline Topology* FromC(PJRT_TopologyDescription* t) { return reinterpret_cast<Topology*>(t); }
 
 // C API adapters.
 PJRT_Error* PjrtTopologyCreate(PJRT_TopologyDescription_Create_Args* args);

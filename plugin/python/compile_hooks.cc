@@ -77,7 +77,7 @@ void SetProgramHooks(nb::callable shadow_program, nb::callable local_program, nb
     nb::gil_scoped_acquire gil;
     try {
       nb::object out = (*local_fn)(r.dump_dir, nb::bytes(r.compile_options.data(), r.compile_options.size()),
-                                   r.assignment, r.num_devices, r.local_engine_ids);
+                                   r.assignment, r.num_devices, r.local_engine_ids, r.engine_kind);
       auto t = nb::cast<std::tuple<nb::bytes, nb::bytes, std::vector<int64_t>, bool, nb::bytes>>(out);
       spmd::LocalProgram p;
       p.hlo_module_proto.assign(std::get<0>(t).c_str(), std::get<0>(t).size());

@@ -16,15 +16,16 @@ namespace myplugin::python {
 void BindLibraryChoice(nb::module_& m) {
   m.def("set_library_choice",
         [](const std::string& engine_path, const std::string& engine_kind, const std::string& shadow_engine_path,
-           const std::string& nccl_library) {
+           const std::string& nccl_library, const std::string& compile_engine_path) {
           if (engine_kind != "cpu" && engine_kind != "cuda") {
             throw nb::value_error(("engine_kind must be 'cpu' or 'cuda', got '" + engine_kind + "'").c_str());
           }
-          SetLibraryChoice(LibraryChoice{engine_path, engine_kind, shadow_engine_path, nccl_library});
+          SetLibraryChoice(LibraryChoice{engine_path, engine_kind, shadow_engine_path, nccl_library, compile_engine_path});
         },
         nb::arg("engine_path"), nb::arg("engine_kind"), nb::arg("shadow_engine_path"), nb::arg("nccl_library"),
-        "Which engine (and of which kind), shadow engine and libnccl this process loads ('' for none or the "
-        "system's); call before the plugin is registered.");
+        nb::arg("compile_engine_path") = "",
+        "Which engine (and of which kind), shadow engine, libnccl and GPU compile engine this process loads ('' for "
+        "none or the system's); call before the plugin is registered.");
   m.def("library_choice", [] {
     LibraryChoice c = CurrentLibraryChoice();
     nb::dict d;
@@ -32,6 +33,7 @@ void BindLibraryChoice(nb::module_& m) {
     d["engine_kind"] = c.engine_kind;
     d["shadow_engine_path"] = c.shadow_engine_path;
     d["nccl_library"] = c.nccl_library;
+    d["compile_engine_path"] = c.compile_engine_path;
     return d;
   }, "The choice the PJRT library and the collectives read.");
 }

@@ -130,6 +130,33 @@ StatusOr<MultiProcessCompiler::ShadowCompile> MultiProcessCompiler::CompileShado
   return out;
 }
 
+LocalProgramRequest MultiProcessCompiler::Request(const std::string& dump_dir, const std::string& options,
+                                                 const std::vector<std::vector<int64_t>>& assignment,
+                                                 const std::map<int64_t, int64_t>& local_ids,
+                                                 const std::string& engine_kind) const {
+  LocalProgramRequest request;
+  request.dump_dir = dump_dir;
+  request.compile_options = options;
+  request.assignment = assignment;
+  request.num_devices = num_devices_;
+  request.local_engine_ids = local_ids;
+  request.engine_kind = engine_kind;
+  return request;
+}
+
+StatusOr<MultiProcessCompiler::ShadowCompile> MultiProcessCompiler::PartitionOnShadow(
+    const std::string& code, const std::string& format, const std::string& options, const std::string& dump_dir,
+    bool stop_early) {
+  StatusOr<ShadowCompile> compiled = CompileShadow(code, format, options, dump_dir, stop_early);
+  if (!compiled.ok()) return compiled.status();
+  const Status& st = compiled.value().status;
+  if (!st.ok() && !compiled.value().stopped_early) {
+    return Status(st.code(), "partitioning the program for " + std::to_string(num_devices_) +
+                                 " devices failed: " + st.message());
+  }
+  return compiled;
+}
+
 StatusOr<std::unique_ptr<EngineExecutable>> MultiProcessCompiler::CompileWholeProgram(
     const PartitionedProgram& program) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -143,6 +170,42 @@ StatusOr<std::unique_ptr<EngineExecutable>> MultiProcessCompiler::CompileWholePr
                                                       compiled.value().status.message());
   }
   return std::move(compiled.value().executable);
+}
+
+StatusOr<std::vector<LocalProgram>> MultiProcessCompiler::PartitionForProcesses(
+    const PJRT_Program& program, const std::string& options, const std::vector<std::vector<int64_t>>& assignment,
+    const std::vector<std::map<int64_t, int64_t>>& processes, const std::string& engine_kind) {
+  ProgramHooks hooks = GetProgramHooks();
+  if (!hooks.shadow_program || !hooks.local_program) {
+    return FailedPrecondition("this program spans processes, and compiling it needs the jax_plugin Python package "
+                              "(its multi-process compile hooks are not installed)");
+  }
+  const std::string code(program.code, program.code_size), format(program.format, program.format_size);
+  std::lock_guard<std::mutex> lock(mu_);
+  // As in PartitionUncached: first the shortened partition, then, if the
+  // stop mark itself was the trouble, the full one.
+  for (bool stop_early : {true, false}) {
+    StatusOr<std::string> dir = MakeTempDir();
+    if (!dir.ok()) return dir.status();
+    RemoveOnExit remove_dir(dir.value());
+    StatusOr<ShadowCompile> compiled = PartitionOnShadow(code, format, options, dir.value(), stop_early);
+    if (!compiled.ok()) return compiled.status();
+    const bool stopped = !compiled.value().status.ok();
+    std::vector<LocalProgram> out;
+    Status failed;
+    for (const auto& local_ids : processes) {
+      StatusOr<LocalProgram> local =
+          hooks.local_program(Request(dir.value(), options, assignment, local_ids, engine_kind));
+      if (!local.ok()) {
+        failed = local.status();
+        break;
+      }
+      out.push_back(local.take());
+    }
+    if (failed.ok()) return out;
+    if (!stopped || failed.code() == Code::kUnimplemented) return failed;
+  }
+  return Internal("unreachable: the full partition neither succeeded nor failed");
 }
 
 StatusOr<std::shared_ptr<const PartitionedProgram>> MultiProcessCompiler::PartitionUncached(
@@ -163,24 +226,14 @@ StatusOr<std::shared_ptr<const PartitionedProgram>> MultiProcessCompiler::Partit
   result->format.assign(program.format, program.format_size);
   result->options = options;
 
-  StatusOr<ShadowCompile> compiled = CompileShadow(result->code, result->format, options, dir.value(), stop_early);
+  StatusOr<ShadowCompile> compiled =
+      PartitionOnShadow(result->code, result->format, options, dir.value(), stop_early);
   if (!compiled.ok()) return compiled.status();
-  const bool stopped = compiled.value().stopped_early && !compiled.value().status.ok();
-  if (!compiled.value().status.ok() && !stopped) {
-    const Status& st = compiled.value().status;
-    return Status(st.code(), "partitioning the program for " + std::to_string(num_devices_) +
-                                 " devices failed: " + st.message());
-  }
+  const bool stopped = !compiled.value().status.ok();
   result->shadow = std::move(compiled.value().executable);
   double shadow_seconds = Seconds(start);
 
-  LocalProgramRequest request;
-  request.dump_dir = dir.value();
-  request.compile_options = options;
-  request.assignment = assignment;
-  request.num_devices = num_devices_;
-  request.local_engine_ids = local_engine_ids_;
-  StatusOr<LocalProgram> local = hooks.local_program(request);
+  StatusOr<LocalProgram> local = hooks.local_program(Request(dir.value(), options, assignment, local_engine_ids_, ""));
   if (!local.ok() && stopped && local.status().code() != Code::kUnimplemented) {
     // The compile ended before the dump was written: the mark that stops it
     // may itself be what this program cannot take. Partition it whole.

@@ -58,6 +58,16 @@ class MultiProcessCompiler {
                                                                 const std::string& cache_key,
                                                                 const std::vector<std::vector<int64_t>>& assignment);
 
+  // For a compile-only GPU target (pjrt/gpu_compile.h): one partition of
+  // the program, then the local program of every process in `processes`
+  // (each its global id -> engine id map), rewritten for `engine_kind`.
+  // `whole` gets the partitioned whole program (empty where the shadow did
+  // not stop early). Not cached: each compile-only compile is jax's own call.
+  StatusOr<std::vector<LocalProgram>> PartitionForProcesses(const PJRT_Program& program, const std::string& options,
+                                                            const std::vector<std::vector<int64_t>>& assignment,
+                                                            const std::vector<std::map<int64_t, int64_t>>& processes,
+                                                            const std::string& engine_kind);
+
   // The whole program's executable on the shadow engine, compiled now for a
   // program whose partition stopped early.
   StatusOr<std::unique_ptr<EngineExecutable>> CompileWholeProgram(const PartitionedProgram& program);
@@ -76,6 +86,15 @@ class MultiProcessCompiler {
     std::unique_ptr<EngineExecutable> executable;  // when it compiled
     bool stopped_early = false;                 // it was meant to end once the dump was written
   };
+  // What the local_program hook is asked for one process's devices.
+  LocalProgramRequest Request(const std::string& dump_dir, const std::string& options,
+                              const std::vector<std::vector<int64_t>>& assignment,
+                              const std::map<int64_t, int64_t>& local_ids, const std::string& engine_kind) const;
+  // Called with mu_ held. An error where the compile failed other than by
+  // its stop mark (ShadowCompile::status is then OK, or the mark's).
+  StatusOr<ShadowCompile> PartitionOnShadow(const std::string& code, const std::string& format,
+                                            const std::string& options, const std::string& dump_dir,
+                                            bool stop_early);
   // Called with mu_ held.
   StatusOr<ShadowCompile> CompileShadow(const std::string& code, const std::string& format,
                                         const std::string& options, const std::string& dump_dir, bool stop_early);

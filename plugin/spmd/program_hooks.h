@@ -20,6 +20,9 @@ struct LocalProgramRequest {
   std::vector<std::vector<int64_t>> assignment;  // [replica][partition] global ids
   int num_devices = 0;                           // global devices in the job
   std::map<int64_t, int64_t> local_engine_ids;   // this process: global id -> engine id
+  // The engine the local program is for: "" for this process's own, "cuda"
+  // when compiling for GPUs this process need not have (pjrt/gpu_compile.h).
+  std::string engine_kind;
 };
 
 // What the shadow engine compiles: the caller's program and options with

@@ -130,9 +130,26 @@ void TestWholeProgramModule() {
   CHECK(!myplugin::WholeProgramModule("\x0a\x05" "ab", "whole module", 1, 8).ok());  // truncated
 }
 
+void TestLocalProgramAsWhole() {
+  // HloModuleProto: name = 2, spmd_output_sharding = 12, spmd_parameters_shardings = 14.
+  std::string config = std::string("\x20\x02") + "\x28\x01";  // 2 replicas, 1 partition
+  std::string local = Field(2, "local") + Field(12, "local out") + Field(3, "code");
+  std::string engine = Field(1, local) + Field(2, config);
+  std::string partitioned = Field(2, "whole") + Field(14, "param 0") + Field(12, "out") + Field(14, "param 1");
+  auto whole = myplugin::LocalProgramAsWhole(engine, partitioned, 1, 4);
+  CHECK(whole.ok());
+  // The local module's own code and name, the partitioner's shardings in
+  // place of its own, the whole program's counts.
+  CHECK(whole.value() == Field(1, Field(2, "local") + Field(3, "code") + Field(14, "param 0") + Field(12, "out") +
+                                      Field(14, "param 1")) +
+                             Field(2, std::string("\x20\x01") + "\x28\x04"));
+  CHECK(!myplugin::LocalProgramAsWhole(Field(2, config), partitioned, 1, 4).ok());
+}
+
 }  // namespace
 
 void RunDeviceAssignmentTests() {
+  TestLocalProgramAsWhole();
   TestWriteAssignment();
   TestWholeProgramModule();
   TestRead();

@@ -24,6 +24,7 @@ int main() {
   RunServiceStateTests();
   RunCoordinationStressTests();
   RunFlightRecorderTests();
+  RunGpuTargetTests();
   bool nccl = RunNcclTests();
   std::printf("NCCL backend tests: %s\n", nccl ? "ran" : "not built (no NCCL headers)");
   std::printf("%d passed, %d failed\n", unit::passes, unit::failures);

@@ -66,9 +66,9 @@ void RunSerializedExecutableTests() {
   }
   {  // another format version
     std::string bytes = EncodeSerializedExecutable(MultiProcess());
-    bytes[16] = 2;  // the version follows the 16-byte magic
+    bytes[16] = 3;  // the version follows the 16-byte magic
     auto other = DecodeSerializedExecutable(bytes);
-    CHECK(!other.ok() && Mentions(other.status(), "format version 2"));
+    CHECK(!other.ok() && Mentions(other.status(), "format version 3"));
   }
   {  // a length that claims more than there is
     std::string bytes = EncodeSerializedExecutable(MultiProcess());
