@@ -82,7 +82,8 @@ for run, ref_name in runs:
   ref = json.load(open(os.path.join(out, ref_name + ".json")))
   for name, got in sorted(ours.items()):
     ok = got["collectives"] == ref[name]["collectives"] and not got["xla_collectives"]
-    lines.append(f"{run:12} {name:18} {got['seconds']:6.2f} s  {len(got['collectives'])} collectives  "
+    lines.append(f"{run:12} {name:18} {got['seconds']:6.2f} s  {len(got['collectives'])} collectives "
+                 f"in {got.get('calls', len(got['collectives']))} calls  "
                  f"{'same as XLA' if ok else 'DIFFERENT'}")
     if not ok:
       bad.append(f"{run} {name}: ours {got['collectives']} {got['xla_collectives']}, XLA {ref[name]['collectives']}")

@@ -119,30 +119,46 @@ def _config_field(line: str, key: str) -> str | None:
   return value[value.index("[") + 1:value.index("]")] if value.startswith("dense") else value.strip('"')
 
 
+def _data_operands(line: str) -> list:
+  """The shapes of a call's data operands: its first layout constraints, one
+  per result (a combined call returns a tuple, one element per operand;
+  a trailing operand that only orders the call is not data)."""
+  from jax_plugin.spmd.hlo_text import parse_shape, split_top_level
+  constraints = re.search(r"operand_layout_constraints=\{(.*?)\}(?:, \w+=|$)", line)
+  result = re.search(r"= (\([^=]*\)|\S+) custom-call\(", line)
+  if constraints is None or result is None:
+    return [None]
+  shapes = [re.sub(r"\{[^}]*\}$", "", c) for c in split_top_level(constraints.group(1))]
+  count = len(split_top_level(result.group(1)[1:-1])) if result.group(1).startswith("(") else 1
+  return [parse_shape(shape) for shape in shapes[:count]]
+
+
 def our_collectives(text: str) -> list:
-  """Our NCCL custom calls in a compiled program's text."""
-  from jax_plugin.spmd.hlo_text import parse_shape
+  """Our NCCL custom calls in a compiled program's text, a combined call
+  counted once per operand (as XLA's partitioner writes them, one each)."""
   found = []
   for line in text.splitlines():
     m = _OURS.search(line)
     if m is None:
       continue
     kind = _KINDS[m.group(1)]
-    # The data operand's shape is the first layout constraint.
-    operand = re.search(r"operand_layout_constraints=\{(\w+\[[^\]]*\])", line)
-    shape = parse_shape(operand.group(1)) if operand else None
-    if kind == "collective-permute":
-      group = _ints(_config_field(line, "device_group"))
-      pairs = _ints(_config_field(line, "pairs"))
-      groups = sorted([group[s], group[t]] for s, t in zip(pairs[::2], pairs[1::2]))
-      reduction = None
-    else:
-      flat = _ints(_config_field(line, "replica_groups"))
-      size = int(_config_field(line, "group_size"))
-      groups = sorted(sorted(flat[i:i + size]) for i in range(0, len(flat), size))
-      reduction = _config_field(line, "reduction")
-    found.append([kind, reduction, groups, shape.dtype if shape else None, sorted(shape.dims) if shape else None])
+    for shape in _data_operands(line):
+      found.append(_our_collective(line, kind, shape))
   return sorted(found, key=json.dumps)
+
+
+def _our_collective(line: str, kind: str, shape) -> list:
+  if kind == "collective-permute":
+    group = _ints(_config_field(line, "device_group"))
+    pairs = _ints(_config_field(line, "pairs"))
+    groups = sorted([group[s], group[t]] for s, t in zip(pairs[::2], pairs[1::2]))
+    reduction = None
+  else:
+    flat = _ints(_config_field(line, "replica_groups"))
+    size = int(_config_field(line, "group_size"))
+    groups = sorted(sorted(flat[i:i + size]) for i in range(0, len(flat), size))
+    reduction = _config_field(line, "reduction")
+  return [kind, reduction, groups, shape.dtype if shape else None, sorted(shape.dims) if shape else None]
 
 
 def reference_collectives(text: str, assignment) -> list:
@@ -207,6 +223,7 @@ def compile_myplugin(gpu: str, topology: str, names: list[str] | None, serialize
     seconds = time.perf_counter() - start
     text = compiled.as_text()
     entry = {"seconds": round(seconds, 3), "collectives": our_collectives(text),
+             "calls": sum(1 for line in text.splitlines() if _OURS.search(line)),
              "xla_collectives": sorted(set(re.findall(r"= \S+ (all-reduce|all-gather|reduce-scatter|all-to-all|"
                                                       r"collective-permute)(?:-start)?\(", text))),
              **_analyses(compiled)}
