@@ -32,7 +32,8 @@ using MetadataExtension = XLA_FFI_Metadata_Extension;
 using ExtensionBase = std::remove_pointer_t<decltype(XLA_FFI_CallFrame{}.extension_start)>;
 
 std::mutex probe_mu;
-ProbedEngineFfi probed;
+ProbedEngineFfi probed;   // what the probe saw last
+ProbedEngineFfi running;  // the engine that runs programs
 
 bool IsMetadataCall(const XLA_FFI_CallFrame* frame) {
   return frame->extension_start != nullptr && frame->extension_start->type == XLA_FFI_Extension_Metadata;
@@ -161,14 +162,21 @@ StatusOr<FfiApiVersion> HandlerFfiApiVersion(void* handler, const void* engine_a
 
 void* FfiProbeHandler() { return reinterpret_cast<void*>(&Probe); }
 
-ProbedEngineFfi ProbedEngine() {
+ProbedEngineFfi TakeProbedEngine() {
   std::lock_guard<std::mutex> lock(probe_mu);
-  return probed;
+  ProbedEngineFfi seen = probed;
+  probed = ProbedEngineFfi{};
+  return seen;
 }
 
-void ResetProbedEngine() {
+void RecordRunningEngineFfi(ProbedEngineFfi engine) {
   std::lock_guard<std::mutex> lock(probe_mu);
-  probed = ProbedEngineFfi{};
+  running = engine;
+}
+
+ProbedEngineFfi RunningEngineFfi() {
+  std::lock_guard<std::mutex> lock(probe_mu);
+  return running;
 }
 
 }  // namespace myplugin

@@ -82,10 +82,14 @@ struct ProbedEngineFfi {
   FfiApiVersion version;
   const void* api = nullptr;  // the engine's XLA_FFI_Api*
 };
-// What the probe saw: unknown before it was registered, or when the engine
-// did not hand it its API (older XLA made metadata calls without one).
-ProbedEngineFfi ProbedEngine();
-// Forgets what the probe saw (a test, or another engine loaded).
-void ResetProbedEngine();
+// What the probe saw since the last call, which forgets it: each engine's
+// registration of the probe is followed by one take. Unknown when the
+// engine did not hand it its API (older XLA made metadata calls without).
+ProbedEngineFfi TakeProbedEngine();
+
+// The engine that runs programs, as its probe showed it (reported to
+// Python; the compile-only CUDA engine is probed apart and not recorded).
+void RecordRunningEngineFfi(ProbedEngineFfi engine);
+ProbedEngineFfi RunningEngineFfi();
 
 }  // namespace myplugin

@@ -95,6 +95,7 @@ Status RegisterNcclHandlers(const EngineLibrary& engine) {
   }
   const auto* ffi = reinterpret_cast<const FfiExtension*>(ext);
   static const char kCuda[] = "CUDA";
+  EngineFfiProbe probe;  // this engine's own FFI version, not the running engine's
   for (const auto& [name, handler] : NcclHandlersForCompile()) {
     FfiRegisterHandlerArgs args{};
     args.struct_size = kFfiRegisterHandlerArgsSize;
@@ -103,6 +104,9 @@ Status RegisterNcclHandlers(const EngineLibrary& engine) {
     args.handler = handler;
     args.platform_name = kCuda;
     args.platform_name_size = sizeof(kCuda) - 1;
+    StatusOr<void*> checked = VersionCheckedHandler(engine, ffi, probe, args);
+    MYPLUGIN_RETURN_IF_ERROR(checked.status());
+    args.handler = checked.value();
     MYPLUGIN_RETURN_IF_ERROR(engine.Consume(ffi->register_handler(&args)));
   }
   return OkStatus();

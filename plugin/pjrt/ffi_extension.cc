@@ -1,6 +1,5 @@
 #include "pjrt/ffi_extension.h"
 
-#include <atomic>
 #include <string>
 
 #include "common/log.h"
@@ -34,42 +33,40 @@ PJRT_Error* UserDataAdd(void* args) {
   return ToPjrtError(Engine().Consume(ffi.value()->user_data_add(args)));
 }
 
-// Reads the engine's FFI API version once, by registering the probe on the
-// platform of the first handler (ffi_api_version.h).
-ProbedEngineFfi ProbeEngine(const FfiExtension* ffi, const FfiRegisterHandlerArgs& like) {
-  static std::atomic<bool> probed{false};
-  if (!probed.exchange(true)) {
-    FfiRegisterHandlerArgs probe = like;
-    probe.target_name = kFfiProbeTarget;
-    probe.target_name_size = sizeof(kFfiProbeTarget) - 1;
-    probe.handler = FfiProbeHandler();
-    probe.traits = 0;
-    Status status = Engine().Consume(ffi->register_handler(&probe));
-    if (!ProbedEngine().known) {
-      LogLine("myplugin: warning: the engine (" + Engine().path() +
-              ") did not show its XLA FFI API version to a handler at registration" +
-              (status.ok() ? std::string() : " (" + status.message() + ")") +
-              "; FFI handlers are registered without a version check");
-    }
-  }
-  return ProbedEngine();
-}
+}  // namespace
 
-// The handler the engine gets for `args`: the caller's, an adapter of it,
-// or an error for a version pair nobody has shown to work. The engine's own
-// refusal of a version would be lost on the way (its FFI extension drops
-// it), so the decision is made here, before it.
-StatusOr<void*> HandlerForEngine(const FfiExtension* ffi, const FfiRegisterHandlerArgs& args) {
-  ProbedEngineFfi engine = ProbeEngine(ffi, args);
-  if (!engine.known) return args.handler;
+StatusOr<void*> VersionCheckedHandler(const EngineLibrary& engine, const FfiExtension* engine_ffi,
+                                      EngineFfiProbe& probe, const FfiRegisterHandlerArgs& args) {
+  if (!probe.tried) {
+    probe.tried = true;
+    FfiRegisterHandlerArgs probe_args = args;
+    probe_args.target_name = kFfiProbeTarget;
+    probe_args.target_name_size = sizeof(kFfiProbeTarget) - 1;
+    probe_args.handler = FfiProbeHandler();
+    probe_args.traits = 0;
+    PJRT_Error* error = engine_ffi->register_handler(&probe_args);
+    probe.seen = TakeProbedEngine();
+    if (error != nullptr || !probe.seen.known) {
+      LogLine("myplugin: warning: the engine (" + engine.path() +
+              ") did not show its XLA FFI API version to a handler at registration" +
+              (error == nullptr ? std::string() : " (its registration failed)") +
+              "; FFI handlers are registered on it without a version check");
+    }
+    // An engine that fails here fails the real registration too, with its
+    // message; this one is only freed.
+    if (error != nullptr) (void)engine.Consume(error);
+  }
+  if (!probe.seen.known) return args.handler;
   std::string target(args.target_name, args.target_name_size);
-  StatusOr<FfiApiVersion> version = HandlerFfiApiVersion(args.handler, engine.api);
+  StatusOr<FfiApiVersion> version = HandlerFfiApiVersion(args.handler, probe.seen.api);
   if (!version.ok()) return InvalidArgument("FFI target '" + target + "': " + version.status().message());
-  StatusOr<FfiRegistrationPlan> plan = PlanFfiRegistration(target, version.value(), engine.version);
+  StatusOr<FfiRegistrationPlan> plan = PlanFfiRegistration(target, version.value(), probe.seen.version);
   if (!plan.ok()) return plan.status();
   if (!plan.value().adapt) return args.handler;
   return AdaptFfiHandler(args.handler, plan.value().report);
 }
+
+namespace {
 
 PJRT_Error* RegisterHandler(FfiRegisterHandlerArgs* args) {
   if (args->struct_size < kFfiRegisterHandlerArgsSize) {
@@ -87,7 +84,10 @@ PJRT_Error* RegisterHandler(FfiRegisterHandlerArgs* args) {
   engine_args.struct_size = kFfiRegisterHandlerArgsSize;
   engine_args.platform_name = platform.data();
   engine_args.platform_name_size = platform.size();
-  StatusOr<void*> handler = HandlerForEngine(ffi.value(), engine_args);
+  static EngineFfiProbe probe;
+  const bool first = !probe.tried;
+  StatusOr<void*> handler = VersionCheckedHandler(Engine(), ffi.value(), probe, engine_args);
+  if (first) RecordRunningEngineFfi(probe.seen);
   if (!handler.ok()) return ToPjrtError(handler.status());
   engine_args.handler = handler.value();
   return ToPjrtError(Engine().Consume(ffi.value()->register_handler(&engine_args)));

@@ -11,6 +11,9 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "common/status.h"
+#include "engine/engine_library.h"
+#include "engine/ffi_api_version.h"
 #include "pjrt_c_api.h"
 
 namespace myplugin {
@@ -35,6 +38,20 @@ struct FfiExtension {
   FfiOpaqueFn user_data_add;
   FfiRegisterHandlerFn register_handler;
 };
+
+// What one engine's probe showed (engine/ffi_api_version.h), read once.
+struct EngineFfiProbe {
+  bool tried = false;
+  ProbedEngineFfi seen;
+};
+
+// The handler to register with an engine for `args`: the caller's, an
+// adapter of it, or an error for a version pair nobody has shown to work.
+// The engine's own refusal of a version would be lost on the way (its FFI
+// extension drops it), so the decision is made here, before it. The first
+// call for an engine reads its FFI version through `probe`.
+StatusOr<void*> VersionCheckedHandler(const EngineLibrary& engine, const FfiExtension* engine_ffi,
+                                      EngineFfiProbe& probe, const FfiRegisterHandlerArgs& args);
 
 // The extension, ready to be chained into our PJRT_Api.
 PJRT_Extension_Base* OurFfiExtension();

@@ -94,13 +94,13 @@ void RegisterCustomCallTarget(nb::handle c_api, const std::string& name, nb::han
 }
 
 std::string HandlerVersion(const std::string& name, nb::handle fn) {
-  StatusOr<FfiApiVersion> version = HandlerFfiApiVersion(HandlerFromPython(name, fn), ProbedEngine().api);
+  StatusOr<FfiApiVersion> version = HandlerFfiApiVersion(HandlerFromPython(name, fn), RunningEngineFfi().api);
   if (!version.ok()) throw std::runtime_error("FFI target '" + name + "': " + version.status().message());
   return version.value().ToString();
 }
 
 std::optional<std::string> EngineVersion() {
-  ProbedEngineFfi engine = ProbedEngine();
+  ProbedEngineFfi engine = RunningEngineFfi();
   if (!engine.known) return std::nullopt;
   return engine.version.ToString();
 }

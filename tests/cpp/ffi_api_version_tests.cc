@@ -88,8 +88,8 @@ void TestAdapterReportsTheEngineVersionAndForwards() {
 }
 
 void TestProbeReadsTheEngineVersion() {
-  myplugin::ResetProbedEngine();
-  CHECK(!myplugin::ProbedEngine().known);
+  (void)myplugin::TakeProbedEngine();
+  CHECK(!myplugin::TakeProbedEngine().known);
   XLA_FFI_Api api{};
   api.struct_size = sizeof(api);
   api.api_version.major_version = 0;
@@ -106,11 +106,12 @@ void TestProbeReadsTheEngineVersion() {
   frame.extension_start = &extension.extension_base;
   frame.api = &api;
   CHECK(reinterpret_cast<XLA_FFI_Handler*>(myplugin::FfiProbeHandler())(&frame) == nullptr);
-  myplugin::ProbedEngineFfi probed = myplugin::ProbedEngine();
+  myplugin::ProbedEngineFfi probed = myplugin::TakeProbedEngine();
   CHECK(probed.known && (probed.version == FfiApiVersion{0, 4}) && probed.api == &api);
+  // Taken once: the next engine's probe starts from nothing.
+  CHECK(!myplugin::TakeProbedEngine().known);
   // It reports the engine's own version, so the engine accepts it.
   CHECK(metadata.api_version.minor_version == 4);
-  myplugin::ResetProbedEngine();
 }
 
 }  // namespace
