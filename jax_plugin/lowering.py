@@ -115,15 +115,15 @@ def _register(c_api, name, fn) -> bool:
   return True
 
 
-def register_jaxlib_cpu_targets(c_api) -> list[str]:
-  """Registers jaxlib's CPU FFI handlers (jaxlib_cpu_targets) in the engine,
+def register_jaxlib_cpu_targets(c_api, targets: dict | None = None) -> list[str]:
+  """Registers jaxlib's CPU FFI handlers (`targets`, else jaxlib_cpu_targets()) in the engine,
   so that what jax lowers for "cpu" also runs on myplugin, and follows every
   typed target registered for "cpu" from now on (a program's own
   `jax.ffi.register_ffi_target(..., platform="cpu")`, a jax module imported
   later). Returns the names registered now."""
   _follow_cpu_registrations(c_api)
-  return [name for name, fn in jaxlib_cpu_targets().items() if name not in _served_by_myplugin() and
-          _register(c_api, name, fn)]
+  targets = jaxlib_cpu_targets() if targets is None else targets
+  return [name for name, fn in targets.items() if name not in _served_by_myplugin() and _register(c_api, name, fn)]
 
 
 def _served_by_myplugin() -> set[str]:

@@ -99,9 +99,10 @@ def _initialize() -> None:
   lowering.register_collective_targets(kind)
   if kind == "cpu":
     # An FFI version pair nobody has shown to work stops the start here.
-    compatibility.check_ffi(lowering.jaxlib_cpu_targets(), f"{engine.release or 'engine'} at {engine.path}")
+    jaxlib_targets = lowering.jaxlib_cpu_targets()
+    compatibility.check_ffi(jaxlib_targets, f"{engine.release or 'engine'} at {engine.path}")
     try:
-      lowering.register_jaxlib_cpu_targets(_c_api)
+      lowering.register_jaxlib_cpu_targets(_c_api, jaxlib_targets)
     except Exception as e:  # the backend itself may still work; say what is lost
       logger.warning("myplugin: jaxlib's CPU FFI handlers (LAPACK, sparse, dce_sink) will not run: %s", e)
 
