@@ -27,7 +27,8 @@
 # inside the device tool's limits per command (10 minutes, 8 files back
 # from --out):
 #   --part gpu (default): nvidia-smi, pytest -m gpu tests/gpu with
-#     MYPLUGIN_ENGINE=cuda, bench/gpu.py (6 files);
+#     MYPLUGIN_ENGINE=cuda, the kit's executables compiled with no GPU
+#     (aot/, tests/programs/gpu_aot_artifacts.py check), bench/gpu.py (7 files);
 #   --part collectives (3 files): bench/collectives.py on the machine's CPU cores
 #     (issue 16's 2 and 4 processes on one host), under a hard timeout,
 #     --bench-args after its own (later ones win: --bench-args '--rounds 2').
@@ -43,6 +44,8 @@ cd "$(dirname "$0")/.."
 # The GPU machine's jax/jaxlib/jax-cuda13-pjrt release, which the kit's wheel is built for.
 GPU_JAX=0.11.2
 KIT_LIMIT_MB=64
+# The GPUs whose executables the kit carries, compiled here (the kinds the device tool lends).
+AOT_GPUS=h100,h200
 # The collectives benchmark of the online run and of --part collectives, and
 # the latter's hard limit (the device tool allows 600 s per command, of
 # which installing the kit takes ~20 s).
@@ -107,6 +110,7 @@ if [ "$mode" = prepare ]; then
     { echo "--prepare needs Python 3.12 (the GPU machine's): $py is missing or another version; set PYTHON312" >&2; exit 2; }
   rm -rf "$kit" && mkdir -p "$kit/wheels" "$kit/debs"
   kit="$(cd "$kit" && pwd)"
+  repo="$(pwd)"
   work="$(mktemp -d)"
   trap 'rm -rf "$work"' EXIT
   "$py" -m venv "$work/venv"
@@ -120,6 +124,15 @@ if [ "$mode" = prepare ]; then
   wheel="$(ls "$kit"/myplugin-*-cp312-*.whl)"
   mkdir "$work/unpacked" && (cd "$work/unpacked" && "$vpy" -m zipfile -e "$wheel" .)
   has_nccl_backend "$work/unpacked/jax_plugin/libmyplugin_runtime.so"
+  # Executables compiled here, with no GPU, for the GPUs the device tool
+  # lends (H100, H200), by this very wheel over XLA's CUDA engine of the GPU
+  # machine's release (jax's cuda13-local extra, and gpu-compile's compiler
+  # pieces, read from pyproject.toml); --part gpu loads and runs them there.
+  mapfile -t compile_pieces < <("$vpy" -c "import tomllib; print('\n'.join(r for r in tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']['gpu-compile'] if not r.startswith('jax')))")
+  "$vpy" -m pip install -q --no-deps "$wheel"
+  "$vpy" -m pip install -q "jax[cuda13-local]==$GPU_JAX" "${compile_pieces[@]}"
+  (cd "$work" && JAX_PLATFORMS=myplugin timeout 600 "$vpy" "$repo/tests/programs/gpu_aot_artifacts.py" build "$kit/aot" \
+     --gpus "$AOT_GPUS")
   # The collectives benchmark's baseline, built as the wheel is (its CMake
   # build type, this venv's compiler flags and Gloo).
   raw_gloo="$(PATH="$work/venv/bin:$PATH" "$vpy" bench/collectives.py --build-raw-gloo "$work/bench-build")"
@@ -205,6 +218,8 @@ PY
     grep -h "^MISSING" "$out/environment.txt" >>"$summary" || true
     if command -v nvidia-smi >/dev/null; then
       { nvidia-smi; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; } >"$out/nvidia-smi.txt" 2>&1 || true
+      # What CUDA reports of the device (checks plugin/engine/gpu_target.cc's table), where CuPy is installed.
+      python3 -c "import cupy; p = cupy.cuda.runtime.getDeviceProperties(0); print({k: p[k] for k in ('name', 'totalGlobalMem', 'multiProcessorCount', 'l2CacheSize', 'clockRate', 'sharedMemPerMultiprocessor', 'sharedMemPerBlockOptin', 'maxThreadsPerMultiProcessor', 'major', 'minor', 'memoryClockRate', 'memoryBusWidth') if k in p})" >>"$out/nvidia-smi.txt" 2>&1 || true
     else
       echo "nvidia-smi is not on PATH" >"$out/nvidia-smi.txt"
     fi
@@ -255,6 +270,16 @@ PY
   rc=$?
   tail -n 40 "$out/gpu-tests.log"
   [ $rc = 0 ] || failed="$failed gpu-tests(rc=$rc)"
+  # The kit's executables, compiled on a machine with no GPU, loaded and run here.
+  if [ -d "$kit/aot" ]; then
+    JAX_PLATFORMS=myplugin MYPLUGIN_ENGINE=cuda timeout 120 python3 "$root/tests/programs/gpu_aot_artifacts.py" check \
+      "$kit/aot" >"$out/aot.txt" 2>&1
+    rc=$?
+    cat "$out/aot.txt"
+    [ $rc = 0 ] || failed="$failed aot(rc=$rc)"
+  else
+    note "the kit has no aot/ (prepared by an older gpu_tests.sh): the compiled-elsewhere executables were not run"
+  fi
   MYPLUGIN_ENGINE=cuda timeout 150 python3 "$root/bench/gpu.py" >"$out/bench-gpu.txt" 2>&1
   rc=$?
   cat "$out/bench-gpu.txt"

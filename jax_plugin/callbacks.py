@@ -10,8 +10,9 @@ token handling and emits a typed-FFI call whose attribute `callback_id` names
 a `HostCallback` in this module's registry. The FFI handler
 (plugin/python/host_callback.cc) takes the GIL and calls `_dispatch`.
 
-The call keeps jax's target name (`xla_ffi_python_cpu_callback`, or `_gpu_`
-on the CUDA engine), with our handler registered under it in the engine:
+The call keeps jax's target name (`xla_ffi_python_cpu_callback`, on the CUDA
+engine too: plugin/pjrt/host_callback_targets.h says why), with our handler
+registered under it in the engine:
 XLA's Shardy export recognizes Python callbacks by these names alone
 (xla/service/spmd/shardy/utils.cc, isPythonCallbackCustomCall) and otherwise
 drops the sharding of a callback without results, which the SPMD

@@ -156,7 +156,7 @@ for kw in (dict(topology="1x2x4", gpu="v100"), dict(topology="2x4", gpu="h100"),
   r = run_python([_script(tmp_path, body)], env(), timeout=300)
   assert r.returncode == 0, r.output[-3000:]
   assert "ACCEPTED" not in r.stdout
-  for text in ("no GPU called 'v100' (known: a100, l4, h100, b200)", "<slices>x<hosts>x<GPUs per host>",
+  for text in ("no GPU called 'v100' (known: a100, l4, h100, h200, b200)", "<slices>x<hosts>x<GPUs per host>",
                "no GPU given", "both gpu and target_config given", "unknown option 'chips'",
                "no cuda_compute_capability"):
     assert text in r.stdout, (text, r.stdout)

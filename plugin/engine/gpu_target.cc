@@ -69,6 +69,9 @@ std::vector<GpuSpec> MakeKnownGpus() {
   add("a100", "NVIDIA A100-SXM4-80GB", 8, 0, 108, 64, 80 * kGiB, 2039e9, 40 * kMiB, 1.41);
   add("l4", "NVIDIA L4", 8, 9, 58, 128, 24 * kGiB, 300e9, 48 * kMiB, 2.04);
   add("h100", "NVIDIA H100 80GB HBM3", 9, 0, 132, 128, 80 * kGiB, 3.35e12, 50 * kMiB, 1.98);
+  // H200: 141 GB of HBM3e at 4.8 TB/s on GH100 (NVIDIA's sheet); its L2
+  // as CUDA reports it on the machine lent to this project (60 MiB).
+  add("h200", "NVIDIA H200", 9, 0, 132, 128, 141 * kGiB, 4.8e12, 60 * kMiB, 1.98);
   add("b200", "NVIDIA B200", 10, 0, 148, 128, 180 * kGiB, 8e12, 126 * kMiB, 1.965);
   return out;
 }

@@ -3,6 +3,13 @@
 // only by its target name. A program that calls one names callables of the
 // process that compiled it, so it is never serialized (executable.cc).
 // jax_plugin reads the names through the bound host_callback_targets().
+//
+// One name on both engines, jax's CPU one: the CUDA engine's handler
+// registry is shared by every client of that library in the process, and
+// jax's own CUDA plugin registers its handler under the GPU name there
+// (jax_plugins/xla_cuda13 initialize()); a second registration of that name
+// fails, and took down the rest of jax's CUDA plugin initialization when
+// both were installed (seen on an H200, 2026-11-26). Shardy accepts either.
 #pragma once
 
 #include <string_view>
@@ -10,11 +17,10 @@
 namespace myplugin {
 
 inline constexpr std::string_view kHostCallbackTarget = "xla_ffi_python_cpu_callback";
-inline constexpr std::string_view kCudaHostCallbackTarget = "xla_ffi_python_gpu_callback";
-// jax's partitioned=True form, which myplugin never emits but a program
-// lowered elsewhere may carry.
+// Every name jax gives a callback: a program lowered elsewhere may carry
+// the GPU one or a partitioned=True form, which myplugin never emits.
 inline constexpr std::string_view kProcessLocalTargets[] = {
-    kHostCallbackTarget, kCudaHostCallbackTarget, "xla_ffi_partitioned_python_cpu_callback",
+    kHostCallbackTarget, "xla_ffi_python_gpu_callback", "xla_ffi_partitioned_python_cpu_callback",
     "xla_ffi_partitioned_python_gpu_callback"};
 
 }  // namespace myplugin

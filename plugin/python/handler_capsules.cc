@@ -45,7 +45,7 @@ void BindHandlerCapsules(nb::module_& m) {
   m.def("host_callback_targets", [] {
     nb::dict names;
     names["cpu"] = std::string(kHostCallbackTarget);
-    names["cuda"] = std::string(kCudaHostCallbackTarget);
+    names["cuda"] = std::string(kHostCallbackTarget);
     return names;
   }, "The custom-call target names of Python host callbacks, by engine kind (jax's own names).");
   m.def("host_callback_target", [] { return nb::capsule(HostCallbackHandler()); },

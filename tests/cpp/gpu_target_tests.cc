@@ -40,6 +40,7 @@ const Published kPublished[] = {
     {"a100", "NVIDIA A100-SXM4-80GB", 8, 0, 108, 64, 80 * GiB, 2039e9, 40 * MiB, 1.41, 164 * KiB, 163 * KiB, 2048},
     {"l4", "NVIDIA L4", 8, 9, 58, 128, 24 * GiB, 300e9, 48 * MiB, 2.04, 100 * KiB, 99 * KiB, 1536},
     {"h100", "NVIDIA H100 80GB HBM3", 9, 0, 132, 128, 80 * GiB, 3.35e12, 50 * MiB, 1.98, 228 * KiB, 227 * KiB, 2048},
+    {"h200", "NVIDIA H200", 9, 0, 132, 128, 141 * GiB, 4.8e12, 60 * MiB, 1.98, 228 * KiB, 227 * KiB, 2048},
     {"b200", "NVIDIA B200", 10, 0, 148, 128, 180 * GiB, 8e12, 126 * MiB, 1.965, 228 * KiB, 227 * KiB, 2048},
 };
 
@@ -98,7 +99,7 @@ void RunGpuTargetTests() {
     }
     CHECK(FindGpu("H100").ok());  // names are case-insensitive
     StatusOr<GpuSpec> none = FindGpu("v100");
-    CHECK(!none.ok() && Mentions(none.status(), "a100, l4, h100, b200") && Mentions(none.status(), "target_config"));
+    CHECK(!none.ok() && Mentions(none.status(), "a100, l4, h100, h200, b200") && Mentions(none.status(), "target_config"));
   }
   {  // the text the CUDA engine reads: every field it needs, and the target read back from it
     GpuSpec h100 = FindGpu("h100").value();

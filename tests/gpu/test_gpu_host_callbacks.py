@@ -1,6 +1,7 @@
 """Python host callbacks on the CUDA engine (operands and results copied
 through the FFI stream), against numpy and the printed text jax's CPU
-backend gives for the same program."""
+backend gives for the same program; and beside jax's own CUDA backend in
+one process, where both register handlers in the same engine library."""
 import json
 
 import numpy as np
@@ -34,6 +35,8 @@ print("RESULT " + json.dumps({"out": out, "log": log}))
 def run(platform, **env):
   r = run_python(["-c", PROGRAM, platform], child_env(**env), timeout=600)
   assert r.returncode == 0, r.output
+  # jax logs a plugin whose initialize() raised and goes on without the rest of it.
+  assert "plugin configuration error" not in r.output.lower(), r.output
   lines = r.stdout.splitlines()
   result = json.loads(next(l for l in lines if l.startswith("RESULT "))[len("RESULT "):])
   return result, [l for l in lines if not l.startswith("RESULT ")]
@@ -48,3 +51,12 @@ def test_callbacks_on_the_cuda_engine_match_cpu():
   np.testing.assert_array_equal(ours["out"][1], (x > 2).astype(np.int32))
   np.testing.assert_array_equal(ours["out"][2], x * 2)
   assert ours["log"] == ref["log"] == [30.0]
+
+
+def test_callbacks_on_myplugin_and_jax_cuda_in_one_process():
+  ref, ref_lines = run("cpu", JAX_PLATFORMS="cpu")
+  for platform in ("myplugin", "cuda"):
+    got, lines = run(platform, JAX_PLATFORMS="myplugin,cuda,cpu", MYPLUGIN_ENGINE="cuda")
+    assert lines == ref_lines, (platform, lines)
+    assert got["log"] == ref["log"] and got["out"][1:] == ref["out"][1:], (platform, got)
+    np.testing.assert_allclose(got["out"][0], ref["out"][0], rtol=1e-6)

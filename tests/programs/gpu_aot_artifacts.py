@@ -1,0 +1,198 @@
+"""Executables compiled here, with no GPU, for one NVIDIA GPU, then loaded
+and run on a machine that has one (the GPU kit carries them there).
+
+  python gpu_aot_artifacts.py build DIR --gpus h100,h200   # CPU-only machine, myplugin[gpu-compile]
+  python gpu_aot_artifacts.py check DIR                     # GPU machine, MYPLUGIN_ENGINE=cuda
+
+`build` compiles each program for topology 1x1x1 of each named GPU through
+jax.experimental.topologies (XLA's CUDA engine, no client), serializes it,
+and stores it with its inputs and the outputs of the same program on jax's
+CPU backend (a child with JAX_PLATFORMS=cpu), one pickle per program and GPU.
+
+`check` loads each artifact with deserialize_and_load on myplugin. One
+compiled for this GPU (its device kind) must load; it runs on the GPU's
+inputs, and every output is compared with jax's CPU backend's within its
+tolerance (random bits exactly). One compiled for another GPU must be
+refused. It prints one line per artifact and exits non-zero on any
+difference, failed load or accepted artifact of another GPU, or when no
+artifact was compiled for this GPU.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import pickle
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+# Largest |got - want| over largest |want|, per output kind: float32
+# elementwise; float32 matmuls (TF32 on NVIDIA GPUs by jax's default
+# precision); bfloat16 and float16 results; integer bits exactly.
+TOL = {"f32": 1e-5, "f32_matmul": 5e-3, "bf16": 2e-2, "f16": 1e-2, "exact": 0.0}
+
+
+def inputs() -> dict[str, list[np.ndarray]]:
+  import ml_dtypes
+  rng = np.random.default_rng(7)
+  v = rng.normal(size=(256,)).astype(np.float32)
+  mf = rng.normal(size=(128, 128)).astype(np.float32)
+  return {
+      "numerics": [v, mf.astype(ml_dtypes.bfloat16), mf],
+      "control": [v, mf],
+      "train_step": [rng.normal(size=(16, 64)).astype(np.float32) / 4, np.zeros(64, np.float32),
+                     rng.normal(size=(64, 4)).astype(np.float32) / 8, np.zeros(4, np.float32),
+                     rng.normal(size=(32, 16)).astype(np.float32), rng.normal(size=(32, 4)).astype(np.float32)],
+  }
+
+
+def programs() -> dict:
+  """name -> (function, the kind of each output for TOL)."""
+  import jax
+  import jax.numpy as jnp
+
+  def numerics(v, m, mf):
+    return (jnp.sin(v) + jnp.log1p(jnp.abs(v)) + jax.lax.erf(v) + jnp.power(jnp.abs(v) + 1, 1.5), m @ m, mf @ mf)
+
+  def control(v, mf):
+    key = jax.random.key(0)
+    noise = jax.random.normal(key, v.shape)
+    total, running = jax.lax.scan(lambda c, e: (c + e, c * e), 0.0, v + noise)
+    rows = jax.vmap(jnp.dot)(mf, mf)
+    slope = jax.grad(lambda w: jnp.sum(jnp.tanh(w * v)))(1.5)
+    return total, running.astype(jnp.float16), rows, slope, jax.random.bits(key, (1024,), jnp.uint32)
+
+  def train_step(w1, b1, w2, b2, x, y):
+    def loss(p):
+      h = jnp.tanh(x @ p[0] + p[1])
+      return jnp.mean((h @ p[2] + p[3] - y) ** 2)
+    value, grads = jax.value_and_grad(loss)((w1, b1, w2, b2))
+    return value, tuple(p - 0.1 * g for p, g in zip((w1, b1, w2, b2), grads))
+
+  return {"numerics": (numerics, ["f32", "bf16", "f32_matmul"]),
+          "control": (control, ["f32", "f16", "f32", "f32", "exact"]),
+          "train_step": (train_step, ["f32_matmul"] * 5)}
+
+
+def reference(out: str) -> None:
+  """The programs on jax's CPU backend (JAX_PLATFORMS=cpu), pickled."""
+  import jax
+  assert jax.default_backend() == "cpu", jax.default_backend()
+  got = {}
+  for name, (fn, _) in programs().items():
+    got[name] = [np.asarray(a) for a in jax.tree.leaves(jax.jit(fn)(*inputs()[name]))]
+  with open(out, "wb") as f:
+    pickle.dump(got, f)
+
+
+def build(folder: str, gpus: list[str]) -> None:
+  import jax
+  from jax.experimental import topologies
+  from jax.experimental.serialize_executable import serialize
+
+  os.makedirs(folder, exist_ok=True)
+  ref_path = os.path.join(folder, "reference.pkl")
+  subprocess.run([sys.executable, __file__, "reference", ref_path], check=True, timeout=300,
+                 env={**os.environ, "JAX_PLATFORMS": "cpu"})
+  with open(ref_path, "rb") as f:
+    want = pickle.load(f)
+  os.remove(ref_path)
+  for target in gpus:
+    topo = topologies.get_topology_desc(platform="myplugin", topology="1x1x1", gpu=target)
+    for name in programs():
+      fn, kinds = programs()[name]
+      args = inputs()[name]
+      shapes = [jax.ShapeDtypeStruct(a.shape, a.dtype,
+                                     sharding=jax.sharding.SingleDeviceSharding(topo.devices[0])) for a in args]
+      start = time.perf_counter()
+      compiled = jax.jit(fn).lower(*shapes).compile()
+      seconds = time.perf_counter() - start
+      blob, in_tree, out_tree = serialize(compiled)
+      entry = {"gpu": target, "device_kind": topo.devices[0].device_kind, "blob": blob, "in_tree": in_tree,
+               "out_tree": out_tree, "args": args, "want": want[name], "kinds": kinds,
+               "compile_seconds": seconds, "jax": jax.__version__}
+      path = os.path.join(folder, f"{name}-{target}.pkl")
+      with open(path, "wb") as f:
+        pickle.dump(entry, f)
+      print(f"built {os.path.basename(path)}: {len(blob)} bytes, compiled in {seconds:.2f} s", flush=True)
+
+
+def worst(got: np.ndarray, want: np.ndarray) -> float:
+  got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+  if got.shape != want.shape:
+    return float("inf")
+  scale = max(float(np.max(np.abs(want))), 1e-30) if want.size else 1.0
+  return float(np.max(np.abs(got - want))) / scale if want.size else 0.0
+
+
+def check(folder: str) -> int:
+  import jax
+  from jax.experimental.serialize_executable import deserialize_and_load
+
+  device = jax.devices()[0]
+  print(f"device: {device.platform} {device.device_kind}; jax {jax.__version__}", flush=True)
+  failed = 0
+  ran = 0
+  for file in sorted(os.listdir(folder)):
+    if not file.endswith(".pkl"):
+      continue
+    with open(os.path.join(folder, file), "rb") as f:
+      e = pickle.load(f)
+    expect_refusal = e["device_kind"] != device.device_kind
+    try:
+      start = time.perf_counter()
+      loaded = deserialize_and_load(e["blob"], e["in_tree"], e["out_tree"], backend="myplugin")
+      load_s = time.perf_counter() - start
+    except Exception as err:  # noqa: BLE001: the refusal's text is the result
+      first = str(err).splitlines()[0]
+      ok = expect_refusal and "compiled ahead of time for" in first
+      failed += not ok
+      print(f"{'ok  ' if ok else 'FAIL'} {file}: refused to load: {first}", flush=True)
+      continue
+    if expect_refusal:
+      failed += 1
+      print(f"FAIL {file}: compiled for {e['device_kind']}, but loaded on {device.device_kind}", flush=True)
+      continue
+    ran += 1
+    start = time.perf_counter()
+    out = jax.block_until_ready(loaded(*e["args"]))
+    first_s = time.perf_counter() - start
+    start = time.perf_counter()
+    for _ in range(20):
+      out = jax.block_until_ready(loaded(*e["args"]))
+    run_s = (time.perf_counter() - start) / 20
+    got = [np.asarray(a) for a in jax.tree.leaves(out)]
+    errors = [worst(g, w) for g, w in zip(got, e["want"])]
+    bad = [f"output {i} ({k}): {err:.2e} > {TOL[k]:.0e}" for i, (err, k) in enumerate(zip(errors, e["kinds"]))
+           if not err <= TOL[k]] + ([f"{len(got)} outputs, {len(e['want'])} expected"]
+                                    if len(got) != len(e["want"]) else [])
+    failed += bool(bad)
+    print(f"{'FAIL' if bad else 'ok  '} {file}: loaded in {load_s:.3f} s, first run {first_s * 1e3:.1f} ms, "
+          f"then {run_s * 1e6:.0f} us; compiled here in {e['compile_seconds']:.2f} s with jax {e['jax']}; "
+          f"worst relative error per output {['%.1e' % x for x in errors]}" + (f"; {'; '.join(bad)}" if bad else ""),
+          flush=True)
+  if ran == 0:
+    print(f"FAIL: no artifact was compiled for {device.device_kind}", flush=True)
+  return 1 if failed or ran == 0 else 0
+
+
+def main() -> int:
+  parser = argparse.ArgumentParser()
+  parser.add_argument("mode", choices=["build", "check", "reference"])
+  parser.add_argument("folder")
+  parser.add_argument("--gpus", default="h100,h200", help="build: the GPUs to compile for")
+  args = parser.parse_args()
+  if args.mode == "reference":
+    reference(args.folder)
+    return 0
+  if args.mode == "build":
+    build(args.folder, [g for g in args.gpus.split(",") if g])
+    return 0
+  return check(args.folder)
+
+
+if __name__ == "__main__":
+  sys.exit(main())
