@@ -22,6 +22,14 @@ constexpr double kFailureNoticeWaitS = 3.0;
 // How long processes that timed out wait for each other to record arrival.
 constexpr double kArrivalWaitS = 1.0;
 
+// Where the first process to see a call's signatures differ publishes them:
+// per membership epoch, so that a group rebuilt after recovery, whose
+// sequence starts again, never reads an old one.
+std::string MismatchKey(uint64_t epoch, uint64_t group_hash, uint64_t sequence) {
+  return "myplugin/collectives/mismatch/" + std::to_string(epoch) + "/" + std::to_string(group_hash) + "/" +
+         std::to_string(sequence);
+}
+
 std::string Seconds(double s) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "%g s", s);
@@ -134,7 +142,14 @@ StatusOr<uint32_t> Communicator::Begin(Signature& sig, const void* payload, size
     std::vector<Signature> sigs;
     for (size_t r = 0; r < process_group_.size(); ++r) sigs.push_back(Signature::Decode(received + r * record));
     mismatch = CompareSignatures(sigs, process_group_);
-    return mismatch.empty() ? OkStatus() : Status(Code::kFailedPrecondition, mismatch);
+    if (mismatch.empty()) return OkStatus();
+    // Published before anything is aborted: a peer whose exchange breaks
+    // because this process closes its connections reads the mismatch here
+    // (Explain) instead of reporting a lost connection.
+    if (coordination_) {
+      (void)coordination_->KeyValueSet(MismatchKey(coordination_->epoch(), group_hash_, sig.sequence), mismatch);
+    }
+    return Status(Code::kFailedPrecondition, mismatch);
   };
   // Every call, whatever its size, starts with the same exchange of
   // same-size records, so calls that took different paths still compare.
@@ -213,6 +228,15 @@ Status Communicator::Explain(const Signature& sig, const Status& backend_error) 
       if (auto failure = coordination_->failure()) {
         return Status(Code::kAborted, what + " was aborted: " + failure->message());
       }
+      // A peer saw this call's signatures differ and broke off the exchange.
+      StatusOr<std::string> mismatch =
+          coordination_->KeyValueTryGet(MismatchKey(coordination_->epoch(), group_hash_, sig.sequence));
+      if (mismatch.ok()) {
+        Status why(Code::kFailedPrecondition, mismatch.value() + WithTrace(mismatch.value()));
+        std::lock_guard<std::mutex> lock(abort_mu_);
+        aborted_ = why;
+        return why;
+      }
       if (std::chrono::steady_clock::now() > deadline) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
@@ -233,10 +257,14 @@ Status Communicator::Explain(const Signature& sig, const Status& backend_error) 
         if (!missing.empty()) {
           FlightRecorder::Get().End(record_, false);
           record_ = 0;
-          const std::string why = what + " timed out after " + Seconds(timeout_s_) + " waiting for processes " +
-                                  IdList(missing) + ", which never reached call #" +
-                                  std::to_string(sig.sequence) + " (stopped, stuck, or running other code)";
-          return Status(Code::kDeadlineExceeded, why + WithTrace(why));
+          // Only a backend timeout waited the whole timeout; any other
+          // error (a connection closed) came sooner and is named as it is.
+          const bool timed_out = backend_error.code() == Code::kDeadlineExceeded;
+          const std::string why =
+              what + (timed_out ? " timed out after " + Seconds(timeout_s_) : " failed (" + backend_error.message() + ")") +
+              " waiting for processes " + IdList(missing) + ", which never reached call #" +
+              std::to_string(sig.sequence) + " (stopped, stuck, or running other code)";
+          return Status(timed_out ? Code::kDeadlineExceeded : Code::kAborted, why + WithTrace(why));
         }
       }
     }
