@@ -272,26 +272,52 @@ def install(engine_kind: str = "cpu") -> None:
       _unavailable = f"registering the handler {_target} in the engine failed: {e}"
       logger.warning("myplugin: Python host callbacks will not run: %s", _unavailable)
   _copy_checkify_rule(engine_kind)
-  _keep_a_host_platform()
+  _keep_a_host_backend()
   if current is not emit:
     _jax_emit = current
     callback.emit_python_callback = emit
 
 
-def _keep_a_host_platform() -> None:
+def _keep_a_host_backend() -> None:
   """jax runs every callback's Python side on its CPU device (its
   `pure_callback_impl`, `debug_callback_impl` and `io_callback_impl` place
   the arguments there first and fail without one). Under
-  `JAX_PLATFORMS=myplugin` alone, that would break even `jax.debug.print`,
-  so jax's CPU backend is put behind ours in the list, as jax itself does
-  when JAX_PLATFORMS is unset: myplugin stays the default backend. This runs
-  during plugin discovery, before jax reads the list."""
-  from jax._src import config
+  `JAX_PLATFORMS=myplugin` alone, that would break even `jax.debug.print`.
+  So whenever jax creates our backend and its platform list leaves `cpu`
+  out, jax's CPU backend is created beside it, as jax itself does when
+  JAX_PLATFORMS is unset; myplugin stays the default backend. jax's
+  configuration is left as the user set it: programs and libraries that
+  save and restore it (jax's own test harness does) see no change."""
+  from jax._src import xla_bridge
+
+  registration = xla_bridge._backend_factories.get(PLATFORM)
+  if registration is None or getattr(registration.factory, "_myplugin_host_backend", False):
+    return
+  create_ours = registration.factory
+
+  def factory():
+    client = create_ours()
+    if client is not None:
+      _add_host_backend()
+    return client
+
+  factory._myplugin_host_backend = True
+  registration.factory = factory
+
+
+def _add_host_backend() -> None:
+  from jax._src import config, xla_bridge
 
   value = config.jax_platforms.value
   if not value:
+    return  # jax creates every backend it knows, cpu among them
+  platforms = [p for name in value.split(",") for p in xla_bridge.expand_platform_alias(name.strip())]
+  if "cpu" in platforms or "cpu" in xla_bridge._backends or "cpu" not in xla_bridge._backend_factories:
     return
-  platforms = [p.strip() for p in value.split(",")]
-  if PLATFORM in platforms and "cpu" not in platforms:
-    config.update("jax_platforms", ",".join(platforms + ["cpu"]))
-    logger.info("myplugin: added jax's cpu backend behind myplugin (it runs Python callbacks' arguments)")
+  try:
+    # Through jax's own _init_backend: while it runs, jax's distributed
+    # state is hidden (jax_client.hide_during_backend_init), so this is a
+    # process-local CPU client whatever the job.
+    xla_bridge._backends["cpu"] = xla_bridge._init_backend("cpu")
+  except Exception as e:  # our backend works without it; callbacks then fail with jax's own message
+    logger.warning("myplugin: jax's CPU backend, which runs Python callbacks' arguments, failed to start: %s", e)

@@ -512,3 +512,34 @@ def test_an_unknown_callback_id_is_an_error():
   assert ids and all(i >> 32 for i in ids)  # the prefix
   with pytest.raises(RuntimeError, match="host callback #0x1 does not exist in this process"):
     callbacks._dispatch(1, ())
+
+
+@pytest.mark.parametrize("path", ["env", "update", "launcher", "initialize"])
+def test_callbacks_leave_jax_config_as_the_user_set_it(path):
+  """Keeping jax's CPU backend for callbacks changes no jax configuration
+  value (programs and libraries save and restore it; jax's own test harness
+  fails a test that changes one), on every way the backend starts: the
+  JAX_PLATFORMS variable, jax.config.update before first use, myplugin-run,
+  and jax.distributed.initialize under it."""
+  import json
+  import os
+  import sys
+  from proc import child_env, run_python
+  program = os.path.join(os.path.dirname(__file__), "programs", "config_untouched.py")
+  if path in ("env", "update"):
+    env = child_env(JAX_PLATFORMS="myplugin") if path == "env" else {
+        k: v for k, v in child_env().items() if k != "JAX_PLATFORMS"}
+    argv = [program, path]
+  else:
+    env = child_env(JAX_PLATFORMS="myplugin")
+    argv = ["-m", "jax_plugin.launcher", "-n", "2", "--", sys.executable, program,
+            "initialize" if path == "initialize" else "env"]
+  r = run_python(argv, env, timeout=180)
+  assert r.returncode == 0, r.output
+  results = [json.loads(l.split("RESULT ", 1)[1]) for l in r.stdout.splitlines() if "RESULT " in l]
+  assert len(results) == (1 if path in ("env", "update") else 2), r.output
+  for got in results:
+    assert got["changed"] == {}, got
+    assert got["default"] == "myplugin", got
+    np.testing.assert_allclose(got["out"], 2 * np.cos(np.arange(3.0)), rtol=1e-5)
+  assert r.stdout.count("sum 3.0") == len(results), r.output
