@@ -37,6 +37,9 @@ _JAX_BRIDGE = "jax._src.xla_bridge"
 # jax's keys live apart from the ones our runtime uses (Gloo rendezvous...).
 _KEY_PREFIX = "jax/"
 _BARRIER_PREFIX = "myplugin/jax_barrier/"
+# How often a member waiting at a barrier of some processes looks for a
+# non-participant's call (which fails the barrier for everyone).
+_BARRIER_POLL_S = 0.1
 
 _lock = threading.RLock()
 _in_backend_init = 0
@@ -157,18 +160,24 @@ class Client:
   def _subset_barrier(self, barrier_id: str, members: list[int], timeout: float) -> None:
     """A barrier of some processes, over the key-value store: each member
     posts its arrival, then waits for the others' (numbered per use, so
-    that an id may be used again)."""
-    if self._process_id not in members:
-      raise _error(RuntimeError(f"INVALID_ARGUMENT: process {self._process_id} called barrier '{barrier_id}' "
-                                f"of processes {members}, which does not include it"))
+    that an id may be used again). As in jax's service, a process outside
+    the list that calls it fails the barrier: it gets INVALID_ARGUMENT, and
+    so does every member, waiting or yet to come."""
     bad = [p for p in members if not 0 <= p < self._num_processes]
     if bad:
       raise _error(RuntimeError(f"INVALID_ARGUMENT: barrier '{barrier_id}': no such processes {bad} "
                                 f"(the job has {self._num_processes})"))
+    group = f"{_BARRIER_PREFIX}{barrier_id}/{','.join(map(str, members))}/"
+    failed = (group + "failed").encode()
+    if self._process_id not in members:
+      why = (f"INVALID_ARGUMENT: A non-participating task (process {self._process_id}) called barrier "
+             f"'{barrier_id}' of processes {members}")
+      self._call(_myplugin.kv_set, failed, why.encode())
+      raise _error(RuntimeError(why))
     with _lock:
       use = self._barrier_calls.get((barrier_id, tuple(members)), 0)
       self._barrier_calls[(barrier_id, tuple(members))] = use + 1
-    base = f"{_BARRIER_PREFIX}{barrier_id}/{','.join(map(str, members))}/{use}/".encode()
+    base = f"{group}{use}/".encode()
     # Recorded like a barrier of every process (same name as those get), so
     # the straggler report and the flight recorder see it.
     record = _myplugin.flight_recorder_barrier_begin(_KEY_PREFIX + barrier_id, members)
@@ -176,15 +185,24 @@ class Client:
       self._call(_myplugin.kv_set, base + str(self._process_id).encode(), b"")
       deadline = time.monotonic() + timeout
       for p in members:
-        try:
-          self._call(_myplugin.kv_get, base + str(p).encode(), max(0.0, deadline - time.monotonic()))
-        except Exception as e:
-          if "DEADLINE_EXCEEDED" not in str(e):
-            raise
+        while True:
+          why = self._call(_myplugin.kv_try_get, failed)
+          if why is not None:
+            raise _error(RuntimeError(why.decode()))
+          left = deadline - time.monotonic()
+          try:
+            # In slices, so that a non-participant's call is seen while waiting.
+            self._call(_myplugin.kv_get, base + str(p).encode(), max(0.0, min(left, _BARRIER_POLL_S)))
+            break
+          except Exception as e:
+            if "DEADLINE_EXCEEDED" not in str(e):
+              raise
+            if left > _BARRIER_POLL_S:
+              continue
           arrived = {int(k.rsplit(b"/", 1)[1]) for k, _ in self._call(_myplugin.kv_list, base)}
           missing = [q for q in members if q not in arrived]
-          raise _error(RuntimeError(f"DEADLINE_EXCEEDED: barrier '{barrier_id}' of processes {members} timed out "
-                                    f"after {timeout:g} s: processes {missing} did not arrive")) from None
+          raise _error(RuntimeError(f"DEADLINE_EXCEEDED: Barrier timed out: barrier '{barrier_id}' of processes "
+                                    f"{members} waited {timeout:g} s; processes {missing} did not arrive")) from None
     except BaseException as e:
       _myplugin.flight_recorder_barrier_end(record, False, str(e))
       raise

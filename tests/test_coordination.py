@@ -103,7 +103,7 @@ def test_barrier_timeout_names_the_missing_process():
     assert codes == {0: 0, 1: 0, 2: 0}, job.all_output()
     for r in (0, 1):
       err = job.event(r, "barrier_error")["error"]
-      assert "barrier 'b' timed out after 2 s: processes [2] did not arrive (arrived: [0, 1])" in err, err
+      assert "Barrier timed out: barrier 'b' waited 2 s; processes [2] did not arrive (arrived: [0, 1])" in err, err
 
 
 def test_barrier_fails_at_once_when_a_process_finished():

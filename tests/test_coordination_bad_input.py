@@ -340,7 +340,8 @@ def test_connection_limit_refuses_the_excess_and_members_go_on():
           assert kind == 3, msg
           assert "has 6 connections open (its limit); try again later" in msg, msg
       assert job.wait(timeout=60) == {0: 0, 1: 0}, job.all_output()
-      assert "timed out after 2 s: processes [1] did not arrive" in job.event(0, "barrier_error")["error"]
+      err = job.event(0, "barrier_error")["error"]
+      assert "Barrier timed out: barrier '" in err and "waited 2 s; processes [1] did not arrive" in err, err
     assert s.failure() is None and s.all_departed()
     assert s.refused_connections() >= 5
     for c in strangers:

@@ -132,7 +132,7 @@ def test_a_barrier_of_some_processes_that_times_out_is_traced(tmp_path):
                                 args=["30", "2", "4"])
   assert codes[0] != 0 and codes[1] != 0 and codes[2] != 0, out
   error = job.event(0, "error")["error"]
-  assert "barrier 'pair' of processes [0, 2] timed out after 4 s: processes [2] did not arrive" in error, out
+  assert "Barrier timed out: barrier 'pair' of processes [0, 2] waited 4 s; processes [2] did not arrive" in error, out
   calls = load(tmp_path, 0)["calls"]
   pair = calls[-1]
   assert (pair["name"], pair["processes"], pair["call"], pair["state"]) == ("jax/pair", [0, 2], 0, "failed"), calls

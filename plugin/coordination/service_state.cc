@@ -434,10 +434,12 @@ void ServiceState::ExpireDeadlines(Clock::time_point now, Outbox& out) {
   for (auto it = barriers_.begin(); it != barriers_.end();) {
     Barrier& b = it->second;
     if (now > b.deadline) {
+      // jax's service words it "Barrier timed out" first, and programs
+      // (jax's own test harness) match that.
       std::string what = it->first == kShutdownBarrier ? std::string("the shutdown barrier") : "barrier '" + it->first + "'";
-      Status st(Code::kDeadlineExceeded, what + " timed out after " + Seconds(b.timeout_s) + ": processes " +
-                                             ProcessList(Missing(b.arrived)) + " did not arrive (arrived: " +
-                                             ProcessList(b.arrived) + ")");
+      Status st(Code::kDeadlineExceeded, "Barrier timed out: " + what + " waited " + Seconds(b.timeout_s) +
+                                             "; processes " + ProcessList(Missing(b.arrived)) +
+                                             " did not arrive (arrived: " + ProcessList(b.arrived) + ")");
       AnswerBarrier(b, st, out);
       it = barriers_.erase(it);
     } else {

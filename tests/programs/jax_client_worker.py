@@ -11,6 +11,7 @@ fields are compared with the same program on jax's own service.
 """
 import json
 import os
+import re
 import sys
 
 import jax
@@ -41,6 +42,15 @@ def outcome(f):
     return ["error", type(e).__name__, str(e).split(":")[0]]
 
 
+def gist(f):
+  """outcome, with the first three words of an error's message after its code."""
+  try:
+    return ["ok", f()]
+  except Exception as e:
+    code, _, rest = str(e).partition(":")
+    return ["error", type(e).__name__, code, re.findall(r"[A-Za-z-]+", rest)[:3]]
+
+
 r = {"initialized": jax.distributed.is_initialized(), "process": [jax.process_index(), jax.process_count()],
      "state": [state.process_id, state.num_processes]}
 r["set"] = outcome(lambda: c.key_value_set(f"w/{me}", f"v{me}"))
@@ -62,6 +72,19 @@ if me == 0:
   r["delete"] = outcome(lambda: c.key_value_delete("w"))
 r["barrier_after_delete"] = outcome(lambda: c.wait_at_barrier("b4", 60000))
 r["dir_after_delete"] = outcome(lambda: c.key_value_dir_get("w"))
+# A process outside a barrier's list that calls it fails the barrier, for
+# its members too; the processes go on together afterwards.
+if me == 1:
+  r["non_participant"] = gist(lambda: c.wait_at_barrier("np", 5000, process_ids=[0]))
+  c.key_value_set("np_called", "1")
+else:
+  c.blocking_key_value_get("np_called", 60000)
+  r["non_participant"] = gist(lambda: c.wait_at_barrier("np", 5000, process_ids=[0]))
+r["barrier_after_non_participant"] = outcome(lambda: c.wait_at_barrier("b5", 60000))
+# A barrier that process 0 never reaches.
+if me == 1:
+  r["never_reached"] = gist(lambda: c.wait_at_barrier("never", 1000))
+r["barrier_after_timeout"] = outcome(lambda: c.wait_at_barrier("b6", 60000))
 r["live"] = outcome(lambda: sorted(c.get_live_nodes([0, 1])))
 r["allgather"] = multihost_utils.process_allgather(np.array([me, 10 + me])).tolist()
 r["broadcast"] = multihost_utils.broadcast_one_to_all(np.array([me + 5])).tolist()
