@@ -3,7 +3,8 @@ multi-process compile sees them, of small jax programs that use every
 collective the rewrite handles (psum, all_gather, psum_scatter, all_to_all,
 ppermute, axis_index as partition-id, pmap's replica-id) under shard_map, jit
 and pmap, and programs whose collectives the rewrite combines into one call
-per bucket (a training step's gradients, independent gathers and scatters). jax's own CPU backend with 8 host devices compiles them and dumps
+per bucket (a training step's gradients, independent gathers and scatters),
+and a pmap of PRNG keys (threefry's loops). jax's own CPU backend with 8 host devices compiles them and dumps
 the module after SPMD partitioning (a pmap's module is not partitioned: its
 module before optimizations is the one), the files the compile hook reads.
 
@@ -73,10 +74,12 @@ def main() -> None:
                                       mesh=mesh1, in_specs=P(), out_specs=P(), check_vma=False)),
       "pmap_psum": jax.pmap(lambda v: jax.lax.psum(v, "i") + jax.lax.axis_index("i"), axis_name="i"),
       "pmap_all_gather": jax.pmap(lambda v: jax.lax.all_gather(v, "i"), axis_name="i"),
+      # threefry's loops and rotation constants (jax's multi-process pmap test).
+      "pmap_prng": jax.pmap(lambda k: jax.random.normal(k, shape=(2,))),
   }
   os.makedirs(out, exist_ok=True)
   params = [(jnp.ones((8, 8)) / (i + 1), jnp.zeros(8)) for i in range(3)]
-  arguments = {"training_step": (params, x)}
+  arguments = {"training_step": (params, x), "pmap_prng": (jax.random.split(jax.random.key(0), 8),)}
   for name, f in programs.items():
     before = set(glob.glob(os.path.join(dump, "*.txt")))
     f.lower(*arguments.get(name, (x,))).compile()

@@ -56,6 +56,24 @@ def test_seed_pmap_four_processes_of_two_devices(tmp_path):
     assert str(got["platform"]) == "myplugin"
 
 
+def test_pmap_of_prng_keys_across_processes(tmp_path):
+  """Threefry's loop constants once made the partition step's CPU compile
+  abort the process (copy insertion was skipped there, and buffer
+  assignment then gave two constants one buffer)."""
+  ref = str(tmp_path / "cpu.{rank}.npz")
+  r = run_python([os.path.join(PROGRAMS, "pmap_prng.py"), ref],
+                 child_env(JAX_PLATFORMS="cpu", JAX_NUM_CPU_DEVICES="4"), timeout=240)
+  assert r.returncode == 0, r.output
+  want = load(ref.format(rank=0))["normal"]
+  assert len({tuple(row) for row in want.tolist()}) == 4  # every device's key differs
+  out = str(tmp_path / "ours.{rank}.npz")
+  launch(2, 2, os.path.join(PROGRAMS, "pmap_prng.py"), out)
+  for rank in range(2):
+    got = load(out.format(rank=rank))
+    assert str(got["platform"]) == "myplugin"
+    np.testing.assert_allclose(got["normal"], want[2 * rank:2 * rank + 2], rtol=1e-6)
+
+
 @pytest.mark.parametrize("n,d", LAYOUTS)
 def test_sharded_computation_seed_across_processes(tmp_path, seed_reference, n, d):
   """Every example of the seed on a global 8-device mesh: each process's
