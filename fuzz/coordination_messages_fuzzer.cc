@@ -63,6 +63,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Try<msg::PeerShutdown>(payload);
   Try<msg::Agree>(payload);
   Try<msg::Membership>(payload);
+  Try<msg::KeyValueInsert>(payload);
+  Try<msg::KeyValueIncrement>(payload);
   // The dispatcher agrees with the decoder its header names.
   coord::MessageType type;
   uint32_t rid;

@@ -164,7 +164,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         uint8_t kind = in.Byte();
         std::string frame;
         uint32_t rid = in.Byte();
-        switch (kind % 10) {
+        switch (kind % 12) {
           case 0: {
             msg::KeyValueSet m;
             m.key = in.Key();
@@ -234,6 +234,22 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           case 8: {
             msg::Agree m;
             m.timeout_ms = in.U16();
+            m.request_id = rid;
+            frame = m.Encode();
+            break;
+          }
+          case 10: {
+            msg::KeyValueInsert m;
+            m.key = in.Key();
+            m.value = std::string(in.U16() % 4096, 'v');
+            m.request_id = rid;
+            frame = m.Encode();
+            break;
+          }
+          case 11: {
+            msg::KeyValueIncrement m;
+            m.key = in.Key();
+            m.increment = static_cast<int64_t>(in.U16()) - 32768;
             m.request_id = rid;
             frame = m.Encode();
             break;

@@ -18,7 +18,7 @@ MAGIC = 0x4D59504C
 TYPES = dict(Hello=1, HelloOk=2, Error=3, Ok=4, Register=5, Topology=6, KeyValueSet=7, KeyValueGet=8,
              KeyValueTryGet=9, KeyValueDelete=10, KeyValueList=11, Value=12, Entries=13, Barrier=14,
              Shutdown=15, Heartbeat=16, Failure=17, ReportError=18, PeerShutdown=19, Agree=20,
-             Membership=21)
+             Membership=21, KeyValueInsert=22, KeyValueIncrement=23)
 
 
 def b(s: bytes) -> bytes:
@@ -30,7 +30,7 @@ def payload(kind: str, rid: int, fields: bytes = b"") -> bytes:
 
 
 MESSAGES = {
-    "hello": payload("Hello", 0, struct.pack("<IH", MAGIC, 2) + b(b"tok") + struct.pack("<IQ", 1, 42)),
+    "hello": payload("Hello", 0, struct.pack("<IH", MAGIC, 3) + b(b"tok") + struct.pack("<IQ", 1, 42)),
     "hello_ok": payload("HelloOk", 0, struct.pack("<IQQ", 3, 100, 1000)),
     "error": payload("Error", 4, struct.pack("<I", 5) + b(b"key 'k' is not set")),
     "ok": payload("Ok", 3),
@@ -40,6 +40,8 @@ MESSAGES = {
     "kv_set": payload("KeyValueSet", 2, b(b"gloo/0") + b(b"\x00\x01addr")),
     "kv_get": payload("KeyValueGet", 3, b(b"gloo/0") + struct.pack("<Q", 5000)),
     "kv_try_get": payload("KeyValueTryGet", 4, b(b"k")),
+    "kv_insert": payload("KeyValueInsert", 10, b(b"k") + b(b"first")),
+    "kv_increment": payload("KeyValueIncrement", 11, b(b"n") + struct.pack("<q", -3)),
     "kv_delete": payload("KeyValueDelete", 5, b(b"k")),
     "kv_list": payload("KeyValueList", 6, b(b"gloo/")),
     "value": payload("Value", 3, b(b"v")),
@@ -113,6 +115,11 @@ SCRIPTS = {
     "register": JOB,
     "kv": JOB + kv_get(1, 2, 0, 5000) + kv_set(0, 2, 0, 16) + request(2, 4, 3, key(2)) +
           request(1, 3, 4, key(0)) + request(2, 2, 5, key(0)),
+    # Two processes race to create key 0, then count on key 1 (kinds 10 and 11).
+    "kv_insert_increment": JOB + request(0, 10, 2, key(0) + struct.pack("<H", 3)) +
+                           request(1, 10, 2, key(0) + struct.pack("<H", 5)) +
+                           request(2, 11, 2, key(1) + struct.pack("<H", 32769)) +
+                           request(0, 11, 3, key(1) + struct.pack("<H", 32770)) + request(1, 11, 3, key(0)),
     "barrier": JOB + barrier(0, 2, 1, 1000) + barrier(1, 2, 1, 1000) + barrier(2, 2, 1, 1000),
     "barrier_timeout": JOB + barrier(0, 2, 1, 1000) + tick(20),
     "shutdown": JOB + shutdown(0, 9) + shutdown(1, 9) + shutdown(2, 9),

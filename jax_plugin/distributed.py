@@ -330,7 +330,25 @@ def _shutdown_at_exit() -> None:
     # The job failed while this process was finishing: it must not exit 0.
     sys.stdout.flush()
     sys.stderr.flush()
+    _let_the_service_tell_the_others()
     os._exit(_myplugin.FATE_SHARING_EXIT_CODE)
+
+
+def _let_the_service_tell_the_others() -> None:
+  """Where this process hosts the service, the others must hear the job's
+  failure from it before it goes: otherwise they only see their
+  coordinator vanish, and report that instead of the cause. Waits until the
+  service has taken in the failure, then stops it, which sends what it has
+  queued (both bounded)."""
+  global _service
+  if _service is None:
+    return
+  import time
+  deadline = time.monotonic() + _PEER_FAILURE_GRACE_S
+  while _service.failure() is None and time.monotonic() < deadline:
+    time.sleep(0.01)
+  _service.stop()
+  _service = None
 
 
 def _await_earlier_failure():

@@ -105,12 +105,18 @@ class Client:
 
   # -- key-value store
   def key_value_set_bytes(self, key: str, value: bytes, allow_overwrite: bool = False) -> None:
-    k = _key(key)
-    # Insert-if-absent is checked here, not atomically in the service: two
-    # processes racing to create the same key may both succeed.
-    if not allow_overwrite and self._call(_myplugin.kv_try_get, k) is not None:
-      raise _error(RuntimeError(f"ALREADY_EXISTS: key {key} already exists."))
-    self._call(_myplugin.kv_set, k, bytes(value))
+    # Insert-if-absent is one request, atomic in the service: of two
+    # processes racing to create a key, exactly one succeeds.
+    if allow_overwrite:
+      self._call(_myplugin.kv_set, _key(key), bytes(value))
+      return
+    self._ready()
+    try:
+      _myplugin.kv_insert(_key(key), bytes(value))
+    except RuntimeError as e:
+      # In jax's words, with the key as the caller named it.
+      raise _error(RuntimeError(f"ALREADY_EXISTS: key {key} already exists." if str(e).startswith("ALREADY_EXISTS")
+                                else str(e))) from None
 
   def key_value_set(self, key: str, value: str, allow_overwrite: bool = False) -> None:
     self.key_value_set_bytes(key, value.encode() if isinstance(value, str) else value, allow_overwrite)
@@ -144,9 +150,8 @@ class Client:
       self._call(_myplugin.kv_delete, k)
 
   def key_value_increment(self, key: str, increment: int) -> int:
-    raise _error(RuntimeError(
-        "UNIMPLEMENTED: key_value_increment needs an atomic read-modify-write that myplugin's coordination "
-        "service does not offer (jax, multihost_utils and orbax-checkpoint do not call it)"))
+    """Adds to the key's integer value (absent: 0), atomically in the service."""
+    return int(self._call(_myplugin.kv_increment, _key(key), int(increment)))
 
   # -- barriers and liveness
   def wait_at_barrier(self, barrier_id: str, timeout_in_ms: int,

@@ -112,14 +112,11 @@ try:
 except RuntimeError as e:
   print("twice:", e)
 c = jax._src.distributed.global_state.client
-try:
-  c.key_value_increment("n", 1)
-except jax.errors.JaxRuntimeError as e:
-  print("increment:", str(e).split(":")[0])
+print("increment:", c.key_value_increment("n", 2), c.key_value_increment("n", -5))
 """
   r = run_python(["-m", "jax_plugin.launcher", "-n", "1", "--", sys.executable, "-c", program], child_env(),
                  timeout=120)
   assert r.returncode == 0, r.output
   assert "contradiction: jax.distributed.initialize(num_processes=3) contradicts the myplugin job" in r.stdout
   assert "twice: distributed.initialize should only be called once." in r.stdout, r.output
-  assert "increment: UNIMPLEMENTED" in r.stdout, r.output
+  assert "increment: 2 -3" in r.stdout, r.output

@@ -2,6 +2,9 @@
 // protocol: its connection, its requests, and its reader and heartbeat threads.
 #include "coordination/client.h"
 
+#include <cerrno>
+#include <cstdlib>
+
 #include <unistd.h>
 
 #include <cstdio>
@@ -219,6 +222,35 @@ Status CoordinationClient::KeyValueSet(const std::string& key, const std::string
   m.key = key;
   m.value = value;
   return OkReply(Call(what, m.Encode(), m.request_id, 0));
+}
+
+Status CoordinationClient::KeyValueInsert(const std::string& key, const std::string& value) {
+  const std::string what = "key_value_set of " + QuotedKey(key);
+  MYPLUGIN_RETURN_IF_ERROR(CheckKeyValue(what, key, value));
+  msg::KeyValueInsert m;
+  m.request_id = NextRequestId();
+  m.key = key;
+  m.value = value;
+  return OkReply(Call(what, m.Encode(), m.request_id, 0));
+}
+
+StatusOr<int64_t> CoordinationClient::KeyValueIncrement(const std::string& key, int64_t increment) {
+  const std::string what = "key_value_increment of " + QuotedKey(key);
+  MYPLUGIN_RETURN_IF_ERROR(CheckKey(what, key));
+  msg::KeyValueIncrement m;
+  m.request_id = NextRequestId();
+  m.key = key;
+  m.increment = increment;
+  StatusOr<std::string> sum = ValueReply(Call(what, m.Encode(), m.request_id, 0));
+  if (!sum.ok()) return sum.status();
+  const std::string& text = sum.value();
+  errno = 0;
+  char* end = nullptr;
+  const long long value = std::strtoll(text.c_str(), &end, 10);
+  if (text.empty() || end != text.c_str() + text.size() || errno != 0) {
+    return Status(Code::kInternal, what + ": the service's reply is not a decimal integer");
+  }
+  return static_cast<int64_t>(value);
 }
 
 StatusOr<std::string> CoordinationClient::KeyValueGet(const std::string& key, double timeout_s) {

@@ -71,6 +71,11 @@ class CoordinationClient {
   uint64_t epoch();
 
   Status KeyValueSet(const std::string& key, const std::string& value);
+  // Sets the key only if it is absent (ALREADY_EXISTS otherwise): of two
+  // processes racing to create it, exactly one succeeds.
+  Status KeyValueInsert(const std::string& key, const std::string& value);
+  // Adds to the key's decimal integer value (absent: 0), atomically; the sum.
+  StatusOr<int64_t> KeyValueIncrement(const std::string& key, int64_t increment);
   StatusOr<std::string> KeyValueGet(const std::string& key, double timeout_s);
   // NOT_FOUND when the key is not set.
   StatusOr<std::string> KeyValueTryGet(const std::string& key);

@@ -73,6 +73,18 @@ Status KeyValueSet::Get(Reader& r) {
   return r.Bytes(&value);
 }
 
+void KeyValueInsert::Put(Writer& w) const { w.Bytes(key).Bytes(value); }
+Status KeyValueInsert::Get(Reader& r) {
+  MYPLUGIN_RETURN_IF_ERROR(r.Bytes(&key));
+  return r.Bytes(&value);
+}
+
+void KeyValueIncrement::Put(Writer& w) const { w.Bytes(key).I64(increment); }
+Status KeyValueIncrement::Get(Reader& r) {
+  MYPLUGIN_RETURN_IF_ERROR(r.Bytes(&key));
+  return r.I64(&increment);
+}
+
 void KeyValueGet::Put(Writer& w) const { w.Bytes(key).U64(timeout_ms); }
 Status KeyValueGet::Get(Reader& r) {
   MYPLUGIN_RETURN_IF_ERROR(r.Bytes(&key));
@@ -185,6 +197,8 @@ StatusOr<std::string> DecodeAndEncodeAny(const std::string& payload) {
     case MessageType::kPeerShutdown: return Reencode<PeerShutdown>(payload);
     case MessageType::kAgree: return Reencode<Agree>(payload);
     case MessageType::kMembership: return Reencode<Membership>(payload);
+    case MessageType::kKeyValueInsert: return Reencode<KeyValueInsert>(payload);
+    case MessageType::kKeyValueIncrement: return Reencode<KeyValueIncrement>(payload);
   }
   return InvalidArgument("malformed coordination message: unknown type");
 }

@@ -117,6 +117,20 @@ struct KeyValueSet : Message<KeyValueSet, MessageType::kKeyValueSet> {
   Status Get(Reader& r);
 };
 
+struct KeyValueInsert : Message<KeyValueInsert, MessageType::kKeyValueInsert> {
+  std::string key;
+  std::string value;
+  void Put(Writer& w) const;
+  Status Get(Reader& r);
+};
+
+struct KeyValueIncrement : Message<KeyValueIncrement, MessageType::kKeyValueIncrement> {
+  std::string key;
+  int64_t increment = 0;
+  void Put(Writer& w) const;
+  Status Get(Reader& r);
+};
+
 struct KeyValueGet : Message<KeyValueGet, MessageType::kKeyValueGet> {
   std::string key;
   uint64_t timeout_ms = 0;

@@ -1,5 +1,5 @@
-// The service's key-value store: ServiceState's handlers of set, get,
-// try-get, delete and list (service_state.h).
+// The service's key-value store: ServiceState's handlers of set, insert,
+// increment, get, try-get, delete and list (service_state.h).
 #include "coordination/service_state.h"
 
 #include "common/deadline.h"
@@ -13,6 +13,8 @@ Status ServiceState::HandleKeyValue(int pid, MessageType type, const std::string
   const ConnectionId conn = processes_[pid].conn;
   switch (type) {
     case MessageType::kKeyValueSet: return HandleKeyValueSet(conn, payload, out);
+    case MessageType::kKeyValueInsert: return HandleKeyValueInsert(conn, payload, out);
+    case MessageType::kKeyValueIncrement: return HandleKeyValueIncrement(conn, payload, out);
     case MessageType::kKeyValueGet: return HandleKeyValueGet(conn, payload, out);
     case MessageType::kKeyValueTryGet: return HandleKeyValueTryGet(conn, payload, out);
     case MessageType::kKeyValueDelete: return HandleKeyValueDelete(conn, payload, out);
@@ -21,40 +23,99 @@ Status ServiceState::HandleKeyValue(int pid, MessageType type, const std::string
   }
 }
 
-Status ServiceState::HandleKeyValueSet(ConnectionId conn, const std::string& payload, Outbox& out) {
-  StatusOr<msg::KeyValueSet> m = msg::KeyValueSet::Decode(payload);
-  if (!m.ok()) return m.status();
-  const msg::KeyValueSet& s = m.value();
-  Waiter w{conn, s.request_id};
-  const std::string what = "key_value_set of " + QuotedKey(s.key);
-  Status fits = CheckKeyValue(what, s.key, s.value);
-  auto old = kv_.find(s.key);
+Status ServiceState::StoreKeyValue(const std::string& what, const std::string& key, std::string value, Outbox& out) {
+  MYPLUGIN_RETURN_IF_ERROR(CheckKeyValue(what, key, value));
+  auto old = kv_.find(key);
   size_t freed = old == kv_.end() ? 0 : old->first.size() + old->second.size();
-  size_t after = store_bytes_ - freed + s.key.size() + s.value.size();
-  if (fits.ok() && after > kMaxStoreBytes) {
-    fits = Status(Code::kResourceExhausted, what + ": the store would hold " + ByteCount(after) +
-                                                ", over its " + ByteCount(kMaxStoreBytes) +
-                                                " limit (delete keys that are no longer needed)");
-  }
-  if (!fits.ok()) {
-    ReplyError(w, fits, out);
-    return OkStatus();
+  size_t after = store_bytes_ - freed + key.size() + value.size();
+  if (after > kMaxStoreBytes) {
+    return Status(Code::kResourceExhausted, what + ": the store would hold " + ByteCount(after) + ", over its " +
+                                                ByteCount(kMaxStoreBytes) + " limit (delete keys that are no longer needed)");
   }
   store_bytes_ = after;
-  auto value_reply = [&](uint32_t rid) {
-    msg::Value v;
-    v.request_id = rid;
-    v.value = s.value;
-    return v.Encode();
-  };
-  auto range = key_waiters_.equal_range(s.key);
+  auto range = key_waiters_.equal_range(key);
   for (auto it = range.first; it != range.second; ++it) {
-    out.Send(it->second.waiter.conn, value_reply(it->second.waiter.request_id));
+    msg::Value v;
+    v.request_id = it->second.waiter.request_id;
+    v.value = value;
+    out.Send(it->second.waiter.conn, v.Encode());
     DropWaiter(it->second.waiter.conn);
   }
   key_waiters_.erase(range.first, range.second);
-  kv_[s.key] = std::move(m.value().value);
-  ReplyOk(w, out);
+  kv_[key] = std::move(value);
+  return OkStatus();
+}
+
+Status ServiceState::HandleKeyValueSet(ConnectionId conn, const std::string& payload, Outbox& out) {
+  StatusOr<msg::KeyValueSet> m = msg::KeyValueSet::Decode(payload);
+  if (!m.ok()) return m.status();
+  Waiter w{conn, m.value().request_id};
+  Status st = StoreKeyValue("key_value_set of " + QuotedKey(m.value().key), m.value().key,
+                            std::move(m.value().value), out);
+  st.ok() ? ReplyOk(w, out) : ReplyError(w, st, out);
+  return OkStatus();
+}
+
+// Atomic here, where every request is handled in turn: of two processes
+// racing to create a key, exactly one succeeds (as jax's service does it).
+Status ServiceState::HandleKeyValueInsert(ConnectionId conn, const std::string& payload, Outbox& out) {
+  StatusOr<msg::KeyValueInsert> m = msg::KeyValueInsert::Decode(payload);
+  if (!m.ok()) return m.status();
+  Waiter w{conn, m.value().request_id};
+  const std::string& key = m.value().key;
+  Status st = kv_.count(key) ? Status(Code::kAlreadyExists, "key " + QuotedKey(key) + " already exists")
+                             : StoreKeyValue("key_value_set of " + QuotedKey(key), key, std::move(m.value().value), out);
+  st.ok() ? ReplyOk(w, out) : ReplyError(w, st, out);
+  return OkStatus();
+}
+
+namespace {
+
+// A decimal int64, the whole of `text`.
+bool ParseInt64(const std::string& text, int64_t* out) {
+  if (text.empty() || text.size() > 20) return false;
+  size_t i = text[0] == '-' ? 1 : 0;
+  if (i == text.size()) return false;
+  uint64_t magnitude = 0;
+  for (; i < text.size(); ++i) {
+    if (text[i] < '0' || text[i] > '9') return false;
+    if (magnitude > (UINT64_MAX - 9) / 10) return false;
+    magnitude = magnitude * 10 + static_cast<uint64_t>(text[i] - '0');
+  }
+  const bool negative = text[0] == '-';
+  if (magnitude > static_cast<uint64_t>(INT64_MAX) + (negative ? 1 : 0)) return false;
+  *out = negative ? static_cast<int64_t>(0 - magnitude) : static_cast<int64_t>(magnitude);
+  return true;
+}
+
+}  // namespace
+
+Status ServiceState::HandleKeyValueIncrement(ConnectionId conn, const std::string& payload, Outbox& out) {
+  StatusOr<msg::KeyValueIncrement> m = msg::KeyValueIncrement::Decode(payload);
+  if (!m.ok()) return m.status();
+  Waiter w{conn, m.value().request_id};
+  const std::string& key = m.value().key;
+  const std::string what = "key_value_increment of " + QuotedKey(key);
+  int64_t value = 0;
+  auto it = kv_.find(key);
+  Status st;
+  if (it != kv_.end() && !ParseInt64(it->second, &value)) {
+    // FAILED_PRECONDITION, as jax's service answers it.
+    st = Status(Code::kFailedPrecondition, what + ": the key holds " + std::to_string(it->second.size()) +
+                                               " bytes that are not a decimal integer");
+  } else if (__builtin_add_overflow(value, m.value().increment, &value)) {
+    st = Status(Code::kOutOfRange, what + ": the sum overflows a 64-bit integer");
+  } else {
+    st = StoreKeyValue(what, key, std::to_string(value), out);
+  }
+  if (!st.ok()) {
+    ReplyError(w, st, out);
+    return OkStatus();
+  }
+  msg::Value v;
+  v.request_id = w.request_id;
+  v.value = std::to_string(value);
+  out.Send(conn, v.Encode());
   return OkStatus();
 }
 

@@ -168,6 +168,8 @@ Status ServiceState::OnFrame(ConnectionId conn, const std::string& payload, Outb
     case MessageType::kRegister:
       return HandleRegister(pid, payload, out);
     case MessageType::kKeyValueSet:
+    case MessageType::kKeyValueInsert:
+    case MessageType::kKeyValueIncrement:
     case MessageType::kKeyValueGet:
     case MessageType::kKeyValueTryGet:
     case MessageType::kKeyValueDelete:

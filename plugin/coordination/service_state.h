@@ -148,6 +148,10 @@ class ServiceState {
   Status HandleRegister(int pid, const std::string& payload, Outbox& out);
   Status HandleKeyValue(int pid, MessageType type, const std::string& payload, Outbox& out);
   Status HandleKeyValueSet(ConnectionId conn, const std::string& payload, Outbox& out);
+  Status HandleKeyValueInsert(ConnectionId conn, const std::string& payload, Outbox& out);
+  Status HandleKeyValueIncrement(ConnectionId conn, const std::string& payload, Outbox& out);
+  // Stores key = value and answers its blocking gets, or says why not (sizes, the store's limit).
+  Status StoreKeyValue(const std::string& what, const std::string& key, std::string value, Outbox& out);
   Status HandleKeyValueGet(ConnectionId conn, const std::string& payload, Outbox& out);
   Status HandleKeyValueTryGet(ConnectionId conn, const std::string& payload, Outbox& out);
   Status HandleKeyValueDelete(ConnectionId conn, const std::string& payload, Outbox& out);

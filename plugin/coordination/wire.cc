@@ -25,6 +25,8 @@ const char* MessageTypeName(MessageType type) {
     case MessageType::kPeerShutdown: return "PeerShutdown";
     case MessageType::kAgree: return "Agree";
     case MessageType::kMembership: return "Membership";
+    case MessageType::kKeyValueInsert: return "KeyValueInsert";
+    case MessageType::kKeyValueIncrement: return "KeyValueIncrement";
   }
   return "Unknown";
 }

@@ -19,7 +19,7 @@ namespace myplugin::coordination {
 
 inline constexpr uint32_t kMagic = 0x4d59504c;  // "MYPL"
 // 2: membership agreement (kAgree, kMembership).
-inline constexpr uint16_t kProtocolVersion = 2;
+inline constexpr uint16_t kProtocolVersion = 3;
 // Frames above this are refused before any allocation: a garbage or hostile
 // length prefix must not make the service allocate gigabytes.
 inline constexpr uint32_t kMaxFrameBytes = 64u << 20;
@@ -50,8 +50,10 @@ enum class MessageType : uint8_t {
   kPeerShutdown = 19,  // service -> client: process id has entered the shutdown barrier (it finished)
   kAgree = 20,         // client -> service: timeout ms: agree on the live members (recovery)
   kMembership = 21,    // reply to kAgree (and to a rejoining kRegister): epoch, n, (process id, topology) * n
+  kKeyValueInsert = 22,     // key, value: set only if absent (ALREADY_EXISTS otherwise), atomically
+  kKeyValueIncrement = 23,  // key, increment: add to a decimal integer value (absent: 0); reply kValue
 };
-inline constexpr MessageType kLastMessageType = MessageType::kMembership;
+inline constexpr MessageType kLastMessageType = MessageType::kKeyValueIncrement;
 
 const char* MessageTypeName(MessageType type);
 

@@ -126,6 +126,16 @@ void BindKeyValueStore(nb::module_& m) {
     std::string k = Str(key), v = Str(value);
     ThrowIfError(WithoutGil([&] { return c->KeyValueSet(k, v); }));
   });
+  m.def("kv_insert", [](nb::bytes key, nb::bytes value) {
+    auto c = Client();
+    std::string k = Str(key), v = Str(value);
+    ThrowIfError(WithoutGil([&] { return c->KeyValueInsert(k, v); }));
+  }, "Sets the key only if absent: ALREADY_EXISTS otherwise, atomically in the service.");
+  m.def("kv_increment", [](nb::bytes key, int64_t increment) {
+    auto c = Client();
+    std::string k = Str(key);
+    return ValueOrThrow(WithoutGil([&] { return c->KeyValueIncrement(k, increment); }));
+  }, "Adds to the key's decimal integer value (absent: 0) atomically in the service; the sum.");
   m.def("kv_get", [](nb::bytes key, double timeout) {
     auto c = Client();
     std::string k = Str(key);

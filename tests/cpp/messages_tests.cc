@@ -87,6 +87,16 @@ void TestEveryMessageRoundTrips() {
   msg::KeyValueTryGet tg;
   tg.key = "q";
   CHECK(RoundTrip(tg).key == "q");
+  msg::KeyValueInsert ins;
+  ins.key = "i";
+  ins.value = std::string("\0v", 2);
+  auto ins2 = RoundTrip(ins);
+  CHECK(ins2.key == "i" && ins2.value == ins.value);
+  msg::KeyValueIncrement inc;
+  inc.key = "n";
+  inc.increment = -9223372036854775807LL - 1;
+  auto inc2 = RoundTrip(inc);
+  CHECK(inc2.key == "n" && inc2.increment == inc.increment);
   msg::KeyValueDelete del;
   del.key = "d";
   CHECK(RoundTrip(del).key == "d");

@@ -130,6 +130,62 @@ void TestServiceRegistersAndServesKeyValues() {
   CHECK(job.state.CheckInvariants().empty());
 }
 
+// Insert-if-absent and increment are each one request, handled in turn:
+// of two inserts of one key exactly one succeeds, and increments add up.
+void TestKeyValueInsertAndIncrement() {
+  FakeJob job(2);
+  CHECK(job.Hello(1, 0).ok());
+  CHECK(job.Hello(2, 1).ok());
+  job.Take(1);
+  job.Take(2);
+  msg::KeyValueGet get;
+  get.request_id = 3;
+  get.key = "k";
+  get.timeout_ms = 60000;
+  CHECK(job.Send(2, get).ok());
+  msg::KeyValueInsert insert;
+  insert.request_id = 4;
+  insert.key = "k";
+  insert.value = "first";
+  CHECK(job.Send(1, insert).ok());
+  CHECK(One<msg::Ok>(job.Take(1)).request_id == 4);
+  CHECK(One<msg::Value>(job.Take(2)).value == "first");  // the waiting get is answered
+  insert.value = "second";
+  CHECK(job.Send(2, insert).ok());
+  Code code = Code::kOk;
+  CHECK(job.ErrorFor(2, &code).find("key \"k\" already exists") != std::string::npos && code == Code::kAlreadyExists);
+  msg::KeyValueTryGet tg;
+  tg.key = "k";
+  CHECK(job.Send(1, tg).ok());
+  CHECK(One<msg::Value>(job.Take(1)).value == "first");
+
+  msg::KeyValueIncrement inc;
+  inc.key = "n";
+  inc.increment = 5;
+  CHECK(job.Send(1, inc).ok());
+  CHECK(One<msg::Value>(job.Take(1)).value == "5");  // absent counts as 0
+  inc.increment = -7;
+  CHECK(job.Send(2, inc).ok());
+  CHECK(One<msg::Value>(job.Take(2)).value == "-2");
+  inc.key = "k";  // "first" is not a number
+  CHECK(job.Send(1, inc).ok());
+  CHECK(job.ErrorFor(1, &code).find("not a decimal integer") != std::string::npos &&
+        code == Code::kFailedPrecondition);
+  msg::KeyValueSet set;
+  set.key = "big";
+  set.value = "9223372036854775807";
+  CHECK(job.Send(1, set).ok());
+  job.Take(1);
+  inc.key = "big";
+  inc.increment = 1;
+  CHECK(job.Send(1, inc).ok());
+  CHECK(job.ErrorFor(1, &code).find("overflows") != std::string::npos && code == Code::kOutOfRange);
+  inc.increment = -1;
+  CHECK(job.Send(1, inc).ok());
+  CHECK(One<msg::Value>(job.Take(1)).value == "9223372036854775806");
+  CHECK(job.state.CheckInvariants().empty());
+}
+
 void TestServiceRefusesStrangers() {
   FakeJob job(2);
   CHECK(job.Hello(1, 0, "wrong").code() == Code::kUnauthenticated);
@@ -578,6 +634,7 @@ void TestNoAgreementBeforeRegistration() {
 
 void RunServiceStateTests() {
   TestServiceRegistersAndServesKeyValues();
+  TestKeyValueInsertAndIncrement();
   TestServiceRefusesStrangers();
   TestKeyValueLimits();
   TestStoppedReaderIsDeclaredFailed();

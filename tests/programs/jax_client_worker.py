@@ -85,6 +85,16 @@ r["barrier_after_non_participant"] = outcome(lambda: c.wait_at_barrier("b5", 600
 if me == 1:
   r["never_reached"] = gist(lambda: c.wait_at_barrier("never", 1000))
 r["barrier_after_timeout"] = outcome(lambda: c.wait_at_barrier("b6", 60000))
+# Two processes race to create one key: exactly one wins. Increments add up.
+c.wait_at_barrier("race", 60000)
+c.key_value_set(f"race_result/{me}", outcome(lambda: c.key_value_set("race", f"p{me}"))[0])
+r["increment_returns"] = outcome(lambda: type(c.key_value_increment("count", me + 1)).__name__)
+c.wait_at_barrier("race_done", 60000)
+r["race_outcomes"] = sorted(v for _, v in c.key_value_dir_get("race_result"))
+r["race_value"] = outcome(lambda: c.key_value_try_get("race") in ("p0", "p1"))
+r["increment_total"] = outcome(lambda: c.key_value_increment("count", 0))
+r["increment_stored"] = outcome(lambda: c.key_value_try_get("count"))
+r["increment_not_a_number"] = outcome(lambda: c.key_value_increment("race", 1))
 r["live"] = outcome(lambda: sorted(c.get_live_nodes([0, 1])))
 r["allgather"] = multihost_utils.process_allgather(np.array([me, 10 + me])).tolist()
 r["broadcast"] = multihost_utils.broadcast_one_to_all(np.array([me + 5])).tolist()
