@@ -264,6 +264,22 @@ def install(process_id: int, num_processes: int, coordinator_address: str | None
     state.process_id = process_id
     state.num_processes = num_processes
     state.coordinator_address = coordinator_address
+    _install_preemption_sync_manager(state, process_id, num_processes)
+
+
+def _install_preemption_sync_manager(state, process_id: int, num_processes: int) -> None:
+  """multihost_utils.reached_preemption_sync_point asks jax's state for it;
+  jax creates one at initialize unless jax_enable_preemption_service is
+  off, and so do we."""
+  config = getattr(sys.modules.get("jax"), "config", None)
+  if getattr(config, "jax_enable_preemption_service", True) is False:
+    return
+  from jax_plugin import preemption
+  previous = getattr(state, "preemption_sync_manager", None)
+  if isinstance(previous, preemption.PreemptionSyncManager):
+    previous.shutdown()
+  timeout = float(os.environ.get("MYPLUGIN_COLLECTIVE_TIMEOUT_SECONDS") or _myplugin.DEFAULTS["collective_timeout"])
+  state.preemption_sync_manager = preemption.PreemptionSyncManager(process_id, num_processes, timeout)
 
 
 def sync() -> None:
@@ -288,6 +304,11 @@ def uninstall() -> None:
   state = _jax_state()
   if state is not None and is_ours(state.client):
     state.client = None
+    from jax_plugin import preemption
+    manager = getattr(state, "preemption_sync_manager", None)
+    if isinstance(manager, preemption.PreemptionSyncManager):
+      manager.shutdown()
+      state.preemption_sync_manager = None
 
 
 def hide_during_backend_init() -> None:

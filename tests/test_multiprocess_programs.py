@@ -56,6 +56,25 @@ def test_seed_pmap_four_processes_of_two_devices(tmp_path):
     assert str(got["platform"]) == "myplugin"
 
 
+def test_closure_constants_reach_the_engine_whole(tmp_path):
+  """A training step whose data are closure constants: the partitioned
+  module's dump once elided large constants ("{...}"), which parsed back as
+  other values, and the weights never moved (a wrong result, no error)."""
+  ref = str(tmp_path / "cpu.{rank}.npz")
+  r = run_python([os.path.join(PROGRAMS, "closure_constants.py"), ref],
+                 child_env(JAX_PLATFORMS="cpu", JAX_NUM_CPU_DEVICES="4"), timeout=240)
+  assert r.returncode == 0, r.output
+  want = load(ref.format(rank=0))
+  assert want["losses"][-1] < want["losses"][0] * 0.9  # it trains
+  out = str(tmp_path / "ours.{rank}.npz")
+  launch(2, 2, os.path.join(PROGRAMS, "closure_constants.py"), out)
+  for rank in range(2):
+    got = load(out.format(rank=rank))
+    assert str(got["platform"]) == "myplugin"
+    np.testing.assert_allclose(got["losses"], want["losses"], rtol=1e-5)
+    np.testing.assert_allclose(got["w"], want["w"], rtol=1e-5, atol=1e-6)
+
+
 def test_pmap_of_prng_keys_across_processes(tmp_path):
   """Threefry's loop constants once made the partition step's CPU compile
   abort the process (copy insertion was skipped there, and buffer

@@ -102,8 +102,11 @@ def shadow_options(options: bytes, dump_dir: str, stops_early: bool = False) -> 
   opts = xc.CompileOptions.ParseFromString(options)
   overrides = [(k, v) for k, v in opts.env_option_overrides
                if not k.startswith("xla_dump")]
+  # The text is what the rewrite reads and the engine then compiles: every
+  # constant in full (by default a dump elides large ones as "{...}", which
+  # parses back as other values: a wrong result).
   overrides += [("xla_dump_to", dump_dir), ("xla_dump_hlo_pass_re", _PASS), ("xla_dump_hlo_as_text", True),
-                ("xla_dump_hlo_as_proto", True), ("xla_dump_hlo_module_re", ".*")]
+                ("xla_dump_hlo_as_proto", True), ("xla_dump_hlo_module_re", ".*"), ("xla_dump_large_constants", True)]
   # The shadow's machine code never runs: LLVM need not optimize it (a
   # quarter of the partition step's time). The HLO, shardings included, is
   # what it would be anyway.
@@ -136,6 +139,10 @@ _STOP_INSTRUCTION = re.compile(r"^(\s*(?:ROOT )?%[^\s=]+ = \(\) )custom-call\(\)
                                re.MULTILINE)
 _STOP_ATTRIBUTE_TEXT = re.compile(r', frontend_attributes=\{' + _STOP_ATTRIBUTE + r'=""\}|' + _STOP_ATTRIBUTE +
                                   r'="",|,' + _STOP_ATTRIBUTE + r'=""')
+
+
+# A constant whose literal a dump left out.
+_ELIDED_CONSTANT = re.compile(r"%[^\s=]+ = [^=\n]*? constant\(\{\.\.\.\}\)")
 
 
 def _without_stop_mark(text: str) -> tuple[str, int]:
@@ -237,6 +244,11 @@ def local_program(dump_dir: str, options: bytes, assignment: list[list[int]], nu
   dump = _partitioned_dump(dump_dir)
   with open(dump + ".txt") as f:
     partitioned, marks = _without_stop_mark(f.read())
+  elided = _ELIDED_CONSTANT.search(partitioned)
+  if elided:
+    # Never compiled as it is: the parser would give the constant other values.
+    raise RuntimeError(f"the partitioned module's dump elides a constant ({elided.group(0)[:200]}): the engine "
+                       "ignored xla_dump_large_constants, and this program cannot be compiled across processes")
   text = rewrite_module(partitioned, assignment, num_devices, order, fences=host, runtime_device_ids=host,
                         combine_threshold=combine_threshold())
   if not order:
