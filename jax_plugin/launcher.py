@@ -49,6 +49,12 @@ from jax_plugin import cpu_binding
 
 EXIT_TIMEOUT = 124
 EXIT_INTERRUPTED = 130
+# The job ended on a preemption notice (SIGTERM to the launcher): 128 +
+# SIGTERM, as a scheduler reads a job it terminated; not a failure.
+EXIT_PREEMPTED = 128 + signal.SIGTERM
+# How long the ranks get after a SIGTERM to reach their preemption sync
+# point, save and exit, before they are killed (Slurm's KillWait default).
+DEFAULT_GRACE_PERIOD_S = 30.0
 # After a first failure, the others get this long to report their own
 # error (fate-sharing) before they are killed.
 FAILURE_GRACE_S = 5.0
@@ -111,6 +117,10 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument("--cpu-bind", action="store_true",
                       help="run each rank on its own share of the CPUs this launcher may use (as mpirun's "
                            "--bind-to core); the engine sizes its thread pools to that share")
+  parser.add_argument("--grace-period", type=float, default=DEFAULT_GRACE_PERIOD_S, metavar="S",
+                      help="on SIGTERM (a preemption notice) the ranks get it too, and this many seconds to "
+                           "save and exit before they are killed; exit code 143 (default: 30, as Slurm's KillWait; "
+                           "0: end them at once)")
   parser.add_argument("command", nargs=argparse.REMAINDER)
   args = parser.parse_args(argv)
   command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -126,6 +136,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.error("--recover takes a number of restarts of single ranks (at least 0) and excludes --max-restarts")
   if args.rejoin_wait and args.recover is None:
     parser.error("--rejoin-wait goes with --recover")
+  if args.grace_period < 0:
+    parser.error("--grace-period must be at least 0")
   if args.min_processes is None:
     args.min_processes = args.num_processes
   if not 1 <= args.min_processes <= args.num_processes:
@@ -179,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
       env = dict(base_env, MYPLUGIN_RESTART_COUNT=str(attempt), MYPLUGIN_NUM_PROCESSES=str(num_processes),
                  MYPLUGIN_JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{_free_port()}")
       result = _run_attempt(command, env, num_processes, service, deadline, interrupted, args.timeout,
-                            _shares(args.cpu_bind, num_processes))
+                            _shares(args.cpu_bind, num_processes), args.grace_period)
       if result.status:
         return result.status
       if result.culprit is None:
@@ -321,7 +333,8 @@ def _run_recovering(command, env, num_processes, service, deadline, interrupted,
   return status
 
 
-def _run_attempt(command, env, num_processes, service, deadline, interrupted, timeout, shares) -> _Attempt:
+def _run_attempt(command, env, num_processes, service, deadline, interrupted, timeout, shares,
+                 grace_period: float = 0.0) -> _Attempt:
   from jax_plugin import _myplugin
   lock = threading.Lock()
   pumps = []
@@ -329,10 +342,35 @@ def _run_attempt(command, env, num_processes, service, deadline, interrupted, ti
 
   first_exit = None  # (rank, code) of the first process seen to end with an error
   failure_seen_at = None
+  preempted_at = None  # when a SIGTERM was forwarded to the ranks
   status = 0
   try:
     while True:
       codes = [p.poll() for p in procs]
+      if interrupted and preempted_at is None and interrupted == [signal.SIGTERM] and grace_period > 0:
+        # A preemption notice: the ranks get it, and the grace period to
+        # reach their sync point, save and exit.
+        preempted_at = time.monotonic()
+        running = [r for r, c in enumerate(codes) if c is None]
+        print(f"myplugin-run: SIGTERM (a preemption notice): forwarded to ranks {running}, which have "
+              f"{grace_period:g} s to save and exit", file=sys.stderr)
+        for r in running:
+          try:
+            os.killpg(procs[r].pid, signal.SIGTERM)
+          except ProcessLookupError:
+            pass
+      if preempted_at is not None:
+        if all(c is not None for c in codes):
+          status = EXIT_PREEMPTED
+          break
+        if len(interrupted) > 1 or time.monotonic() - preempted_at > grace_period:
+          status = EXIT_PREEMPTED
+          running = [r for r, c in enumerate(codes) if c is None]
+          print(f"myplugin-run: ranks {running} did not exit within the grace period"
+                f"{'' if len(interrupted) == 1 else ' (a second signal)'}; ending them", file=sys.stderr)
+          break
+        time.sleep(0.02)
+        continue
       if failure_seen_at is None:
         first_exit = next(((r, c) for r, c in enumerate(codes) if c not in (None, 0)), None)
         if first_exit is not None or service.failed_process() is not None:
@@ -369,6 +407,8 @@ def _run_attempt(command, env, num_processes, service, deadline, interrupted, ti
     for t in pumps:
       t.join(timeout=5)
 
+  if status == EXIT_PREEMPTED:
+    print(f"myplugin-run: the job was preempted (exit {EXIT_PREEMPTED})", file=sys.stderr)
   if status:
     return _Attempt(status, None, False)
   joined = culprit is not None

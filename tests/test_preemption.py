@@ -4,7 +4,12 @@ true at one step, the same on every process, that no process had passed
 when the notice came (jax's protocol), and the signal does not end the
 process. Without a notice it is never true."""
 import json
+import os
+import signal
+import subprocess
 import sys
+import threading
+import time
 
 import pytest
 
@@ -70,3 +75,35 @@ def test_orbax_saves_the_sync_step_and_a_new_job_goes_on_from_it(tmp_path):
     assert res["start"] == min(at), out
     assert abs(res["loss"] - want["loss"]) <= 1e-5 * max(1.0, abs(want["loss"])), (res, want)
     assert max(abs(a - b) for a, b in zip(res["w"], want["w"])) <= 1e-5, (res, want)
+
+
+def test_sigterm_to_the_launcher_reaches_every_rank_and_the_job_says_preempted():
+  """myplugin-run forwards a SIGTERM to its ranks (a scheduler signals the
+  launcher) and gives them the grace period: they agree on a step, stop
+  there, and the launcher exits 143, not as a failure."""
+  p = subprocess.Popen([sys.executable, "-m", "jax_plugin.launcher", "-n", "2", "--grace-period", "60", "--",
+                        sys.executable, WORKER, "none", "100000"], env=child_env(), stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True, start_new_session=True, cwd="/")
+  lines = []
+  reader = threading.Thread(target=lambda: lines.extend(iter(p.stdout.readline, "")), daemon=True)
+  reader.start()
+  try:
+    deadline = time.monotonic() + 120
+    while sum("RUNNING" in l for l in lines) < 2 and p.poll() is None and time.monotonic() < deadline:
+      time.sleep(0.05)
+    assert sum("RUNNING" in l for l in lines) == 2, "".join(lines)
+    p.send_signal(signal.SIGTERM)
+    p.wait(timeout=120)
+  finally:
+    try:
+      os.killpg(p.pid, signal.SIGKILL)
+    except ProcessLookupError:
+      pass
+    p.wait()
+  reader.join(timeout=10)
+  out = "".join(lines)
+  assert p.returncode == 143, out
+  assert "forwarded to ranks [0, 1]" in out and "the job was preempted (exit 143)" in out, out
+  results = [json.loads(l.split("RESULT ", 1)[1]) for l in lines if "RESULT " in l]
+  assert len(results) == 2 and results[0]["synced"] == results[1]["synced"] is not None, out
+  assert all(res["ran"] == res["synced"] for res in results), out

@@ -5,8 +5,9 @@ argument send themselves SIGTERM at a step, as a scheduler would.
 
   preemption_worker.py R@S[,R@S...]|none STEPS
 
-Prints one RESULT line per process: the step at which the sync point was
-reached (null if never), and the steps run.
+Prints RUNNING once it has asked for the sync point, then one RESULT line
+per process: the step at which the sync point was reached (null if
+never), and the steps run.
 """
 import json
 import os
@@ -29,6 +30,8 @@ for step in range(steps):
     break
   if notices.get(me) == step:
     os.kill(os.getpid(), signal.SIGTERM)
+  if step == 3:
+    print("RUNNING", flush=True)  # the sync point has been asked: SIGTERM is a notice now
   multihost_utils.process_allgather(np.array([step]))
   ran += 1
   time.sleep(0.005)
