@@ -110,13 +110,13 @@ class Client:
     if allow_overwrite:
       self._call(_myplugin.kv_set, _key(key), bytes(value))
       return
-    self._ready()
     try:
-      _myplugin.kv_insert(_key(key), bytes(value))
-    except RuntimeError as e:
+      self._call(_myplugin.kv_insert, _key(key), bytes(value))
+    except Exception as e:
+      if not str(e).startswith("ALREADY_EXISTS"):
+        raise
       # In jax's words, with the key as the caller named it.
-      raise _error(RuntimeError(f"ALREADY_EXISTS: key {key} already exists." if str(e).startswith("ALREADY_EXISTS")
-                                else str(e))) from None
+      raise _error(RuntimeError(f"ALREADY_EXISTS: key {key} already exists.")) from None
 
   def key_value_set(self, key: str, value: str, allow_overwrite: bool = False) -> None:
     self.key_value_set_bytes(key, value.encode() if isinstance(value, str) else value, allow_overwrite)
@@ -278,7 +278,8 @@ def _install_preemption_sync_manager(state, process_id: int, num_processes: int)
   previous = getattr(state, "preemption_sync_manager", None)
   if isinstance(previous, preemption.PreemptionSyncManager):
     previous.shutdown()
-  timeout = float(os.environ.get("MYPLUGIN_COLLECTIVE_TIMEOUT_SECONDS") or _myplugin.DEFAULTS["collective_timeout"])
+  from jax_plugin import distributed
+  timeout = distributed.seconds_setting("MYPLUGIN_COLLECTIVE_TIMEOUT_SECONDS", "collective_timeout")
   state.preemption_sync_manager = preemption.PreemptionSyncManager(process_id, num_processes, timeout)
 
 

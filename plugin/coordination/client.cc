@@ -2,9 +2,6 @@
 // protocol: its connection, its requests, and its reader and heartbeat threads.
 #include "coordination/client.h"
 
-#include <cerrno>
-#include <cstdlib>
-
 #include <unistd.h>
 
 #include <cstdio>
@@ -13,6 +10,7 @@
 #include "common/deadline.h"
 #include "common/exit_guard.h"
 #include "common/log.h"
+#include "common/parse_int.h"
 #include "coordination/limits.h"
 #include "coordination/messages.h"
 
@@ -243,14 +241,11 @@ StatusOr<int64_t> CoordinationClient::KeyValueIncrement(const std::string& key, 
   m.increment = increment;
   StatusOr<std::string> sum = ValueReply(Call(what, m.Encode(), m.request_id, 0));
   if (!sum.ok()) return sum.status();
-  const std::string& text = sum.value();
-  errno = 0;
-  char* end = nullptr;
-  const long long value = std::strtoll(text.c_str(), &end, 10);
-  if (text.empty() || end != text.c_str() + text.size() || errno != 0) {
+  int64_t value;
+  if (!ParseInt64(sum.value(), &value)) {
     return Status(Code::kInternal, what + ": the service's reply is not a decimal integer");
   }
-  return static_cast<int64_t>(value);
+  return value;
 }
 
 StatusOr<std::string> CoordinationClient::KeyValueGet(const std::string& key, double timeout_s) {

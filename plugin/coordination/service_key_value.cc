@@ -3,6 +3,7 @@
 #include "coordination/service_state.h"
 
 #include "common/deadline.h"
+#include "common/parse_int.h"
 #include "coordination/messages.h"
 
 namespace myplugin::coordination {
@@ -71,21 +72,10 @@ Status ServiceState::HandleKeyValueInsert(ConnectionId conn, const std::string& 
 
 namespace {
 
-// A decimal int64, the whole of `text`.
-bool ParseInt64(const std::string& text, int64_t* out) {
-  if (text.empty() || text.size() > 20) return false;
-  size_t i = text[0] == '-' ? 1 : 0;
-  if (i == text.size()) return false;
-  uint64_t magnitude = 0;
-  for (; i < text.size(); ++i) {
-    if (text[i] < '0' || text[i] > '9') return false;
-    if (magnitude > (UINT64_MAX - 9) / 10) return false;
-    magnitude = magnitude * 10 + static_cast<uint64_t>(text[i] - '0');
-  }
-  const bool negative = text[0] == '-';
-  if (magnitude > static_cast<uint64_t>(INT64_MAX) + (negative ? 1 : 0)) return false;
-  *out = negative ? static_cast<int64_t>(0 - magnitude) : static_cast<int64_t>(magnitude);
-  return true;
+// The value exactly as increments write it: an optional '-' and digits
+// (ParseInt64 alone would also take strtoll's leading space or '+').
+bool ParseStoredInt64(const std::string& text, int64_t* out) {
+  return !text.empty() && (text[0] == '-' || (text[0] >= '0' && text[0] <= '9')) && ParseInt64(text, out);
 }
 
 }  // namespace
@@ -99,7 +89,7 @@ Status ServiceState::HandleKeyValueIncrement(ConnectionId conn, const std::strin
   int64_t value = 0;
   auto it = kv_.find(key);
   Status st;
-  if (it != kv_.end() && !ParseInt64(it->second, &value)) {
+  if (it != kv_.end() && !ParseStoredInt64(it->second, &value)) {
     // FAILED_PRECONDITION, as jax's service answers it.
     st = Status(Code::kFailedPrecondition, what + ": the key holds " + std::to_string(it->second.size()) +
                                                " bytes that are not a decimal integer");

@@ -1,24 +1,13 @@
 #include "pjrt/client_options.h"
 
-#include <cerrno>
-#include <cstdlib>
 #include <string>
+
+#include "common/parse_int.h"
 
 namespace myplugin {
 namespace {
 
 const char kAccepted[] = "num_devices, node_id, num_nodes, partition_index, visible_devices";
-
-// Parses a whole decimal integer; rejects trailing junk and overflow.
-bool ParseInt64(const std::string& text, int64_t* out) {
-  if (text.empty()) return false;
-  errno = 0;
-  char* end = nullptr;
-  long long v = std::strtoll(text.c_str(), &end, 10);
-  if (errno != 0 || end == text.c_str() || *end != '\0') return false;
-  *out = v;
-  return true;
-}
 
 StatusOr<int64_t> IntValue(const PJRT_NamedValue& v, const std::string& name) {
   if (v.type == PJRT_NamedValue_kInt64) return v.int64_value;
