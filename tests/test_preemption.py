@@ -4,7 +4,6 @@ true at one step, the same on every process, that no process had passed
 when the notice came (jax's protocol), and the signal does not end the
 process. Without a notice it is never true."""
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -14,7 +13,7 @@ import time
 import pytest
 
 from job import HERE
-from proc import child_env, run_python
+from proc import child_env, kill_group, run_python
 
 WORKER = f"{HERE}/programs/preemption_worker.py"
 
@@ -85,7 +84,12 @@ def test_sigterm_to_the_launcher_reaches_every_rank_and_the_job_says_preempted()
                         sys.executable, WORKER, "none", "100000"], env=child_env(), stdout=subprocess.PIPE,
                        stderr=subprocess.STDOUT, text=True, start_new_session=True, cwd="/")
   lines = []
-  reader = threading.Thread(target=lambda: lines.extend(iter(p.stdout.readline, "")), daemon=True)
+
+  def read():
+    for line in iter(p.stdout.readline, ""):
+      lines.append(line)
+
+  reader = threading.Thread(target=read, daemon=True)
   reader.start()
   try:
     deadline = time.monotonic() + 120
@@ -95,11 +99,8 @@ def test_sigterm_to_the_launcher_reaches_every_rank_and_the_job_says_preempted()
     p.send_signal(signal.SIGTERM)
     p.wait(timeout=120)
   finally:
-    try:
-      os.killpg(p.pid, signal.SIGKILL)
-    except ProcessLookupError:
-      pass
-    p.wait()
+    kill_group(p)
+    p.wait(timeout=30)
   reader.join(timeout=10)
   out = "".join(lines)
   assert p.returncode == 143, out
