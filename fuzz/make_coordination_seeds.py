@@ -15,6 +15,7 @@ import struct
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MAGIC = 0x4D59504C
+VERSION = 4  # wire.h kProtocolVersion
 TYPES = dict(Hello=1, HelloOk=2, Error=3, Ok=4, Register=5, Topology=6, KeyValueSet=7, KeyValueGet=8,
              KeyValueTryGet=9, KeyValueDelete=10, KeyValueList=11, Value=12, Entries=13, Barrier=14,
              Shutdown=15, Heartbeat=16, Failure=17, ReportError=18, PeerShutdown=19, Agree=20,
@@ -30,7 +31,7 @@ def payload(kind: str, rid: int, fields: bytes = b"") -> bytes:
 
 
 MESSAGES = {
-    "hello": payload("Hello", 0, struct.pack("<IH", MAGIC, 3) + b(b"tok") + struct.pack("<IQ", 1, 42)),
+    "hello": payload("Hello", 0, struct.pack("<IH", MAGIC, VERSION) + b(b"tok") + struct.pack("<IQ", 1, 42)),
     "hello_ok": payload("HelloOk", 0, struct.pack("<IQQ", 3, 100, 1000)),
     "error": payload("Error", 4, struct.pack("<I", 5) + b(b"key 'k' is not set")),
     "ok": payload("Ok", 3),
@@ -53,8 +54,8 @@ MESSAGES = {
     "report_error": payload("ReportError", 0, b(b"Traceback ...")),
     "peer_shutdown": payload("PeerShutdown", 0, struct.pack("<I", 1)),
     "agree": payload("Agree", 9, struct.pack("<Q", 10000)),
-    "membership": payload("Membership", 9, struct.pack("<QI", 1, 2) + struct.pack("<I", 0) + b(b"t0") +
-                          struct.pack("<I", 2) + b(b"t2")),
+    "membership": payload("Membership", 9, struct.pack("<QI", 1, 2) + struct.pack("<IQ", 0, 7) + b(b"t0") +
+                          struct.pack("<IQ", 2, 9) + b(b"t2")),
 }
 
 

@@ -432,6 +432,7 @@ class Membership(NamedTuple):
   process_id: int     # this process's index in `members`: its jax.process_index() from now on
   num_processes: int  # len(members): jax.process_count() from now on
   changed: bool       # the epoch moved: the backend must be rebuilt (recover does it)
+  incarnations: list[int]  # each member's (as `members`): new when that rank's process was started again
 
 
 def agree_membership(timeout: float = DEFAULTS["agreement_timeout"]) -> Membership:
@@ -453,7 +454,8 @@ def membership() -> Membership:
 
 def _membership(changed: bool) -> Membership:
   return Membership(epoch=_myplugin.epoch(), members=list(_myplugin.member_ids()),
-                    process_id=_myplugin.process_id(), num_processes=_myplugin.num_processes(), changed=changed)
+                    process_id=_myplugin.process_id(), num_processes=_myplugin.num_processes(), changed=changed,
+                    incarnations=[int(i) for i in _myplugin.member_incarnations()])
 
 
 def recover(timeout: float = DEFAULTS["agreement_timeout"]) -> Membership:

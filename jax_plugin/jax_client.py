@@ -214,13 +214,19 @@ class Client:
     _myplugin.flight_recorder_barrier_end(record, True)
 
   def get_live_nodes(self, process_ids: Sequence[int]) -> dict[int, int]:
-    """Every process is alive until the job fails; then the failed one is not."""
+    """jax's `live_devices` step: a barrier of the listed processes, then
+    each one's incarnation (new when a process was started again and let
+    back in by a membership agreement), the same answer on every caller.
+    Every listed process is live here: a failed one fails the job (the
+    error says which), and the survivors' way on is `recover()`, after
+    which the members are the live ones."""
     self._ready()
-    failure = _myplugin.failure()
-    dead = None
-    if failure and failure.startswith("process "):
-      dead = int(failure.split()[1]) if failure.split()[1].isdigit() else None
-    return {int(p): 0 for p in process_ids if int(p) != dead}
+    members = sorted(set(int(p) for p in process_ids))
+    # Per epoch: a barrier of the same ids after a recovery is another one.
+    self.wait_at_barrier(f"myplugin/live_nodes/{_myplugin.epoch()}", int(_DEFAULTS["agreement_timeout"] * 1000),
+                         members)
+    incarnations = _myplugin.member_incarnations()
+    return {p: int(incarnations[p]) for p in members}
 
 
 class backend_init:

@@ -164,6 +164,12 @@ def test_rank_started_again_at_once_while_its_old_connection_is_open():
     assert [(v["epoch"], v["step"]) for v in verdicts if v["members"] == [0, 1, 2]] == \
         [(e["epoch"], e["step"]) for e in starts[1:]], (verdicts, starts)
     assert verdicts[-1]["members"] == [0, 1, 2], verdicts
+    # Each process of the victim is a new incarnation, and every verdict
+    # that let one in names it; the survivors' own never change.
+    joined = [v["incarnations"][VICTIM] for v in verdicts if v["members"] == [0, 1, 2]]
+    assert joined == [e["incarnations"][VICTIM] for e in starts[1:]], (verdicts, starts)
+    assert len(set(joined + [starts[0]["incarnations"][VICTIM]])) == deaths + 1, starts
+    assert {v["incarnations"][rank] for v in verdicts} == {starts[0]["incarnations"][rank]}, verdicts
     errors = [e for e in events[rank] if e["event"] == "step_error"]
     assert [e["step"] for e in errors] == [2, 5, 8], errors
     assert all(f"process {VICTIM} failed" in e["error"] for e in errors), errors

@@ -192,7 +192,8 @@ StatusOr<msg::Membership> CoordinationClient::Register(const std::string& local_
   if (!t.ok()) return t.status();
   msg::Membership all;
   for (size_t i = 0; i < t.value().processes.size(); ++i) {
-    all.members.push_back({static_cast<uint32_t>(i), std::move(t.value().processes[i].topology)});
+    all.members.push_back({static_cast<uint32_t>(i), t.value().processes[i].incarnation,
+                           std::move(t.value().processes[i].topology)});
   }
   return all;
 }

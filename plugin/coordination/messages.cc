@@ -146,7 +146,7 @@ Status Agree::Get(Reader& r) { return r.U64(&timeout_ms); }
 
 void Membership::Put(Writer& w) const {
   w.U64(epoch).U32(static_cast<uint32_t>(members.size()));
-  for (const Member& m : members) w.U32(m.process_id).Bytes(m.topology);
+  for (const Member& m : members) w.U32(m.process_id).U64(m.incarnation).Bytes(m.topology);
 }
 Status Membership::Get(Reader& r) {
   uint32_t n;
@@ -156,6 +156,7 @@ Status Membership::Get(Reader& r) {
   for (uint32_t i = 0; i < n; ++i) {
     Member m;
     MYPLUGIN_RETURN_IF_ERROR(r.U32(&m.process_id));
+    MYPLUGIN_RETURN_IF_ERROR(r.U64(&m.incarnation));
     MYPLUGIN_RETURN_IF_ERROR(r.Bytes(&m.topology));
     members.push_back(std::move(m));
   }

@@ -24,9 +24,11 @@ struct RegisteredProcess {
 };
 
 // A live process of the job at some epoch: its coordination id (fixed for
-// the life of the job) and the topology it registered.
+// the life of the job), its incarnation (new each time a process of that id
+// connects: a restarted one has another) and the topology it registered.
 struct Member {
   uint32_t process_id = 0;
+  uint64_t incarnation = 0;
   std::string topology;
 };
 

@@ -80,6 +80,7 @@ Status DistributedRuntime::Initialize(const RuntimeOptions& options) {
 Status DistributedRuntime::Adopt(const msg::Membership& membership) {
   std::vector<ProcessInfo> processes;
   std::vector<int> ids;
+  std::vector<uint64_t> incarnations;
   int index = -1;
   for (const Member& m : membership.members) {
     StatusOr<ProcessInfo> info = DecodeProcessInfo(m.topology);
@@ -89,6 +90,7 @@ Status DistributedRuntime::Adopt(const msg::Membership& membership) {
     }
     if (static_cast<int>(m.process_id) == client_->process_id()) index = static_cast<int>(ids.size());
     ids.push_back(static_cast<int>(m.process_id));
+    incarnations.push_back(m.incarnation);
     processes.push_back(info.take());
   }
   if (index < 0) {
@@ -97,6 +99,7 @@ Status DistributedRuntime::Adopt(const msg::Membership& membership) {
   }
   processes_ = std::move(processes);
   member_ids_ = std::move(ids);
+  member_incarnations_ = std::move(incarnations);
   index_ = index;
   epoch_ = membership.epoch;
   return OkStatus();
@@ -120,6 +123,7 @@ Status DistributedRuntime::Shutdown(double timeout_s) {
   client_.reset();
   processes_.clear();
   member_ids_.clear();
+  member_incarnations_.clear();
   index_ = 0;
   epoch_ = 0;
   return st;
@@ -148,6 +152,11 @@ int DistributedRuntime::num_processes() {
 std::vector<int> DistributedRuntime::member_ids() {
   std::lock_guard<std::mutex> lock(mu_);
   return member_ids_;
+}
+
+std::vector<uint64_t> DistributedRuntime::member_incarnations() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return member_incarnations_;
 }
 
 uint64_t DistributedRuntime::epoch() {

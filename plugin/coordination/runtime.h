@@ -70,6 +70,9 @@ class DistributedRuntime {
   int num_processes();
   // The members' coordination ids (index = process id above).
   std::vector<int> member_ids();
+  // Their incarnations, in the same order: one changes when that process
+  // is started again and let back in.
+  std::vector<uint64_t> member_incarnations();
   uint64_t epoch();
   MembershipSnapshot membership();
   std::vector<ProcessInfo> processes();
@@ -82,6 +85,7 @@ class DistributedRuntime {
   std::shared_ptr<CoordinationClient> client_;
   std::vector<ProcessInfo> processes_;
   std::vector<int> member_ids_;
+  std::vector<uint64_t> member_incarnations_;
   int index_ = 0;
   uint64_t epoch_ = 0;
 };

@@ -93,7 +93,7 @@ void ServiceState::CheckAgreement(Outbox& out) {
   failed_process_ = -1;
   msg::Membership verdict;
   verdict.epoch = epoch_;
-  for (int pid : live_) verdict.members.push_back({static_cast<uint32_t>(pid), processes_[pid].topology});
+  for (int pid : live_) verdict.members.push_back({static_cast<uint32_t>(pid), processes_[pid].incarnation, processes_[pid].topology});
   if (changed) LogLine("myplugin coordinator: epoch " + std::to_string(epoch_) + ": members " + ProcessList(live_));
   std::vector<Waiter> answer;
   for (const auto& [pid, w] : agreement_->arrived) answer.push_back(w);

@@ -18,8 +18,9 @@
 namespace myplugin::coordination {
 
 inline constexpr uint32_t kMagic = 0x4d59504c;  // "MYPL"
-// 2: membership agreement (kAgree, kMembership).
-inline constexpr uint16_t kProtocolVersion = 3;
+// 2: membership agreement (kAgree, kMembership). 3: atomic insert and
+// increment. 4: a membership names each member's incarnation.
+inline constexpr uint16_t kProtocolVersion = 4;
 // Frames above this are refused before any allocation: a garbage or hostile
 // length prefix must not make the service allocate gigabytes.
 inline constexpr uint32_t kMaxFrameBytes = 64u << 20;
@@ -49,7 +50,7 @@ enum class MessageType : uint8_t {
   kReportError = 18,   // client -> service: this process is failing, and why (no reply)
   kPeerShutdown = 19,  // service -> client: process id has entered the shutdown barrier (it finished)
   kAgree = 20,         // client -> service: timeout ms: agree on the live members (recovery)
-  kMembership = 21,    // reply to kAgree (and to a rejoining kRegister): epoch, n, (process id, topology) * n
+  kMembership = 21,    // reply to kAgree (and to a rejoining kRegister): epoch, n, (process id, incarnation, topology) * n
   kKeyValueInsert = 22,     // key, value: set only if absent (ALREADY_EXISTS otherwise), atomically
   kKeyValueIncrement = 23,  // key, increment: add to a decimal integer value (absent: 0); reply kValue
 };

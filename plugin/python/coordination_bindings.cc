@@ -95,6 +95,7 @@ void BindMembership(nb::module_& m) {
   m.def("num_processes", [] { return coord::DistributedRuntime::Get().num_processes(); });
   m.def("global_processes", &GlobalProcesses);
   m.def("member_ids", [] { return coord::DistributedRuntime::Get().member_ids(); });
+  m.def("member_incarnations", [] { return coord::DistributedRuntime::Get().member_incarnations(); });
   m.def("epoch", [] { return coord::DistributedRuntime::Get().epoch(); });
   m.def("distributed_agree", [](double timeout) {
     ThrowIfError(WithoutGil([&] {

@@ -53,9 +53,10 @@ void TestEveryMessageRoundTrips() {
 
   msg::Membership verdict;
   verdict.epoch = 3;
-  verdict.members = {{0, "a"}, {2, std::string("b\0", 2)}};
+  verdict.members = {{0, 7, "a"}, {2, 9, std::string("b\0", 2)}};
   auto verdict2 = RoundTrip(verdict);
   CHECK(verdict2.epoch == 3 && verdict2.members.size() == 2 && verdict2.members[1].process_id == 2 &&
+        verdict2.members[1].incarnation == 9 && verdict2.members[0].incarnation == 7 &&
         verdict2.members[1].topology == verdict.members[1].topology);
   msg::Agree agree;
   agree.request_id = 5;

@@ -96,6 +96,20 @@ r["increment_total"] = outcome(lambda: c.key_value_increment("count", 0))
 r["increment_stored"] = outcome(lambda: c.key_value_try_get("count"))
 r["increment_not_a_number"] = outcome(lambda: c.key_value_increment("race", 1))
 r["live"] = outcome(lambda: sorted(c.get_live_nodes([0, 1])))
+# Incarnations: one per process, every caller hears the same ones.
+live = json.dumps(sorted(c.get_live_nodes([0, 1]).items()))
+c.key_value_set(f"live/{me}", live)
+r["live_same_everywhere"] = c.blocking_key_value_get(f"live/{other}", 60000) == live
+r["live_distinct"] = len({i for _, i in json.loads(live)}) == 2
+r["live_subset"] = outcome(lambda: sorted(c.get_live_nodes([me])))
+
+
+def in_live_devices():
+  with multihost_utils.live_devices(jax.devices()) as devices:
+    return [d.id for d in devices] == sorted(d.id for d in jax.devices())
+
+
+r["live_devices"] = outcome(in_live_devices)
 r["allgather"] = multihost_utils.process_allgather(np.array([me, 10 + me])).tolist()
 r["broadcast"] = multihost_utils.broadcast_one_to_all(np.array([me + 5])).tolist()
 multihost_utils.sync_global_devices("synced")

@@ -48,7 +48,7 @@ def die():
 
 def verdict(m):
   return dict(epoch=m.epoch, members=m.members, process_id=m.process_id, num_processes=m.num_processes,
-              changed=m.changed)
+              changed=m.changed, incarnations=m.incarnations)
 
 
 if scenario in ("respawn", "freeze"):
@@ -60,7 +60,7 @@ if scenario in ("respawn", "freeze"):
   m = distributed.membership()
   deaths = int(distributed.key_value_try_get("deaths") or b"0")
   step = int(distributed.key_value_get(f"resume/{m.epoch}", 60)) if os.environ.get("MYPLUGIN_REJOIN") else 0
-  result(event="started", members=m.members, epoch=m.epoch, step=step, deaths=deaths)
+  result(event="started", members=m.members, epoch=m.epoch, step=step, deaths=deaths, incarnations=m.incarnations)
   whole = len(m.members)
 
   def agree(step):
