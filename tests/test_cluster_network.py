@@ -224,7 +224,8 @@ def test_network_fault_ends_every_process_with_its_cause(fresh, tmp_path, fault)
     # Between the workers alone, heartbeats still flow: the collective's
     # own bound ends the wait (short here).
     kw = dict(coordinator=c.hosts[2], env={"MYPLUGIN_COORDINATOR_TOKEN": token,
-                                           "MYPLUGIN_COLLECTIVE_TIMEOUT_SECONDS": str(COLLECTIVE_TIMEOUT)})
+                                           "MYPLUGIN_COLLECTIVE_TIMEOUT_SECONDS": str(COLLECTIVE_TIMEOUT),
+                                           "MYPLUGIN_COLLECTIVE_STALL_SECONDS": str(COLLECTIVE_TIMEOUT)})
   with ClusterJob(c, [a, b], [FAULT_WORKER], tmp_path, port=29550, heartbeat=HEARTBEAT, **kw) as job:
     job.wait_event("ready", timeout=60)
     struck = time.monotonic()

@@ -162,7 +162,8 @@ def test_sigkill_during_64mb_all_reduces(transport):
 @pytest.mark.parametrize("transport", TRANSPORTS)
 def test_sigstop_names_the_stalled_process(transport):
   # Heartbeat timeout far beyond the collective timeout: the collective layer itself must name it.
-  env = transport_env(transport, TEST_HEARTBEAT_TIMEOUT="120", MYPLUGIN_COLLECTIVE_TIMEOUT_SECONDS="3")
+  env = transport_env(transport, TEST_HEARTBEAT_TIMEOUT="120", MYPLUGIN_COLLECTIVE_TIMEOUT_SECONDS="3",
+                      MYPLUGIN_COLLECTIVE_STALL_SECONDS="3")
   with Job(3, ["loop_big"], program="collectives_worker.py", env=env) as job:
     job.wait_event("looping")
     time.sleep(1.0)
@@ -173,12 +174,71 @@ def test_sigstop_names_the_stalled_process(transport):
       e = job.event(r, "error")["error"]
       # The stalled process is named, and never the one reporting. (On a
       # loaded machine a healthy peer may also not have reached the call by
-      # the deadline: it is then named too, truthfully.)
-      m = re.search(r"timed out after 3 s waiting for processes \[([0-9, ]+)\]", e)
+      # the deadline: it is then named too, truthfully.) It stopped before
+      # it reached a call, or (mostly) while the call's data moved.
+      m = re.search(r"timed out after 3 s waiting for processes \[([0-9, ]+)\]|"
+                    r"made no progress for 3 s: processes \[([0-9, ]+)\] stopped moving data", e)
       assert m, e
-      waiting = {int(p) for p in m.group(1).split(",")}
+      waiting = {int(p) for p in (m.group(1) or m.group(2)).split(",")}
       assert 1 in waiting and r not in waiting, e
       assert job.event(r, "error")["transport"] == TRANSPORTS[transport]
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_stopped_mid_transfer_is_named_within_the_stall_bound(transport):
+  """Once every process has reached a call, a wait is bounded by the time
+  since the last progress (MYPLUGIN_COLLECTIVE_STALL_SECONDS), not by the
+  arrival timeout: a process stopped while data moves is named within the
+  stall bound, though the arrival timeout is minutes."""
+  env = transport_env(transport, TEST_HEARTBEAT_TIMEOUT="300", MYPLUGIN_COLLECTIVE_TIMEOUT_SECONDS="300",
+                      MYPLUGIN_COLLECTIVE_STALL_SECONDS="2")
+  with Job(3, ["loop_big"], program="collectives_worker.py", env=env) as job:
+    job.wait_event("looping")
+    # Almost all of the loop's time is data moving; a stop that lands
+    # between calls (others then wait for its arrival, for minutes) is
+    # undone and tried again.
+    for _ in range(5):
+      time.sleep(0.5)
+      job.signal(1, signal.SIGSTOP)
+      deadline = time.monotonic() + 20
+      while time.monotonic() < deadline and not all(job.event(r, "error") for r in (0, 2)):
+        time.sleep(0.1)
+      if all(job.event(r, "error") for r in (0, 2)):
+        break
+      job.signal(1, signal.SIGCONT)
+    for r in (0, 2):
+      e = job.event(r, "error")
+      assert e, job.all_output()
+      m = re.search(r"made no progress for 2 s: processes \[([0-9, ]+)\] stopped moving data in call #\d+",
+                    e["error"])
+      assert m, e["error"]
+      stopped = {int(p) for p in m.group(1).split(",")}
+      assert 1 in stopped and r not in stopped, e["error"]
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_call_longer_than_the_stall_bound_completes_while_data_moves(transport):
+  """A 1 GiB all-reduce takes longer than a 0.25 s stall bound; it moves
+  data all the time, so it completes, equal to numpy's sum."""
+  env = transport_env(transport, MYPLUGIN_COLLECTIVE_STALL_SECONDS="0.25")
+  with Job(2, ["long_call", "1024"], program="collectives_worker.py", env=env) as job:
+    job.wait_event("done", timeout=120)
+    for r in range(2):
+      e = job.event(r, "done")
+      assert e.get("equal") is True, e
+      assert e["seconds"] > 0.25, f"the call was too short to show anything: {e}"
+
+
+def test_a_call_that_reaches_its_cap_fails_saying_so():
+  """The cap (MYPLUGIN_COLLECTIVE_CAP_SECONDS) bounds a whole call, however
+  it moves: the shared-memory transport checks it at every step."""
+  env = transport_env("shm", MYPLUGIN_COLLECTIVE_CAP_SECONDS="0.2")
+  with Job(2, ["long_call", "1024"], program="collectives_worker.py", env=env) as job:
+    job.wait_event("done", timeout=120)
+    for r in range(2):
+      e = job.event(r, "done")
+      assert "was still moving data when it reached its cap of 0.2 s (MYPLUGIN_COLLECTIVE_CAP_SECONDS)" in \
+          e.get("error", ""), e
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)

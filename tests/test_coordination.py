@@ -1,6 +1,7 @@
 """The coordination service end to end: real processes, real sockets.
 Every job has deadlines and is killed on the way out (job.py)."""
 import os
+import re
 import signal
 import socket
 import time
@@ -124,6 +125,10 @@ def test_initialization_timeout_names_the_process_that_never_started():
       assert err, job.all_output()
       assert "initialization timed out after 3 s: processes [1] never registered" in err["error"]
       assert codes[r] == 3
+    # While it waited, the service said who had joined and who not.
+    # (Process 2 may still be starting at the first report.)
+    assert re.search(r"still waiting for processes \[1(, 2)?\] to register \(registered: \[0(, 2)?\]; \d+ s left",
+                     job.all_output()), job.all_output()
 
 
 def test_initialization_ignores_unreachable_proxies():

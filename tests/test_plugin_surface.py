@@ -162,6 +162,8 @@ def test_defaults_are_defined_once():
   assert rows[timeouts][-1] == ", ".join(fmt(d[k]) for k in ("heartbeat_timeout", "initialization_timeout",
                                                              "shutdown_timeout"))
   assert rows["`MYPLUGIN_COLLECTIVE_TIMEOUT_SECONDS`"][-1] == fmt(d["collective_timeout"])
+  assert rows["`MYPLUGIN_COLLECTIVE_STALL_SECONDS`"][-1] == fmt(d["collective_stall"])
+  assert rows["`MYPLUGIN_COLLECTIVE_CAP_SECONDS`"][-1] == fmt(d["collective_cap"])
   assert rows["`MYPLUGIN_PEER_EXIT_GRACE_SECONDS`"][-1] == fmt(d["peer_exit_grace"])
   assert rows["`MYPLUGIN_STRAGGLER_SECONDS`"][-1] == fmt(d["straggler_seconds"])
   assert rows["`MYPLUGIN_TRACE_BUFFER`"][-1] == str(d["trace_buffer"])

@@ -44,12 +44,12 @@ std::string IdList(const std::vector<int>& ids) {
   return s + "]";
 }
 
-Communicator::Communicator(std::vector<int> process_group, int rank, double timeout_s,
+Communicator::Communicator(std::vector<int> process_group, int rank, WaitLimits limits,
                            std::shared_ptr<coordination::CoordinationClient> coordination)
     : process_group_(std::move(process_group)),
       rank_(rank),
       coordination_(std::move(coordination)),
-      timeout_s_(timeout_s),
+      clock_(std::make_shared<CallClock>(limits)),
       group_hash_(HashInts(std::vector<int64_t>(process_group_.begin(), process_group_.end()))),
       inline_bytes_(process_group_.size() <= 4 ? 16384 : process_group_.size() <= 8 ? 4096 : 0) {}
 
@@ -119,6 +119,7 @@ StatusOr<uint32_t> Communicator::Begin(Signature& sig, const void* payload, size
                         "issue the same collectives (did one leave its loop early?)";
     } else {
       sig.sequence = sequence_++;
+      clock_->Start();
       in_flight_ = static_cast<int64_t>(sig.sequence);
       in_flight_what_ = sig.Describe() + " on processes " + IdList(process_group_);
     }
@@ -142,7 +143,10 @@ StatusOr<uint32_t> Communicator::Begin(Signature& sig, const void* payload, size
     std::vector<Signature> sigs;
     for (size_t r = 0; r < process_group_.size(); ++r) sigs.push_back(Signature::Decode(received + r * record));
     mismatch = CompareSignatures(sigs, process_group_);
-    if (mismatch.empty()) return OkStatus();
+    if (mismatch.empty()) {
+      clock_->Agreed();
+      return OkStatus();
+    }
     // Published before anything is aborted: a peer whose exchange breaks
     // because this process closes its connections reads the mismatch here
     // (Explain) instead of reporting a lost connection.
@@ -240,10 +244,21 @@ Status Communicator::Explain(const Signature& sig, const Status& backend_error) 
       if (std::chrono::steady_clock::now() > deadline) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
+    const bool timed_out = backend_error.code() == Code::kDeadlineExceeded;
+    // Every process had arrived: data was moving (call_clock.h).
+    const bool moving = clock_->agreed();
+    if (moving && timed_out && clock_->CapReached()) {
+      FlightRecorder::Get().End(record_, false);
+      record_ = 0;
+      const std::string why = what + " was still moving data when it reached its cap of " +
+                              Seconds(limits().cap_s) + " (MYPLUGIN_COLLECTIVE_CAP_SECONDS)";
+      return Status(Code::kDeadlineExceeded, why + WithTrace(why));
+    }
     // No process failed: someone is late or stuck. Everyone who timed out
-    // records its arrival; whoever is missing from the record never came.
-    const std::string prefix = "myplugin/collectives/arrived/" + std::to_string(group_hash_) + "/" +
-                               std::to_string(sig.sequence) + "/";
+    // records it; whoever is missing from the record never came (or, once
+    // all had come, stopped moving data).
+    const std::string prefix = std::string("myplugin/collectives/") + (moving ? "stalled/" : "arrived/") +
+                               std::to_string(group_hash_) + "/" + std::to_string(sig.sequence) + "/";
     if (coordination_->KeyValueSet(prefix + std::to_string(process_group_[rank_]), "1").ok()) {
       std::this_thread::sleep_for(std::chrono::milliseconds(static_cast<int>(kArrivalWaitS * 1000)));
       auto arrived = coordination_->KeyValueList(prefix);
@@ -257,16 +272,25 @@ Status Communicator::Explain(const Signature& sig, const Status& backend_error) 
         if (!missing.empty()) {
           FlightRecorder::Get().End(record_, false);
           record_ = 0;
-          // Only a backend timeout waited the whole timeout; any other
+          // Only a backend timeout waited the whole bound; any other
           // error (a connection closed) came sooner and is named as it is.
-          const bool timed_out = backend_error.code() == Code::kDeadlineExceeded;
+          const std::string how = timed_out ? (moving ? " made no progress for " + Seconds(limits().stall_s)
+                                                      : " timed out after " + Seconds(limits().arrival_s))
+                                            : " failed (" + backend_error.message() + ")";
           const std::string why =
-              what + (timed_out ? " timed out after " + Seconds(timeout_s_) : " failed (" + backend_error.message() + ")") +
-              " waiting for processes " + IdList(missing) + ", which never reached call #" +
-              std::to_string(sig.sequence) + " (stopped, stuck, or running other code)";
+              what + how +
+              (moving ? ": processes " + IdList(missing) + " stopped moving data in call #" +
+                            std::to_string(sig.sequence) + " (stopped, stuck, or their link is down)"
+                      : " waiting for processes " + IdList(missing) + ", which never reached call #" +
+                            std::to_string(sig.sequence) + " (stopped, stuck, or running other code)");
           return Status(timed_out ? Code::kDeadlineExceeded : Code::kAborted, why + WithTrace(why));
         }
       }
+    }
+    if (moving && timed_out) {
+      return Status(Code::kDeadlineExceeded, what + " made no progress for " + Seconds(limits().stall_s) +
+                                                 " on any of its processes (is a link between them down?): " +
+                                                 backend_error.message());
     }
   }
   return Status(backend_error.code() == Code::kOk ? Code::kInternal : backend_error.code(),

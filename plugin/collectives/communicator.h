@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "collectives/call_clock.h"
 #include "collectives/dtype.h"
 #include "coordination/client.h"
 #include "collectives/signature.h"
@@ -30,7 +31,7 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
  public:
   // `process_group[r]` is the process id of rank r. `coordination` (may be null in
   // unit tests) explains failures: who failed, who never arrived.
-  Communicator(std::vector<int> process_group, int rank, double timeout_s,
+  Communicator(std::vector<int> process_group, int rank, WaitLimits limits,
                std::shared_ptr<coordination::CoordinationClient> coordination);
   virtual ~Communicator() = default;
   // The device group this communicator serves: part of every call's
@@ -43,7 +44,9 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   int rank() const { return rank_; }
   int size() const { return static_cast<int>(process_group_.size()); }
   const std::vector<int>& process_group() const { return process_group_; }
-  double timeout_s() const { return timeout_s_; }
+  // The arrival timeout: also the bound of a communicator's setup.
+  double timeout_s() const { return clock_->limits().arrival_s; }
+  const WaitLimits& limits() const { return clock_->limits(); }
 
   // `count` is the number of elements this rank contributes; recv sizes
   // follow from the op: all-gather/all-to-all recv n*count, reduce-scatter
@@ -80,6 +83,16 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   void PeerFinished(int process, double grace_s);
 
  protected:
+  // The bound of a backend wait that starts now, or that just made
+  // progress (call_clock.h): call it at each wait.
+  double WaitSeconds() const { return clock_->NextWaitSeconds(); }
+  CallClock::Clock::time_point WaitDeadline(CallClock::Clock::time_point last_progress) const {
+    return clock_->Deadline(last_progress);
+  }
+  bool Agreed() const { return clock_->agreed(); }
+  // `inner` moves this communicator's data: its waits follow this one's calls.
+  void ShareClock(Communicator& inner) const { inner.clock_ = clock_; }
+
   // Exchanges fixed-size records: out receives size()*bytes, rank-major.
   virtual Status DoAllGatherBytes(const void* send, void* recv, size_t bytes, uint32_t tag) = 0;
   virtual Status DoAllReduce(const void* send, void* recv, size_t count, DataType type, ReduceFunction fn,
@@ -137,7 +150,7 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   const std::vector<int> process_group_;
   const int rank_;
   std::shared_ptr<coordination::CoordinationClient> coordination_;
-  const double timeout_s_;
+  std::shared_ptr<CallClock> clock_;
   uint64_t group_hash_;
   // Payload bytes that ride with the signature: small calls then cost one
   // exchange, not two. Every rank derives the same value from the process group

@@ -36,6 +36,14 @@ double SecondsFromEnv(const char* name, double fallback) {
 
 double CommunicatorCache::TimeoutSeconds() { return SecondsFromEnv("MYPLUGIN_COLLECTIVE_TIMEOUT_SECONDS", kDefaultCollectiveTimeoutSeconds); }
 
+WaitLimits CommunicatorCache::Limits() {
+  WaitLimits limits;
+  limits.arrival_s = TimeoutSeconds();
+  limits.stall_s = SecondsFromEnv("MYPLUGIN_COLLECTIVE_STALL_SECONDS", kDefaultCollectiveStallSeconds);
+  limits.cap_s = SecondsFromEnv("MYPLUGIN_COLLECTIVE_CAP_SECONDS", kDefaultCollectiveCapSeconds);
+  return limits;
+}
+
 double CommunicatorCache::PeerExitGraceSeconds() { return SecondsFromEnv("MYPLUGIN_PEER_EXIT_GRACE_SECONDS", kDefaultPeerExitGraceSeconds); }
 
 StatusOr<double> CommunicatorCache::StragglerSeconds() {
@@ -149,7 +157,7 @@ StatusOr<std::shared_ptr<Communicator>> CommunicatorCache::Make(
   std::shared_ptr<Communicator> comm;
   if (kind == "shm") {
     StatusOr<std::unique_ptr<ShmCommunicator>> made =
-        ShmCommunicator::Create(process_group, runtime.process_id(), TimeoutSeconds(), client, "myplugin/shm/" + prefix);
+        ShmCommunicator::Create(process_group, runtime.process_id(), Limits(), client, "myplugin/shm/" + prefix);
     if (!made.ok()) return made.status();
     comm.reset(made.take().release());
   } else if (kind == "hierarchical") {
@@ -160,7 +168,7 @@ StatusOr<std::shared_ptr<Communicator>> CommunicatorCache::Make(
       return std::unique_ptr<Communicator>(made.take().release());
     };
     StatusOr<std::unique_ptr<HierarchicalCommunicator>> made = HierarchicalCommunicator::Create(
-        process_group, host_of, runtime.process_id(), TimeoutSeconds(), client, "myplugin/hier/" + prefix, gloo);
+        process_group, host_of, runtime.process_id(), Limits(), client, "myplugin/hier/" + prefix, gloo);
     if (!made.ok()) return made.status();
     comm.reset(made.take().release());
   } else {
@@ -223,7 +231,7 @@ StatusOr<std::unique_ptr<GlooCommunicator>> CommunicatorCache::MakeGloo(
                              "advertised address or interface setting differs between them)");
     }
   }
-  return GlooCommunicator::Create(process_group, runtime.process_id(), TimeoutSeconds(), host, client, prefix);
+  return GlooCommunicator::Create(process_group, runtime.process_id(), Limits(), host, client, prefix);
 }
 
 }  // namespace myplugin::collectives

@@ -27,8 +27,12 @@ class CommunicatorCache {
 
   // The settings below come from the environment; their defaults are in
   // collectives/defaults.h.
-  // MYPLUGIN_COLLECTIVE_TIMEOUT_SECONDS.
+  // MYPLUGIN_COLLECTIVE_TIMEOUT_SECONDS: how long a call waits for every
+  // process to reach it.
   static double TimeoutSeconds();
+  // That, MYPLUGIN_COLLECTIVE_STALL_SECONDS and MYPLUGIN_COLLECTIVE_CAP_SECONDS
+  // (call_clock.h).
+  static WaitLimits Limits();
   // MYPLUGIN_PEER_EXIT_GRACE_SECONDS: how long a call may still wait for a
   // process that has finished before the call counts as stuck.
   static double PeerExitGraceSeconds();

@@ -8,8 +8,14 @@
 
 namespace myplugin::collectives {
 
-// The bound on every collective wait (MYPLUGIN_COLLECTIVE_TIMEOUT_SECONDS).
+// How long a collective waits for every process to reach it
+// (MYPLUGIN_COLLECTIVE_TIMEOUT_SECONDS).
 inline constexpr double kDefaultCollectiveTimeoutSeconds = 300;
+// Once all have, how long it may go without progress: no step done, no
+// piece of data received (MYPLUGIN_COLLECTIVE_STALL_SECONDS).
+inline constexpr double kDefaultCollectiveStallSeconds = 60;
+// The bound on a whole call, however it moves (MYPLUGIN_COLLECTIVE_CAP_SECONDS).
+inline constexpr double kDefaultCollectiveCapSeconds = 3600;
 // How long a call may still wait for a process that has finished
 // (MYPLUGIN_PEER_EXIT_GRACE_SECONDS).
 inline constexpr double kDefaultPeerExitGraceSeconds = 5;

@@ -10,6 +10,7 @@
 #include <gloo/transport/tcp/device.h>
 
 #include <chrono>
+#include <algorithm>
 #include <cstring>
 #include <exception>
 
@@ -58,6 +59,9 @@ class KeyValueStore : public gloo::rendezvous::Store {
   double timeout_s_;
 };
 
+// The unit of progress of a point-to-point transfer (DoExchange).
+constexpr size_t kProgressPieceBytes = size_t{4} << 20;
+
 // Runs a Gloo call, turning its exceptions into a Status.
 template <typename F>
 Status Guarded(F&& f) {
@@ -74,8 +78,9 @@ Status Guarded(F&& f) {
 }  // namespace
 
 StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
-    std::vector<int> process_group, int my_process, double timeout_s, const std::string& local_host,
+    std::vector<int> process_group, int my_process, WaitLimits limits, const std::string& local_host,
     std::shared_ptr<coordination::CoordinationClient> coordination, const std::string& key_prefix) {
+  const double timeout_s = limits.arrival_s;
   int rank = -1;
   for (size_t r = 0; r < process_group.size(); ++r) {
     if (process_group[r] == my_process) rank = static_cast<int>(r);
@@ -97,13 +102,13 @@ StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
                                  st.message());
   }
   return std::unique_ptr<GlooCommunicator>(
-      new GlooCommunicator(std::move(process_group), rank, timeout_s, std::move(coordination), std::move(context)));
+      new GlooCommunicator(std::move(process_group), rank, limits, std::move(coordination), std::move(context)));
 }
 
-GlooCommunicator::GlooCommunicator(std::vector<int> process_group, int rank, double timeout_s,
+GlooCommunicator::GlooCommunicator(std::vector<int> process_group, int rank, WaitLimits limits,
                                    std::shared_ptr<coordination::CoordinationClient> coordination,
                                    std::shared_ptr<gloo::Context> context)
-    : Communicator(std::move(process_group), rank, timeout_s, std::move(coordination)), context_(std::move(context)) {}
+    : Communicator(std::move(process_group), rank, limits, std::move(coordination)), context_(std::move(context)) {}
 
 GlooCommunicator::~GlooCommunicator() = default;
 
@@ -113,7 +118,7 @@ Status GlooCommunicator::DoAllGatherBytes(const void* send, void* recv, size_t b
     opts.setInput(const_cast<char*>(static_cast<const char*>(send)), bytes);
     opts.setOutput(static_cast<char*>(recv), bytes * context_->size);
     opts.setTag(tag);
-    opts.setTimeout(Millis(timeout_s()));
+    opts.setTimeout(Millis(WaitSeconds()));
     gloo::allgather(opts);
   });
 }
@@ -134,7 +139,7 @@ Status GlooCommunicator::DoAllReduce(const void* send, void* recv, size_t count,
     }
     opts.setReduceFunction([fn](void* c, const void* a, const void* b, size_t n) { fn(c, a, b, n); });
     opts.setTag(tag);
-    opts.setTimeout(Millis(timeout_s()));
+    opts.setTimeout(Millis(WaitSeconds()));
     gloo::allreduce(opts);
   });
 }
@@ -145,7 +150,7 @@ Status GlooCommunicator::DoAllToAllBytes(const void* send, void* recv, size_t by
     opts.setInput(const_cast<char*>(static_cast<const char*>(send)), bytes_per_rank * context_->size);
     opts.setOutput(static_cast<char*>(recv), bytes_per_rank * context_->size);
     opts.setTag(tag);
-    opts.setTimeout(Millis(timeout_s()));
+    opts.setTimeout(Millis(WaitSeconds()));
     gloo::alltoall(opts);
   });
 }
@@ -153,22 +158,38 @@ Status GlooCommunicator::DoAllToAllBytes(const void* send, void* recv, size_t by
 Status GlooCommunicator::DoExchange(const std::vector<PeerBuffer>& sends, const std::vector<PeerBuffer>& recvs,
                                     uint32_t tag) {
   return Guarded([&] {
-    std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> in, out;
+    // In pieces, so that each wait is bounded by the time since the last
+    // piece (progress), not the time a whole buffer takes on a slow link.
+    // Pieces of one buffer, slot and peer match in the order they are posted.
+    struct Posted {
+      std::unique_ptr<gloo::transport::UnboundBuffer> buffer;
+      size_t pieces;
+    };
+    auto pieces = [](size_t bytes) { return (bytes + kProgressPieceBytes - 1) / kProgressPieceBytes; };
+    std::vector<Posted> in, out;
     for (const auto& r : recvs) {
       if (r.bytes == 0) continue;
-      in.push_back(context_->createUnboundBuffer(r.data, r.bytes));
-      in.back()->recv(r.peer, tag);
+      in.push_back({context_->createUnboundBuffer(r.data, r.bytes), pieces(r.bytes)});
+      for (size_t off = 0; off < r.bytes; off += kProgressPieceBytes) {
+        in.back().buffer->recv(r.peer, tag, off, std::min(kProgressPieceBytes, r.bytes - off));
+      }
     }
     for (const auto& s : sends) {
       if (s.bytes == 0) continue;
-      out.push_back(context_->createUnboundBuffer(s.data, s.bytes));
-      out.back()->send(s.peer, tag);
+      out.push_back({context_->createUnboundBuffer(s.data, s.bytes), pieces(s.bytes)});
+      for (size_t off = 0; off < s.bytes; off += kProgressPieceBytes) {
+        out.back().buffer->send(s.peer, tag, off, std::min(kProgressPieceBytes, s.bytes - off));
+      }
     }
     for (auto& b : out) {
-      if (!b->waitSend(Millis(timeout_s()))) throw std::runtime_error("send aborted");
+      for (size_t i = 0; i < b.pieces; ++i) {
+        if (!b.buffer->waitSend(Millis(WaitSeconds()))) throw std::runtime_error("send aborted");
+      }
     }
     for (auto& b : in) {
-      if (!b->waitRecv(Millis(timeout_s()))) throw std::runtime_error("receive aborted");
+      for (size_t i = 0; i < b.pieces; ++i) {
+        if (!b.buffer->waitRecv(Millis(WaitSeconds()))) throw std::runtime_error("receive aborted");
+      }
     }
   });
 }
@@ -198,7 +219,7 @@ Status GlooCommunicator::DoSignedExchange(const char* record, size_t record_byte
       }
     }
     for (auto& b : record_in) {
-      if (!b->waitRecv(Millis(timeout_s()))) throw std::runtime_error("receive aborted");
+      if (!b->waitRecv(Millis(WaitSeconds()))) throw std::runtime_error("receive aborted");
     }
     check_status = check(records);
     if (!check_status.ok()) {
@@ -214,13 +235,13 @@ Status GlooCommunicator::DoSignedExchange(const char* record, size_t record_byte
       }
     }
     for (auto& b : record_out) {
-      if (!b->waitSend(Millis(timeout_s()))) throw std::runtime_error("send aborted");
+      if (!b->waitSend(Millis(WaitSeconds()))) throw std::runtime_error("send aborted");
     }
     for (auto& b : data_out) {
-      if (!b->waitSend(Millis(timeout_s()))) throw std::runtime_error("send aborted");
+      if (!b->waitSend(Millis(WaitSeconds()))) throw std::runtime_error("send aborted");
     }
     for (auto& b : data_in) {
-      if (!b->waitRecv(Millis(timeout_s()))) throw std::runtime_error("receive aborted");
+      if (!b->waitRecv(Millis(WaitSeconds()))) throw std::runtime_error("receive aborted");
     }
   });
   if (!check_status.ok()) return check_status;

@@ -18,10 +18,10 @@ namespace myplugin::collectives {
 class GlooCommunicator : public Communicator {
  public:
   // Connects every rank of `process_group` (process ids, in rank order) to every
-  // other. All of them must call this; it waits up to `timeout_s`.
+  // other. All of them must call this; it waits up to the arrival timeout.
   // `local_host` is the address peers reach this process at.
   static StatusOr<std::unique_ptr<GlooCommunicator>> Create(
-      std::vector<int> process_group, int my_process, double timeout_s, const std::string& local_host,
+      std::vector<int> process_group, int my_process, WaitLimits limits, const std::string& local_host,
       std::shared_ptr<coordination::CoordinationClient> coordination, const std::string& key_prefix);
   ~GlooCommunicator() override;
 
@@ -38,7 +38,7 @@ class GlooCommunicator : public Communicator {
   void DoAbort() override;
 
  private:
-  GlooCommunicator(std::vector<int> process_group, int rank, double timeout_s,
+  GlooCommunicator(std::vector<int> process_group, int rank, WaitLimits limits,
                    std::shared_ptr<coordination::CoordinationClient> coordination,
                    std::shared_ptr<gloo::Context> context);
   std::shared_ptr<gloo::Context> context_;

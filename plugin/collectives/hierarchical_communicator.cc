@@ -7,7 +7,7 @@
 namespace myplugin::collectives {
 
 StatusOr<std::unique_ptr<HierarchicalCommunicator>> HierarchicalCommunicator::Create(
-    std::vector<int> process_group, const std::vector<std::string>& host_of, int my_process, double timeout_s,
+    std::vector<int> process_group, const std::vector<std::string>& host_of, int my_process, WaitLimits limits,
     std::shared_ptr<coordination::CoordinationClient> coordination, const std::string& key_prefix,
     GlooFactory gloo) {
   const int n = static_cast<int>(process_group.size());
@@ -34,7 +34,7 @@ StatusOr<std::unique_ptr<HierarchicalCommunicator>> HierarchicalCommunicator::Cr
   std::vector<int> local;
   for (int r : hosts[my_host]) local.push_back(process_group[r]);
   StatusOr<std::unique_ptr<ShmCommunicator>> host = ShmCommunicator::Create(
-      local, my_process, timeout_s, coordination, key_prefix + "host" + std::to_string(my_host) + "/");
+      local, my_process, limits, coordination, key_prefix + "host" + std::to_string(my_host) + "/");
   if (!host.ok()) return host.status();
   std::unique_ptr<Communicator> leaders;
   if (hosts.size() > 1 && hosts[my_host][0] == rank) {
@@ -45,17 +45,17 @@ StatusOr<std::unique_ptr<HierarchicalCommunicator>> HierarchicalCommunicator::Cr
     leaders = made.take();
   }
   return std::unique_ptr<HierarchicalCommunicator>(new HierarchicalCommunicator(
-      std::move(process_group), rank, timeout_s, std::move(coordination), std::move(hosts), my_host, host.take(),
+      std::move(process_group), rank, limits, std::move(coordination), std::move(hosts), my_host, host.take(),
       std::move(leaders), std::move(gloo), key_prefix));
 }
 
-HierarchicalCommunicator::HierarchicalCommunicator(std::vector<int> process_group, int rank, double timeout_s,
+HierarchicalCommunicator::HierarchicalCommunicator(std::vector<int> process_group, int rank, WaitLimits limits,
                                                    std::shared_ptr<coordination::CoordinationClient> coordination,
                                                    std::vector<std::vector<int>> hosts, int my_host,
                                                    std::unique_ptr<ShmCommunicator> host,
                                                    std::unique_ptr<Communicator> leaders, GlooFactory gloo,
                                                    std::string key_prefix)
-    : Communicator(std::move(process_group), rank, timeout_s, std::move(coordination)),
+    : Communicator(std::move(process_group), rank, limits, std::move(coordination)),
       hosts_(std::move(hosts)),
       my_host_(my_host),
       widest_(std::max_element(hosts_.begin(), hosts_.end(),
@@ -63,7 +63,11 @@ HierarchicalCommunicator::HierarchicalCommunicator(std::vector<int> process_grou
       host_(std::move(host)),
       leaders_(std::move(leaders)),
       gloo_(std::move(gloo)),
-      key_prefix_(std::move(key_prefix)) {}
+      key_prefix_(std::move(key_prefix)) {
+  // They move this one's data: their waits follow its calls' phases.
+  ShareClock(*host_);
+  if (leaders_) ShareClock(*leaders_);
+}
 
 Status HierarchicalCommunicator::DoAllGatherBytes(const void* send, void* recv, size_t bytes, uint32_t tag) {
   const size_t local = hosts_[my_host_].size();
@@ -103,6 +107,7 @@ StatusOr<Communicator*> HierarchicalCommunicator::Whole() {
     StatusOr<std::unique_ptr<Communicator>> made = gloo_(process_group(), key_prefix_ + "whole/");
     if (!made.ok()) return made.status();
     whole_ = made.take();
+    ShareClock(*whole_);
     // An abort that came while it connected must reach it too.
     if (aborted_.load()) whole_->DoAbort();
   }

@@ -31,9 +31,9 @@ class HierarchicalCommunicator : public Communicator {
 
   // `host_of[r]` identifies rank r's host. Every rank of `process_group`
   // calls this; it connects its host's shared memory and, on a leader, the
-  // leaders' Gloo communicator, each waiting up to `timeout_s`.
+  // leaders' Gloo communicator, each waiting up to the arrival timeout.
   static StatusOr<std::unique_ptr<HierarchicalCommunicator>> Create(
-      std::vector<int> process_group, const std::vector<std::string>& host_of, int my_process, double timeout_s,
+      std::vector<int> process_group, const std::vector<std::string>& host_of, int my_process, WaitLimits limits,
       std::shared_ptr<coordination::CoordinationClient> coordination, const std::string& key_prefix,
       GlooFactory gloo);
 
@@ -50,7 +50,7 @@ class HierarchicalCommunicator : public Communicator {
   size_t signed_bytes_limit() const override { return 0; }
 
  private:
-  HierarchicalCommunicator(std::vector<int> process_group, int rank, double timeout_s,
+  HierarchicalCommunicator(std::vector<int> process_group, int rank, WaitLimits limits,
                            std::shared_ptr<coordination::CoordinationClient> coordination,
                            std::vector<std::vector<int>> hosts, int my_host,
                            std::unique_ptr<ShmCommunicator> host, std::unique_ptr<Communicator> leaders,

@@ -178,8 +178,9 @@ struct ShmCommunicator::Segment {
 };
 
 StatusOr<std::unique_ptr<ShmCommunicator>> ShmCommunicator::Create(
-    std::vector<int> process_group, int my_process, double timeout_s,
+    std::vector<int> process_group, int my_process, WaitLimits limits,
     std::shared_ptr<coordination::CoordinationClient> coordination, const std::string& key_prefix) {
+  const double timeout_s = limits.arrival_s;
   const int n = static_cast<int>(process_group.size());
   int rank = -1;
   for (int r = 0; r < n; ++r) {
@@ -270,14 +271,14 @@ StatusOr<std::unique_ptr<ShmCommunicator>> ShmCommunicator::Create(
   }
   // The mapping keeps the memory; the descriptor closes here.
   auto comm = std::unique_ptr<ShmCommunicator>(
-      new ShmCommunicator(std::move(process_group), rank, timeout_s, std::move(coordination), segment, bytes));
+      new ShmCommunicator(std::move(process_group), rank, limits, std::move(coordination), segment, bytes));
   return comm;
 }
 
-ShmCommunicator::ShmCommunicator(std::vector<int> process_group, int rank, double timeout_s,
+ShmCommunicator::ShmCommunicator(std::vector<int> process_group, int rank, WaitLimits limits,
                                  std::shared_ptr<coordination::CoordinationClient> coordination, Segment* segment,
                                  size_t segment_bytes)
-    : Communicator(std::move(process_group), rank, timeout_s, std::move(coordination)),
+    : Communicator(std::move(process_group), rank, limits, std::move(coordination)),
       segment_(segment),
       data_(reinterpret_cast<char*>(segment) + HeaderBytes(size())),
       segment_bytes_(segment_bytes),
@@ -305,8 +306,12 @@ Status ShmCommunicator::Step(uint64_t value) {
   }
   const int n = size();
   int next = 0;  // ranks below it have arrived
+  // A rank arriving is progress: the wait for the rest starts again.
+  auto last_progress = std::chrono::steady_clock::now();
   auto arrived = [&] {
+    const int before = next;
     while (next < n && segment_->line[next].generation.load(std::memory_order_acquire) >= gen) ++next;
+    if (next != before) last_progress = std::chrono::steady_clock::now();
     return next == n;
   };
   const auto start = std::chrono::steady_clock::now();
@@ -318,7 +323,6 @@ Status ShmCommunicator::Step(uint64_t value) {
 #endif
     }
   } while (std::chrono::steady_clock::now() - start < spin_for_);
-  const auto deadline = start + Millis(timeout_s());
   while (true) {
     h.sleepers.fetch_add(1, std::memory_order_seq_cst);
     const uint32_t seen = h.wake.load(std::memory_order_seq_cst);
@@ -330,8 +334,9 @@ Status ShmCommunicator::Step(uint64_t value) {
     h.sleepers.fetch_sub(1, std::memory_order_seq_cst);
     if (done || arrived()) return OkStatus();
     if (aborted_.load(std::memory_order_relaxed)) return Status(Code::kAborted, "the call was aborted");
-    if (std::chrono::steady_clock::now() >= deadline) {
-      return Status(Code::kDeadlineExceeded, "timed out waiting for process " + std::to_string(process_group()[next]) +
+    if (std::chrono::steady_clock::now() >= WaitDeadline(last_progress)) {
+      return Status(Code::kDeadlineExceeded, std::string(Agreed() ? "no progress: " : "timed out ") +
+                                                 "waiting for process " + std::to_string(process_group()[next]) +
                                                  " at shared-memory step " + std::to_string(gen));
     }
   }

@@ -24,10 +24,10 @@ class ShmCommunicator : public Communicator {
 
  public:
   // Maps the process group's segment: every rank of `process_group` (process ids, in rank
-  // order, all on this host) must call this; it waits up to `timeout_s`.
+  // order, all on this host) must call this; it waits up to the arrival timeout.
   // `key_prefix` names this process group's keys in the key-value store.
   static StatusOr<std::unique_ptr<ShmCommunicator>> Create(
-      std::vector<int> process_group, int my_process, double timeout_s,
+      std::vector<int> process_group, int my_process, WaitLimits limits,
       std::shared_ptr<coordination::CoordinationClient> coordination, const std::string& key_prefix);
   ~ShmCommunicator() override;
 
@@ -47,7 +47,7 @@ class ShmCommunicator : public Communicator {
 
  private:
   struct Segment;
-  ShmCommunicator(std::vector<int> process_group, int rank, double timeout_s,
+  ShmCommunicator(std::vector<int> process_group, int rank, WaitLimits limits,
                   std::shared_ptr<coordination::CoordinationClient> coordination, Segment* segment,
                   size_t segment_bytes);
   // Waits until every rank has arrived at this rank's next step (a

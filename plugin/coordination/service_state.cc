@@ -5,6 +5,7 @@
 #include "coordination/service_state.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 #include "common/deadline.h"
@@ -52,6 +53,18 @@ double ServiceState::HeartbeatIntervalSeconds(double heartbeat_timeout_s) {
   return std::clamp(heartbeat_timeout_s / 10.0, 0.05, 5.0);
 }
 
+double ServiceState::InitReportSeconds(double initialization_timeout_s) {
+  return std::clamp(initialization_timeout_s / 5.0, 1.0, 30.0);
+}
+
+std::set<int> ServiceState::Registered() const {
+  std::set<int> registered;
+  for (size_t i = 0; i < processes_.size(); ++i) {
+    if (processes_[i].state == ProcessState::kRegistered) registered.insert(static_cast<int>(i));
+  }
+  return registered;
+}
+
 double ServiceState::SendProgressTimeoutSeconds(double heartbeat_timeout_s) {
   return std::clamp(heartbeat_timeout_s / 2.0, 0.5, 30.0);
 }
@@ -60,6 +73,7 @@ ServiceState::ServiceState(const ServiceOptions& options) : options_(options) {
   processes_.resize(std::max(options.num_processes, 1));
   for (int i = 0; i < options.num_processes; ++i) live_.insert(i);
   init_deadline_ = After(options.initialization_timeout_s);
+  next_init_report_ = After(InitReportSeconds(options.initialization_timeout_s));
   next_beat_ = Clock::now();
 }
 
@@ -405,11 +419,17 @@ void ServiceState::Tick(Clock::time_point now, Outbox& out) {
       return;
     }
   }
+  if (!registration_complete_ && now >= next_init_report_ && now <= init_deadline_) {
+    // A job that waits long for its processes says who is still missing
+    // while it waits, not only when it gives up.
+    next_init_report_ = now + Millis(InitReportSeconds(options_.initialization_timeout_s));
+    std::set<int> registered = Registered();
+    const double left = std::chrono::duration<double>(init_deadline_ - now).count();
+    Log("still waiting for processes " + ProcessList(Missing(registered)) + " to register (registered: " +
+        ProcessList(registered) + "; " + Seconds(std::floor(left)) + " left of the initialization timeout)");
+  }
   if (!registration_complete_ && now > init_deadline_) {
-    std::set<int> registered;
-    for (size_t i = 0; i < processes_.size(); ++i) {
-      if (processes_[i].state == ProcessState::kRegistered) registered.insert(static_cast<int>(i));
-    }
+    std::set<int> registered = Registered();
     Status st(Code::kDeadlineExceeded,
               "initialization timed out after " + Seconds(options_.initialization_timeout_s) + ": processes " +
                   ProcessList(Missing(registered)) + " never registered (registered: " + ProcessList(registered) + ")");

@@ -66,6 +66,8 @@ class ServiceState {
   // A member whose connection takes no bytes for this long is not reading:
   // shorter than the heartbeat timeout, so the reason names what happened.
   static double SendProgressTimeoutSeconds(double heartbeat_timeout_s);
+  // How often the service says who it still waits for at initialization.
+  static double InitReportSeconds(double initialization_timeout_s);
 
   // The first frame of a connection. OK: the connection is the member it
   // claims to be, and a HelloOk is in `out`. An error: why it was refused,
@@ -192,11 +194,14 @@ class ServiceState {
   Status CheckWaitingOf(ConnectionId conn, const std::string& what) const;
   std::string ProcessList(const std::set<int>& ids) const;
   std::set<int> Missing(const std::set<int>& present) const;
+  // The processes that have registered (before registration completes).
+  std::set<int> Registered() const;
 
   ServiceOptions options_;  // not const: a restart assigns a fresh state
   std::vector<Process> processes_;
   std::map<ConnectionId, int> members_;
   Clock::time_point init_deadline_;
+  Clock::time_point next_init_report_;
   Clock::time_point next_beat_;
   bool registration_complete_ = false;
   std::vector<Waiter> registration_waiters_;

@@ -20,6 +20,8 @@ void BindDefaults(nb::module_& m) {
   d["shutdown_timeout"] = coord::kDefaultShutdownTimeoutSeconds;
   d["agreement_timeout"] = coord::kDefaultAgreementTimeoutSeconds;
   d["collective_timeout"] = coll::kDefaultCollectiveTimeoutSeconds;
+  d["collective_stall"] = coll::kDefaultCollectiveStallSeconds;
+  d["collective_cap"] = coll::kDefaultCollectiveCapSeconds;
   d["peer_exit_grace"] = coll::kDefaultPeerExitGraceSeconds;
   d["straggler_seconds"] = coll::kDefaultStragglerSeconds;
   d["trace_buffer"] = coll::kDefaultTraceBuffer;

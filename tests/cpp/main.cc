@@ -14,6 +14,7 @@ int main() {
   RunEngineLibraryTests();
   RunDtypeTests();
   RunSignatureTests();
+  RunCallClockTests();
   RunCombinedOperandsTests();
   RunLocalRendezvousTests();
   RunDeviceAssignmentTests();

@@ -16,6 +16,7 @@ void RunFlightRecorderTests();
 void RunGpuTargetTests();
 void RunDtypeTests();
 void RunSignatureTests();
+void RunCallClockTests();
 void RunCombinedOperandsTests();
 void RunLocalRendezvousTests();
 void RunDeviceAssignmentTests();

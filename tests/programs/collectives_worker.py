@@ -5,6 +5,8 @@ usage: python collectives_worker.py SCENARIO
   big         one 64 MB all-reduce
   mismatch_*  this process issues something different from the others (rank 1 deviates)
   loop_big    64 MB all-reduces until an error
+  long_call   one all-reduce of MB (argv[2]) megabytes per process: its time and
+              whether it equals numpy's sum, or its error
   big_ops     every op on 64 MB per process against numpy
   out         results into the caller's arrays (out=), in place too; bad ones refused
 Every RESULT says which transport carried the calls ("shm" when this
@@ -273,6 +275,17 @@ elif scenario == "loop_big":
   except RuntimeError as e:
     result(event="error", error=str(e))
     time.sleep(30)
+
+elif scenario == "long_call":
+  x = np.full(int(sys.argv[2]) << 18, r + 1, np.float32)
+  C.all_reduce(x[:1024])  # connects the communicator outside the timed call
+  t0 = time.monotonic()
+  try:
+    got = C.all_reduce(x)
+    result(event="done", seconds=time.monotonic() - t0,
+           equal=bool(np.all(got == np.float32(n_proc * (n_proc + 1) / 2))))
+  except RuntimeError as e:
+    result(event="done", seconds=time.monotonic() - t0, error=str(e))
 
 else:
   raise SystemExit(f"unknown scenario {scenario}")
