@@ -247,11 +247,12 @@ Status Communicator::Explain(const Signature& sig, const Status& backend_error) 
     const bool timed_out = backend_error.code() == Code::kDeadlineExceeded;
     // Every process had arrived: data was moving (call_clock.h).
     const bool moving = clock_->agreed();
-    if (moving && timed_out && clock_->CapReached()) {
+    if (timed_out && clock_->CapReached()) {
       FlightRecorder::Get().End(record_, false);
       record_ = 0;
-      const std::string why = what + " was still moving data when it reached its cap of " +
-                              Seconds(limits().cap_s) + " (MYPLUGIN_COLLECTIVE_CAP_SECONDS)";
+      const std::string why = what + " reached its cap of " + Seconds(limits().cap_s) +
+                              " (MYPLUGIN_COLLECTIVE_CAP_SECONDS) " +
+                              (moving ? "while its data still moved" : "while its processes were still arriving");
       return Status(Code::kDeadlineExceeded, why + WithTrace(why));
     }
     // No process failed: someone is late or stuck. Everyone who timed out

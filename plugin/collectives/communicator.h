@@ -90,6 +90,7 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
     return clock_->Deadline(last_progress);
   }
   bool Agreed() const { return clock_->agreed(); }
+  bool CapReached() const { return clock_->CapReached(); }
   // `inner` moves this communicator's data: its waits follow this one's calls.
   void ShareClock(Communicator& inner) const { inner.clock_ = clock_; }
 

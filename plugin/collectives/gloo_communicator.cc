@@ -181,13 +181,23 @@ Status GlooCommunicator::DoExchange(const std::vector<PeerBuffer>& sends, const 
         out.back().buffer->send(s.peer, tag, off, std::min(kProgressPieceBytes, s.bytes - off));
       }
     }
+    // The cap bounds the whole call, also one whose pieces never wait long.
+    // Pieces still posted must not outlive their buffers: the pairs are
+    // failed first, as a timed-out wait of Gloo's own does.
+    auto capped = [this] {
+      if (!CapReached()) return;
+      DoAbort();
+      throw std::runtime_error("Timed out: the call reached its cap");
+    };
     for (auto& b : out) {
       for (size_t i = 0; i < b.pieces; ++i) {
+        capped();
         if (!b.buffer->waitSend(Millis(WaitSeconds()))) throw std::runtime_error("send aborted");
       }
     }
     for (auto& b : in) {
       for (size_t i = 0; i < b.pieces; ++i) {
+        capped();
         if (!b.buffer->waitRecv(Millis(WaitSeconds()))) throw std::runtime_error("receive aborted");
       }
     }

@@ -296,6 +296,8 @@ uint64_t ShmCommunicator::value_of(int r) const {
 }
 
 Status ShmCommunicator::Step(uint64_t value) {
+  // The cap bounds a whole call, also one whose steps never wait long.
+  if (CapReached()) return Status(Code::kDeadlineExceeded, "the call reached its cap");
   const uint64_t gen = ++generation_;
   Segment::Header& h = segment_->header;
   segment_->line[rank()].value[gen & 1].store(value, std::memory_order_relaxed);

@@ -12,6 +12,7 @@ fields are compared with the same program on jax's own service.
 import json
 import os
 import re
+import signal
 import sys
 
 import jax
@@ -115,6 +116,25 @@ r["broadcast"] = multihost_utils.broadcast_one_to_all(np.array([me + 5])).tolist
 multihost_utils.sync_global_devices("synced")
 multihost_utils.assert_equal(np.arange(3), "same everywhere")
 r["assert_equal_differs"] = outcome(lambda: multihost_utils.assert_equal(np.array([me]), "differs"))
+
+
+def preempted():
+  """SIGTERM to process 1 at step 5 is a preemption notice: both processes
+  reach the sync point at one step after it, and the signal ends nothing."""
+  for step in range(2000):
+    if multihost_utils.reached_preemption_sync_point(step):
+      break
+    if me == 1 and step == 5:
+      os.kill(os.getpid(), signal.SIGTERM)
+    multihost_utils.process_allgather(np.array([step]))
+  else:
+    return "never reached"
+  c.key_value_set(f"synced/{me}", str(step))
+  theirs = int(c.blocking_key_value_get(f"synced/{other}", 60000))
+  return {"same_step": theirs == step, "after_the_notice": step > 5}
+
+
+r["preemption"] = outcome(preempted)
 extra = {"event": "extra", "client": type(c).__module__, "jax_service_started": state.service is not None}
 # jax.distributed.shutdown() ends the job's distributed state, ours included.
 jax.distributed.shutdown()
