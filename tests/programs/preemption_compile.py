@@ -26,6 +26,7 @@ from jax.experimental import multihost_utils
 
 COMPILE_AT = 5
 DELAY_S = 1.0
+MAX_STEPS = 2000  # about 25 s: without a sync point the job ends, and the test fails
 compiler, signalled, ops, collective = (int(a) for a in sys.argv[1:5])
 me = jax.process_index()
 
@@ -42,7 +43,7 @@ sender = None
 compiled_from = compiled_to = None
 synced = None
 ran = 0
-for step in range(100000):
+for step in range(MAX_STEPS):
   started.append(time.time())
   if multihost_utils.reached_preemption_sync_point(step):
     synced = step

@@ -4,17 +4,20 @@ step (should_save is true there), the loop ends; a later run restores the
 latest step and trains to the end. The loss after `steps` steps is printed
 by process 0.
 
-  preemption_orbax.py DIR R@S|none STEPS [--every K] [--size N] [--second R]
+  preemption_orbax.py DIR R@S|none STEPS [--every K] [--save-on S,...] [--size N] [--second R]
 
---every K: the manager also saves every K steps (default: only for
-preemption). --size N: the state also holds N float32 (counting the steps
+The manager saves the first step after the start (orbax's initial save)
+and the preemption step; --every K: every K steps too; --save-on: those
+steps too. --size N: the state also holds N float32 (counting the steps
 run), which makes each save longer. --second R: process R sends itself
 SIGTERM right after manager.save() of the preemption step returned, while
 orbax writes it (a second notice for a process that had none, the second
 SIGTERM for one that had). Each process prints `SAVING <step> <wall time>`
 before a save, `SAVED <step> <wall time>` once it is written, and
 `SIGNALLED <wall time> <committed>` when it sends the second SIGTERM
-(committed: whether the step's save was complete then).
+(committed: whether the step's save was complete then); `RUNNING <pid>`
+once SIGTERM is a notice, at the third step after the start (the saves
+before it done).
 """
 import argparse
 import json
@@ -33,6 +36,7 @@ parser.add_argument("directory")
 parser.add_argument("notices")
 parser.add_argument("steps", type=int)
 parser.add_argument("--every", type=int, default=10**6)
+parser.add_argument("--save-on", default="")
 parser.add_argument("--size", type=int, default=0)
 parser.add_argument("--second", type=int, default=None)
 args = parser.parse_args()
@@ -53,7 +57,8 @@ def step_fn(state):
 
 
 # The default interval would save every step.
-manager = ocp.CheckpointManager(args.directory, options=ocp.CheckpointManagerOptions(save_interval_steps=args.every))
+manager = ocp.CheckpointManager(args.directory, options=ocp.CheckpointManagerOptions(
+    save_interval_steps=args.every, save_on_steps=[int(s) for s in args.save_on.split(",") if s] or None))
 state = {"w": jax.device_put(np.zeros(4, np.float32), rep)}
 if args.size:  # (orbax saves no empty array)
   state["big"] = jax.device_put(np.zeros(args.size, np.float32), rep)
@@ -77,6 +82,8 @@ for step in range(start, args.steps):
       print("RESULT " + json.dumps({"rank": me, "preempted_at": step}), flush=True)
       manager.close()
       raise SystemExit(0)
+  if step == start + 3:
+    print(f"RUNNING {os.getpid()}", flush=True)  # the sync point has been asked: SIGTERM is a notice now
   if notices.get(me) == step:
     os.kill(os.getpid(), signal.SIGTERM)
   state, loss = step_fn(state)
