@@ -18,7 +18,7 @@ Gloo's ring over all 4; it chose MYPLUGIN_TRANSPORT=auto's pick for such
 groups (collectives/defaults.h).
 --latency times 4 KB all-reduces alone (2000 calls per round, each after a
 barrier), for comparing builds: the flight recorder's cost on the
-collective path is measured this way (README, "When a job hangs").
+collective path is measured this way (docs/performance.md, "The flight recorder").
 --raw-gloo PATH takes a raw_gloo_allreduce built before (the offline GPU
 kit carries one: ci/gpu_tests.sh) instead of building it with CMake here;
 --build-raw-gloo DIR only builds it into DIR and prints its path. --plan

@@ -1,4 +1,4 @@
-"""The README's comparison run ("When a job hangs"): jax's own CPU backend,
+"""The comparison run of docs/debugging.md ("The same fault elsewhere"): jax's own CPU backend,
 two processes, a pmap psum, process 1 asleep before the second psum. What
 does process 0 show while it waits? (Observed: nothing, until killed.)
 

@@ -4,7 +4,7 @@ N processes train a small MLP (jit over a NamedSharding of every device)
 for S steps, keeping a checkpoint every C steps. One rank is SIGKILLed at a
 given step (it kills itself, so the example is repeatable). Two ways on:
 
-  in place (README "In-place recovery"): the survivors' next collective
+  in place (docs/clusters.md, "In-place recovery"): the survivors' next collective
   raises an error naming the dead rank; they agree on the new membership
   (jax_plugin.distributed.recover), rebuild the backend over their devices,
   restore the checkpoint they keep in host memory and go on; the launcher

@@ -9,7 +9,7 @@ responding, every other process is told which one and why, and exits
 (fate-sharing) unless ``fate_sharing=False``.
 
 With ``fate_sharing=False`` a job may go on through failures (in-place
-recovery, README "In-place recovery"): every pending and later collective,
+recovery, docs/clusters.md, "In-place recovery"): every pending and later collective,
 barrier and key-value call of the survivors raises an error naming the
 failed process; the survivors then call :func:`recover`, which agrees on
 the new membership through the service (:func:`agree_membership`) and
@@ -104,7 +104,7 @@ def _initialize(coordinator_address, num_processes, process_id, local_device_ids
                 unauthenticated_ok=False):
   """unauthenticated_ok: jax.distributed.initialize's contract, whose own
   service has no authentication: without a token the service then listens
-  on every interface, as jax's would (README, threat notes)."""
+  on every interface, as jax's would (docs/architecture.md, "Threat model")."""
   global _atexit_registered
   explicit = coordinator_address is not None and num_processes is not None and process_id is not None
   spec = None if explicit and cluster_detection_method is None else cluster.detect(cluster_detection_method)

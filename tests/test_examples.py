@@ -1,5 +1,5 @@
-"""The examples run as README says, and the training example trains the
-same on myplugin as on jax's CPU backend."""
+"""The examples run as the README and docs/getting-started.md say, and the
+training example trains the same on myplugin as on jax's CPU backend."""
 import os
 import re
 

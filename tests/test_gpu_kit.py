@@ -113,7 +113,7 @@ def test_collectives_bench_arguments_and_goal_line(tmp_path):
   r = bench("--processes", "1,4")
   assert r.returncode == 2 and "at least 2 processes" in r.stderr, r.stderr
   collectives = load_bench()
-  # The README's 2-process run (5.19x at 64 MB, 39.7 % of memcpy, 11 us): the share misses 40 %.
+  # A 2-process run the README once gave (5.19x at 64 MB, 39.7 % of memcpy, 11 us): the share misses 40 %.
   line = collectives.goal(2, {1 << 20: 10.19, 64 << 20: 5.19}, 0.397, 11e-6)
   assert "5.19x at worst (64 MB), met" in line and "39.7%, NOT met" in line and "11 us, met" in line, line
   line = collectives.goal(4, {4 << 20: 3.64, 64 << 20: 2.98}, 0.139, 46e-6)

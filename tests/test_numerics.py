@@ -24,7 +24,7 @@ def test_grad_and_value_and_grad():
   x = RNG.normal(size=(32, 16)).astype(np.float32)
   # atol 1e-5: on jax 0.12 the reference is jaxlib 0.12's XLA and ours the
   # engine's 0.11.2, whose tanh differs by ulps; sums of 32 such terms that
-  # nearly cancel then differ by up to 4.8e-6 (README, "Compatibility").
+  # nearly cancel then differ by up to 4.8e-6 (docs/compatibility.md, "Tolerances").
   compare(jax.grad(loss), w, x, rtol=1e-5, atol=1e-5)
   compare(jax.value_and_grad(loss, argnums=(0, 1)), w, x, rtol=1e-5, atol=1e-5)
   compare(jax.hessian(lambda v: jnp.sum(jnp.sin(v) * v ** 3)), x[0], rtol=1e-5)

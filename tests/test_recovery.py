@@ -1,4 +1,4 @@
-"""In-place recovery (README "In-place recovery"): with fate-sharing off,
+"""In-place recovery (docs/clusters.md, "In-place recovery"): with fate-sharing off,
 the survivors of a failure get an error naming the failed process from
 every pending and later call, agree on one membership verdict (or all get
 an error), and go on over the new membership. Every job here has hard

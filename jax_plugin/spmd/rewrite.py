@@ -6,7 +6,7 @@ rewrite, every collective is a typed-FFI custom call whose attributes say
 everything it needs (reduction, and the groups as global device ids), so the
 same module, compiled for this process's devices alone, exchanges data with
 the other processes through our communicators. The attribute schema is the
-one in the README (section "Collectives").
+one in docs/architecture.md (section "Collectives").
 
 Which devices each group holds is collective_modes.py's; which collectives
 share one call, and the order the computation is then written in, is

@@ -1,7 +1,7 @@
 // The defaults of the collectives' settings, defined here once: the
 // environment overrides them (communicator_cache.cc reads it), jax_plugin
-// reads them as _myplugin.DEFAULTS, and the README's "Configuration" table
-// states them (a test compares).
+// reads them as _myplugin.DEFAULTS, and docs/gen_configuration.py writes
+// them into docs/configuration.md (a test checks the page is current).
 #pragma once
 
 #include <cstddef>
@@ -48,7 +48,7 @@ inline constexpr size_t kDefaultCombineThresholdBytes = size_t{30} << 20;
 inline constexpr size_t kStreamingCopyBytes = size_t{8} << 20;
 // What "auto" picks for a group across hosts that each hold several of its
 // processes: hierarchical, else Gloo over the whole group. Chosen by
-// bench/collectives.py --hosts (README, "Across hosts").
+// bench/collectives.py --hosts (docs/performance.md, "Across hosts").
 inline constexpr bool kHierarchicalAcrossHosts = true;
 
 }  // namespace myplugin::collectives

@@ -1,5 +1,5 @@
 // Typed XLA FFI handlers for the collectives in compiled programs. The
-// attribute schema (what a rewritten program passes; see the README):
+// attribute schema (what a rewritten program passes; see docs/architecture.md, "Collectives"):
 //
 //   all_reduce, reduce_scatter:  reduction (string), replica_groups (i64[]), group_size (i64)
 //   all_gather, all_to_all:      replica_groups (i64[]), group_size (i64)

@@ -1,7 +1,8 @@
 // The defaults of a job's timeouts, defined here once: the C++ options
 // start from them, jax_plugin reads them as _myplugin.DEFAULTS (the
-// launcher's, the CLI's and distributed.initialize's defaults), and the
-// README's "Configuration" table states them (a test compares).
+// launcher's, the CLI's and distributed.initialize's defaults), and
+// docs/gen_configuration.py writes them into docs/configuration.md (a test
+// checks the page is current).
 #pragma once
 
 namespace myplugin::coordination {

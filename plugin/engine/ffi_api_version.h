@@ -8,7 +8,7 @@
 // that refusal, so the target is only found missing (NOT_FOUND) when a
 // program runs. myplugin decides each registration itself, from versions
 // read from the handler and the engine, and refuses an unknown pair at
-// registration with both versions named. See README, "Compatibility".
+// registration with both versions named. See docs/compatibility.md, "XLA FFI versions".
 //
 // Lives in libmyplugin_runtime: the PJRT library registers handlers and
 // the Python module reports versions, and both see one probed engine.

@@ -277,7 +277,7 @@ StatusOr<std::unique_ptr<TargetExecutable>> GpuCompileTarget::CompileAcrossProce
     const std::vector<std::vector<int64_t>>& assignment) const {
   if (NcclHandlersForCompile().empty()) {
     return FailedPrecondition("this program spans processes, whose collectives are myplugin's NCCL handlers, but "
-                              "this myplugin was built without NCCL's headers (see the README, \"GPUs\")");
+                              "this myplugin was built without NCCL's headers (see docs/gpus.md, \"NCCL\")");
   }
   const int processes = target_.shape.processes();
   // Each process's devices, and their ids on one host's engine topology.

@@ -1,4 +1,4 @@
-// Multi-process compile by partition, then rewrite (see the README section
+// Multi-process compile by partition, then rewrite (see docs/architecture.md,
 // "Multi-process programs"). jax hands every process the same global
 // program; the engine can neither run other processes' devices nor
 // collectives between processes, so:

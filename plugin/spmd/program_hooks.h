@@ -27,7 +27,7 @@ struct LocalProgramRequest {
 
 // What the shadow engine compiles: the caller's program and options with
 // the dump options, and, where it could be placed, a mark that ends the
-// compile right after the HLO passes (see the README, "Multi-process
+// compile right after the HLO passes (see docs/architecture.md, "Multi-process
 // programs": the shadow's machine code is never needed).
 struct ShadowProgram {
   std::string code;
