@@ -3,6 +3,7 @@
 // built against the header we compile with, so it reports that header's
 // version and size; jaxlib then calls nothing beyond it.
 #include "pjrt/client.h"
+#include "pjrt/cross_host_transfers.h"
 #include "pjrt/device.h"
 #include "pjrt/entry_point.h"
 #include "pjrt/error.h"
@@ -17,7 +18,9 @@ namespace {
 PJRT_Api BuildApi() {
   PJRT_Api api{};
   api.struct_size = PJRT_Api_STRUCT_SIZE;
-  api.extension_start = OurFfiExtension();
+  // Our extensions: the FFI's, and cross-host transfers (whose presence
+  // tells jaxlib that jax.device_put may cross processes).
+  api.extension_start = OurCrossHostTransfersExtension(OurFfiExtension());
   api.pjrt_api_version.struct_size = PJRT_Api_Version_STRUCT_SIZE;
   api.pjrt_api_version.major_version = PJRT_API_MAJOR;
   api.pjrt_api_version.minor_version = PJRT_API_MINOR;
