@@ -267,6 +267,7 @@ Status FlightRecorder::WriteTo(const std::string& dir, int process, int num_proc
                                const std::string& host,
                                const std::string& reason) const {
   ExitGuard writing;  // a fate-sharing exit waits until the file is whole
+  if (!writing.granted()) return Status(Code::kAborted, "the process is exiting: its flight recorder is not written");
   const int64_t offset = WallMinusMonotonicNanos();
   const int64_t now = MonotonicNanos();
   std::string out = "{\"format\": \"myplugin-flight-recorder-1\", \"process\": " + std::to_string(process) +
