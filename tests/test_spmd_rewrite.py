@@ -129,6 +129,20 @@ def test_a_string_that_spans_lines_is_refused():
   rewrite_module(text.replace("two\nlines", "two\\nlines"), [list(range(8))], 8)
 
 
+def test_an_instruction_whose_brackets_close_on_a_later_line_is_refused():
+  """jaxlib also reads an attribute whose braces close on the next line; the
+  rewrite refuses such a module (the fuzzer's find: it left the rest of the
+  instruction behind, and an order fence in the entry named a value of
+  another computation)."""
+  text = module("  %p = f32[4,2]{1,0} parameter(0)\n"
+                '  %n = f32[4,2]{1,0} negate(%p), metadata={op_name="n"\n}\n'
+                "  ROOT %r = f32[4,2]{1,0} all-reduce(%n), channel_id=1, replica_groups={{0,1,2,3,4,5,6,7}}, "
+                "use_global_device_ids=true, to_apply=%add")
+  parses(text)
+  with pytest.raises(HloTextError, match="an instruction that does not end on its line"):
+    rewrite_module(text, [list(range(8))], 8)
+
+
 def test_tuple_element_operands_in_the_shorthand_of_newer_xla():
   # jaxlib 0.11's XLA prints an element of a tuple as `%value#index`, with no
   # get-tuple-element instruction (seen in a while body that communicates).

@@ -63,14 +63,21 @@ def lines_of(text: str) -> list[str]:
   """The module's lines, each ending at a newline, as for jaxlib's parser
   (str.splitlines also ends one at a form feed or "\\x1c" inside a string).
   XLA escapes a newline inside a string; a string that does not end on its
-  line (a mutated module) is refused: the rewrite reads an instruction per
-  line, and would leave the rest of one that spans lines behind."""
+  line, or an instruction whose brackets close on a later line (a mutated
+  module), is refused: the rewrite reads an instruction per line, and would
+  leave the rest of one that spans lines behind."""
   lines = text.split("\n")
   if lines and lines[-1] == "":
     lines.pop()
   for line in lines:
     if '"' in line and '"' in _STRING.sub("", line):
       raise HloTextError(f"a string that does not end on its line: {line.strip()[:200]}")
+    if _ASSIGN.match(line) and not line.lstrip().startswith(("HloModule", "ENTRY")):
+      depth = 0
+      for _, _, depth in _outside_strings(line, ","):
+        pass
+      if depth != 0:
+        raise HloTextError(f"an instruction that does not end on its line: {line.strip()[:200]}")
   return lines
 
 
