@@ -19,13 +19,6 @@ namespace {
 
 constexpr uint32_t kHeaderMagic = 0x58484f53;  // "XHOS"
 
-Status Take(PJRT_Error* error) {
-  if (error == nullptr) return OkStatus();
-  Status st = error->status;
-  delete error;
-  return st;
-}
-
 template <typename Args>
 Args Init() {
   Args a{};
@@ -96,10 +89,10 @@ Status Await(PJRT_Event* event) {
   if (event == nullptr) return OkStatus();
   auto await = Init<PJRT_Event_Await_Args>();
   await.event = event;
-  Status st = Take(MYPLUGIN_CALL_ENGINE(PJRT_Event_Await, &await));
+  Status st = MYPLUGIN_ENGINE_STATUS(PJRT_Event_Await, &await);
   auto destroy = Init<PJRT_Event_Destroy_Args>();
   destroy.event = event;
-  (void)Take(MYPLUGIN_CALL_ENGINE(PJRT_Event_Destroy, &destroy));
+  (void)MYPLUGIN_ENGINE_STATUS(PJRT_Event_Destroy, &destroy);
   return st;
 }
 
@@ -110,15 +103,15 @@ Status SendOne(PJRT_Buffer* buffer, int32_t dst, int64_t transfer_key) {
   }
   auto device = Init<PJRT_Buffer_Device_Args>();
   device.buffer = buffer;
-  MYPLUGIN_RETURN_IF_ERROR(Take(MYPLUGIN_CALL_ENGINE(PJRT_Buffer_Device, &device)));
+  MYPLUGIN_RETURN_IF_ERROR(MYPLUGIN_ENGINE_STATUS(PJRT_Buffer_Device, &device));
   Device* src_device = DeviceOfEngine(device.device);
   if (src_device == nullptr) return Internal("the buffer to send lives on a device myplugin does not know");
   auto type = Init<PJRT_Buffer_ElementType_Args>();
   type.buffer = buffer;
-  MYPLUGIN_RETURN_IF_ERROR(Take(MYPLUGIN_CALL_ENGINE(PJRT_Buffer_ElementType, &type)));
+  MYPLUGIN_RETURN_IF_ERROR(MYPLUGIN_ENGINE_STATUS(PJRT_Buffer_ElementType, &type));
   auto dims = Init<PJRT_Buffer_Dimensions_Args>();
   dims.buffer = buffer;
-  MYPLUGIN_RETURN_IF_ERROR(Take(MYPLUGIN_CALL_ENGINE(PJRT_Buffer_Dimensions, &dims)));
+  MYPLUGIN_RETURN_IF_ERROR(MYPLUGIN_ENGINE_STATUS(PJRT_Buffer_Dimensions, &dims));
   Header header;
   header.element_type = static_cast<int32_t>(type.type);
   header.dims.assign(dims.dims, dims.dims + dims.num_dims);
@@ -126,11 +119,11 @@ Status SendOne(PJRT_Buffer* buffer, int32_t dst, int64_t transfer_key) {
   // engines lay out every array of a shape alike).
   auto to_host = Init<PJRT_Buffer_ToHostBuffer_Args>();
   to_host.src = buffer;
-  MYPLUGIN_RETURN_IF_ERROR(Take(MYPLUGIN_CALL_ENGINE(PJRT_Buffer_ToHostBuffer, &to_host)));
+  MYPLUGIN_RETURN_IF_ERROR(MYPLUGIN_ENGINE_STATUS(PJRT_Buffer_ToHostBuffer, &to_host));
   std::string bytes(to_host.dst_size, '\0');
   to_host.dst = bytes.data();
   to_host.event = nullptr;
-  MYPLUGIN_RETURN_IF_ERROR(Take(MYPLUGIN_CALL_ENGINE(PJRT_Buffer_ToHostBuffer, &to_host)));
+  MYPLUGIN_RETURN_IF_ERROR(MYPLUGIN_ENGINE_STATUS(PJRT_Buffer_ToHostBuffer, &to_host));
   MYPLUGIN_RETURN_IF_ERROR(Await(to_host.event));
   header.bytes = bytes.size();
   const uint64_t epoch = coordination->epoch();
@@ -165,7 +158,7 @@ PJRT_Error* SendBuffers(CrossHostSendArgs* args) {
     // (it is already).
     auto ready = Init<PJRT_Buffer_ReadyEvent_Args>();
     ready.buffer = args->buffers[i];
-    if (Status r = Take(MYPLUGIN_CALL_ENGINE(PJRT_Buffer_ReadyEvent, &ready)); !r.ok()) return ToPjrtError(r);
+    if (Status r = MYPLUGIN_ENGINE_STATUS(PJRT_Buffer_ReadyEvent, &ready); !r.ok()) return ToPjrtError(r);
     args->send_events[i] = ready.event;
   }
   return nullptr;
@@ -192,7 +185,7 @@ class Receiver {
   ~Receiver() {
     auto destroy = Init<PJRT_AsyncHostToDeviceTransferManager_Destroy_Args>();
     destroy.transfer_manager = manager_;
-    (void)Take(MYPLUGIN_CALL_ENGINE(PJRT_AsyncHostToDeviceTransferManager_Destroy, &destroy));
+    (void)MYPLUGIN_ENGINE_STATUS(PJRT_AsyncHostToDeviceTransferManager_Destroy, &destroy);
   }
 
   // After a failure the rest fail with it: their sender is as gone.
@@ -259,7 +252,7 @@ class Receiver {
     t.offset = offset;
     t.transfer_size = size;
     t.is_last_transfer = last;
-    MYPLUGIN_RETURN_IF_ERROR(Take(MYPLUGIN_CALL_ENGINE(PJRT_AsyncHostToDeviceTransferManager_TransferData, &t)));
+    MYPLUGIN_RETURN_IF_ERROR(MYPLUGIN_ENGINE_STATUS(PJRT_AsyncHostToDeviceTransferManager_TransferData, &t));
     return Await(t.done_with_h2d_transfer);
   }
 
@@ -271,7 +264,7 @@ class Receiver {
     e.error_code = static_cast<PJRT_Error_Code>(why.code());
     e.error_message = message.data();
     e.error_message_size = message.size();
-    (void)Take(MYPLUGIN_CALL_ENGINE(PJRT_AsyncHostToDeviceTransferManager_SetBufferError, &e));
+    (void)MYPLUGIN_ENGINE_STATUS(PJRT_AsyncHostToDeviceTransferManager_SetBufferError, &e);
   }
 
   PJRT_AsyncHostToDeviceTransferManager* manager_;
@@ -310,7 +303,7 @@ PJRT_Error* ReceiveBuffers(CrossHostReceiveArgs* args) {
   create.shape_specs = specs.data();
   create.num_shape_specs = specs.size();
   create.memory = device->default_memory()->engine();
-  if (Status st = Take(MYPLUGIN_CALL_ENGINE(PJRT_Client_CreateBuffersForAsyncHostToDevice, &create)); !st.ok()) {
+  if (Status st = MYPLUGIN_ENGINE_STATUS(PJRT_Client_CreateBuffersForAsyncHostToDevice, &create); !st.ok()) {
     return ToPjrtError(st);
   }
   auto receiver = std::make_unique<Receiver>(create.transfer_manager, std::move(expected), device->id(),
@@ -320,7 +313,7 @@ PJRT_Error* ReceiveBuffers(CrossHostReceiveArgs* args) {
     auto retrieve = Init<PJRT_AsyncHostToDeviceTransferManager_RetrieveBuffer_Args>();
     retrieve.transfer_manager = create.transfer_manager;
     retrieve.buffer_index = static_cast<int>(i);
-    if (Status st = Take(MYPLUGIN_CALL_ENGINE(PJRT_AsyncHostToDeviceTransferManager_RetrieveBuffer, &retrieve));
+    if (Status st = MYPLUGIN_ENGINE_STATUS(PJRT_AsyncHostToDeviceTransferManager_RetrieveBuffer, &retrieve);
         !st.ok()) {
       return ToPjrtError(st);  // the receiver's destructor frees the manager and the buffers not yet taken
     }

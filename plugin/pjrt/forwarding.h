@@ -13,17 +13,24 @@
 namespace myplugin {
 
 // Calls an entry point of `library` (the engine, or the CUDA engine that
-// compiles for GPU targets), converting its error into ours.
+// compiles for GPU targets); its error as a Status.
+template <typename Args>
+Status CallLibraryStatus(const EngineLibrary& library, PJRT_Error* (*fn)(Args*), Args* args, const char* name) {
+  if (fn == nullptr) return Unimplemented(std::string("the XLA engine does not implement ") + name);
+  return library.Consume(fn(args));
+}
+
+// The same, its error converted into ours (for entry points jax calls).
 template <typename Args>
 PJRT_Error* CallLibrary(const EngineLibrary& library, PJRT_Error* (*fn)(Args*), Args* args, const char* name) {
-  if (fn == nullptr) {
-    return ToPjrtError(Unimplemented(std::string("the XLA engine does not implement ") + name));
-  }
-  return ToPjrtError(library.Consume(fn(args)));
+  return ToPjrtError(CallLibraryStatus(library, fn, args, name));
 }
 
 #define MYPLUGIN_CALL_ENGINE(name, args) \
   ::myplugin::CallLibrary(::myplugin::Engine(), ::myplugin::Engine().api()->name, args, #name)
+// For the plugin's own calls into the engine.
+#define MYPLUGIN_ENGINE_STATUS(name, args) \
+  ::myplugin::CallLibraryStatus(::myplugin::Engine(), ::myplugin::Engine().api()->name, args, #name)
 
 // Replaces a field for the lifetime of the scope.
 template <typename T>
