@@ -61,7 +61,12 @@ for step in range(MAX_STEPS):
     multihost_utils.process_allgather(np.array([step]))
   ran += 1
   time.sleep(0.01)
-sent = float(sender.communicate(timeout=60)[0]) if sender is not None else None
+try:
+  sent = float(sender.communicate(timeout=60)[0]) if sender is not None else None
+finally:
+  if sender is not None and sender.poll() is None:
+    sender.kill()  # past its deadline: never left behind
+    sender.wait(timeout=10)
 print("RESULT " + json.dumps({
     "rank": me, "synced": synced, "ran": ran, "sent": sent, "compiled_from": compiled_from,
     "compiled_to": compiled_to, "started": started}), flush=True)
