@@ -113,18 +113,27 @@ def test_a_line_ends_only_at_a_newline(char):
   assert f'op_name="p{char}sum"' in out and 'custom_call_target="myplugin_all_reduce"' in out
 
 
+def _module_with_negate_metadata(metadata: str) -> str:
+  """An all-reduce of a negate whose metadata is `metadata`."""
+  return module("  %p = f32[4,2]{1,0} parameter(0)\n"
+                f"  %n = f32[4,2]{{1,0}} negate(%p), metadata={metadata}\n"
+                "  ROOT %r = f32[4,2]{1,0} all-reduce(%n), channel_id=1, replica_groups={{0,1,2,3,4,5,6,7}}, "
+                "use_global_device_ids=true, to_apply=%add")
+
+
+def _refused_though_jaxlib_parses(text: str, why: str) -> None:
+  parses(text)
+  with pytest.raises(HloTextError, match=why):
+    rewrite_module(text, [list(range(8))], 8)
+
+
 def test_a_string_that_spans_lines_is_refused():
   """jaxlib's lexer lets a string run over a newline (XLA never prints one:
   it escapes it); the rewrite, which reads an instruction per line, refuses
   such a module instead of rewriting the first line and leaving the rest
   (the fuzzer's find: the rewritten module did not parse)."""
-  text = module("  %p = f32[4,2]{1,0} parameter(0)\n"
-                '  %n = f32[4,2]{1,0} negate(%p), metadata={op_name="two\nlines"}\n'
-                "  ROOT %r = f32[4,2]{1,0} all-reduce(%n), channel_id=1, replica_groups={{0,1,2,3,4,5,6,7}}, "
-                "use_global_device_ids=true, to_apply=%add")
-  parses(text)
-  with pytest.raises(HloTextError, match="a string that does not end on its line"):
-    rewrite_module(text, [list(range(8))], 8)
+  text = _module_with_negate_metadata('{op_name="two\nlines"}')
+  _refused_though_jaxlib_parses(text, "a string that does not end on its line")
   # Escaped, as XLA writes it, it is one line like any other.
   rewrite_module(text.replace("two\nlines", "two\\nlines"), [list(range(8))], 8)
 
@@ -134,13 +143,8 @@ def test_an_instruction_whose_brackets_close_on_a_later_line_is_refused():
   rewrite refuses such a module (the fuzzer's find: it left the rest of the
   instruction behind, and an order fence in the entry named a value of
   another computation)."""
-  text = module("  %p = f32[4,2]{1,0} parameter(0)\n"
-                '  %n = f32[4,2]{1,0} negate(%p), metadata={op_name="n"\n}\n'
-                "  ROOT %r = f32[4,2]{1,0} all-reduce(%n), channel_id=1, replica_groups={{0,1,2,3,4,5,6,7}}, "
-                "use_global_device_ids=true, to_apply=%add")
-  parses(text)
-  with pytest.raises(HloTextError, match="an instruction that does not end on its line"):
-    rewrite_module(text, [list(range(8))], 8)
+  _refused_though_jaxlib_parses(_module_with_negate_metadata('{op_name="n"\n}'),
+                                "an instruction that does not end on its line")
 
 
 def test_tuple_element_operands_in_the_shorthand_of_newer_xla():
