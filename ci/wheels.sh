@@ -36,6 +36,7 @@ build() {
   local bin raw python start
   bin=$(tools)
   raw=$(mktemp -d)
+  trap "rm -rf '$raw'" EXIT
   mkdir -p "$out"
   export CMAKE_CXX_COMPILER_LAUNCHER=${CMAKE_CXX_COMPILER_LAUNCHER:-ccache}
   export CMAKE_C_COMPILER_LAUNCHER=${CMAKE_C_COMPILER_LAUNCHER:-ccache}
@@ -75,6 +76,9 @@ check() {
   python=$2
   bin=$(tools)
   venv=$(mktemp -d)/venv
+  # Removed however the check ends: a failed check's 2 GB venv left behind
+  # in /tmp fills a developer's disk after a few runs.
+  trap "rm -rf '$(dirname "$venv")'" EXIT  # expanded now: the variable is local
   "$python" -m venv "$venv"
   "$venv/bin/pip" install -q --disable-pip-version-check "$wheel[examples]"
   "$bin/auditwheel" show "$wheel" 2>&1 | grep -E "consistent with|platform tag" || true
