@@ -1,11 +1,8 @@
-// The members' life in the service (~520 lines): hello and registration,
-// shutdown and failure, the clock. One file: each of these moves a member
-// through the same states; the store, barriers and membership agreement
-// have files of their own.
+// The service's entry points and what its concerns share: construction, Hello,
+// the dispatch of frames to the handlers, replies, waiter counts, invariants.
 #include "coordination/service_state.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
 
 #include "common/deadline.h"
@@ -16,14 +13,6 @@ namespace myplugin::coordination {
 namespace {
 
 using Clock = ServiceState::Clock;
-
-std::string Seconds(double s) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%g s", s);
-  return buf;
-}
-
-void Log(const std::string& line) { LogLine("myplugin coordinator: " + line); }
 
 // Compares in time that depends only on the lengths, not on where the
 // first difference is: the token is the only secret a peer can probe.
@@ -40,6 +29,14 @@ std::string ErrorFrame(uint32_t request_id, const Status& status) {
 }
 
 }  // namespace
+
+std::string ServiceState::Seconds(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%g s", s);
+  return buf;
+}
+
+void ServiceState::Log(const std::string& line) { LogLine("myplugin coordinator: " + line); }
 
 void Outbox::Send(ConnectionId to, std::string frame) {
   frames.push_back({to, std::make_shared<const std::string>(std::move(frame))});
@@ -200,273 +197,6 @@ Status ServiceState::OnFrame(ConnectionId conn, const std::string& payload, Outb
     default:
       return InvalidArgument(std::string("unexpected ") + MessageTypeName(type) + " message from process " +
                              std::to_string(pid));
-  }
-}
-
-// --- registration ----------------------------------------------------------
-
-Status ServiceState::HandleRegister(int pid, const std::string& payload, Outbox& out) {
-  StatusOr<msg::Register> m = msg::Register::Decode(payload);
-  if (!m.ok()) return m.status();
-  Process& self = processes_[pid];
-  Waiter w{self.conn, m.value().request_id};
-  if (m.value().num_processes != static_cast<uint32_t>(options_.num_processes)) {
-    ReplyError(w, InvalidArgument("process " + std::to_string(pid) + " believes the job has " +
-                                  std::to_string(m.value().num_processes) +
-                                  " processes, the coordinator was started for " +
-                                  std::to_string(options_.num_processes)), out);
-    return OkStatus();
-  }
-  if (self.state != ProcessState::kConnected) {
-    ReplyError(w, FailedPrecondition("process " + std::to_string(pid) + " registered twice"), out);
-    return OkStatus();
-  }
-  if (m.value().topology.size() > kMaxTopologyBytes) {
-    ReplyError(w, Status(Code::kResourceExhausted, "the topology of process " + std::to_string(pid) + " (" +
-                                                       ByteCount(m.value().topology.size()) + ") exceeds the " +
-                                                       ByteCount(kMaxTopologyBytes) + " limit"), out);
-    return OkStatus();
-  }
-  if (registration_complete_ && !recoverable()) {
-    // Nobody will agree again (the job finished, or its failure is final):
-    // a restarted process must not wait for an agreement that never comes.
-    ReplyError(w, recovery_failure_ ? *recovery_failure_ : failure_ ? *failure_ : FailedPrecondition("the job ended"),
-               out);
-    return OkStatus();
-  }
-  self.state = ProcessState::kRegistered;
-  self.incarnation = m.value().incarnation;
-  self.topology = std::move(m.value().topology);
-  if (registration_complete_) {
-    AddJoiner(pid, w);
-    CheckAgreement(out);  // one may be waiting for it
-    return OkStatus();
-  }
-  registration_waiters_.push_back(w);
-  bool all = std::all_of(processes_.begin(), processes_.end(),
-                         [](const Process& p) { return p.state == ProcessState::kRegistered; });
-  if (!all) return OkStatus();
-  registration_complete_ = true;
-  msg::Topology t;
-  for (const Process& p : processes_) t.processes.push_back({p.incarnation, p.topology});
-  for (const Waiter& each : registration_waiters_) {
-    t.request_id = each.request_id;
-    out.Send(each.conn, t.Encode());
-  }
-  registration_waiters_.clear();
-  return OkStatus();
-}
-
-// --- shutdown and failure --------------------------------------------------
-
-Status ServiceState::HandleShutdown(int pid, const std::string& payload, Outbox& out) {
-  StatusOr<msg::Shutdown> m = msg::Shutdown::Decode(payload);
-  if (!m.ok()) return m.status();
-  Process& self = processes_[pid];
-  Waiter w{self.conn, m.value().request_id};
-  self.state = ProcessState::kShuttingDown;
-  FailBarriersWaitingFor(pid, "process " + std::to_string(pid) + " is shutting down (it finished its work)", out);
-  // The others' collectives may be waiting for it: tell them.
-  msg::PeerShutdown note;
-  note.process_id = static_cast<uint32_t>(pid);
-  Broadcast(note.Encode(), pid, out);
-  ArriveAtBarrier(kShutdownBarrier, pid, w, m.value().timeout_ms / 1000.0, out);
-  return OkStatus();
-}
-
-Status ServiceState::HandleReportError(int pid, const std::string& payload, Outbox& out) {
-  StatusOr<msg::ReportError> m = msg::ReportError::Decode(payload);
-  if (!m.ok()) return m.status();
-  DeclareFailure(pid, m.value().reason, out);
-  return OkStatus();
-}
-
-int ServiceState::DetachLiveMember(ConnectionId conn) {
-  auto member = members_.find(conn);
-  if (member == members_.end()) return -1;
-  const int pid = member->second;
-  members_.erase(member);
-  Process& p = processes_[pid];
-  if (p.conn != conn) return -1;
-  p.conn = 0;
-  if (p.state == ProcessState::kDeparted || p.state == ProcessState::kFailed) return -1;
-  return pid;
-}
-
-void ServiceState::OnDisconnect(ConnectionId conn, const Status& why, Outbox& out) {
-  const int pid = DetachLiveMember(conn);
-  if (pid < 0) return;
-  std::string reason = why.code() == Code::kInvalidArgument
-                           ? "sent a malformed message (" + why.message() + ")"
-                           : "lost its connection without an orderly shutdown (it exited, crashed or was killed)";
-  DeclareFailure(pid, reason, out);
-}
-
-void ServiceState::OnStoppedReading(ConnectionId conn, const std::string& detail, Outbox& out) {
-  const int pid = DetachLiveMember(conn);
-  if (pid < 0) return;
-  DeclareFailure(pid, "stopped reading from the coordination service (" + detail + ")", out);
-}
-
-ConnectionId ServiceState::OnProcessEnded(int pid, const std::string& how, Outbox& out) {
-  if (pid < 0 || pid >= options_.num_processes) return 0;
-  Process& p = processes_[pid];
-  // Never started or already free: a new process may take the id as it is.
-  if (p.state == ProcessState::kAbsent) return 0;
-  const ConnectionId conn = p.conn;
-  if (conn) members_.erase(conn);
-  p.conn = 0;
-  if (p.state != ProcessState::kDeparted && p.state != ProcessState::kFailed) {
-    DeclareFailure(pid, "its process ended " + how, out);
-  }
-  return conn;
-}
-
-std::vector<uint64_t> ServiceState::failures_per_process() const {
-  std::vector<uint64_t> counts;
-  counts.reserve(processes_.size());
-  for (const Process& p : processes_) counts.push_back(p.failures);
-  return counts;
-}
-
-void ServiceState::DeclareFailure(int process_id, const std::string& reason_in, Outbox& out) {
-  processes_[process_id].state = ProcessState::kFailed;
-  ++processes_[process_id].failures;
-  std::string reason = reason_in.size() > kMaxReasonBytes ? reason_in.substr(0, kMaxReasonBytes) + "..." : reason_in;
-  if (!live_.count(process_id)) {
-    // A restarted process that had not been let in yet: the members never
-    // depended on it.
-    joiners_.erase(process_id);
-    expected_joiners_.erase(process_id);
-    Log("process " + std::to_string(process_id) + " failed before it rejoined: " + reason);
-    CheckAgreement(out);
-    return;
-  }
-  if (failure_) {
-    // The first failure is the job's failure; a later one only shrinks
-    // the agreement that may be under way.
-    if (agreement_) agreement_->arrived.erase(process_id);
-    CheckAgreement(out);
-    return;
-  }
-  Status st(Code::kAborted, "process " + std::to_string(process_id) + " failed: " + reason);
-  failure_ = st;
-  failed_process_ = process_id;
-  Log(st.message());
-  msg::Failure note;
-  note.process_id = static_cast<uint32_t>(process_id);
-  note.reason = reason;
-  Broadcast(note.Encode(), process_id, out);
-  FailAllWaiters(st, out);
-  if (!recoverable()) {
-    EndRecovery(st, out);
-    return;
-  }
-  if (agreement_) agreement_->arrived.erase(process_id);
-  CheckAgreement(out);
-}
-
-// --- time ------------------------------------------------------------------
-
-void ServiceState::Tick(Clock::time_point now, Outbox& out) {
-  if (now >= next_beat_) {
-    next_beat_ = now + Millis(HeartbeatIntervalSeconds(options_.heartbeat_timeout_s));
-    auto beat = std::make_shared<const std::string>(msg::Heartbeat().Encode());
-    for (const Process& p : processes_) {
-      if (p.conn && p.state != ProcessState::kDeparted && p.state != ProcessState::kFailed) out.Send(p.conn, beat);
-    }
-  }
-  if (agreement_ && now > agreement_->deadline) {
-    std::set<int> asked, missing;
-    for (const auto& [pid, w] : agreement_->arrived) asked.insert(pid);
-    for (int pid : live_) {
-      if (AwaitedInAgreement(pid) && !asked.count(pid)) missing.insert(pid);
-    }
-    std::string late = missing.empty() ? "" : "processes " + ProcessList(missing) + " did not ask for it";
-    if (!expected_joiners_.empty()) {
-      late += (late.empty() ? "" : "; ") + std::string("restarted processes ") + ProcessList(expected_joiners_) +
-              " did not register";
-    }
-    Status st(Code::kDeadlineExceeded, "the membership agreement timed out after " + Seconds(agreement_->timeout_s) +
-                                           ": " + late + " (asked: " + ProcessList(asked) + "); the job cannot recover");
-    Log(st.message());
-    const int culprit = !missing.empty()            ? *missing.begin()
-                        : !expected_joiners_.empty() ? *expected_joiners_.begin()
-                                                     : -1;
-    EndRecovery(st, out);
-    if (!failure_) {
-      failure_ = st;
-      failed_process_ = culprit;
-    }
-    msg::Failure note;
-    note.process_id = static_cast<uint32_t>(std::max(failed_process_, 0));
-    note.reason = "the membership agreement failed: " + st.message();
-    Broadcast(note.Encode(), -1, out);
-    FailAllWaiters(*failure_, out);
-    return;
-  }
-  // While the survivors of a failure may still agree, they are watched too.
-  if (failure_ && !recoverable()) return;
-  // Heartbeats: a process that stops talking is failed.
-  for (size_t i = 0; i < processes_.size(); ++i) {
-    Process& p = processes_[i];
-    bool watched = p.state == ProcessState::kConnected || p.state == ProcessState::kRegistered ||
-                   p.state == ProcessState::kShuttingDown;
-    if (watched && now - p.last_heartbeat > Millis(options_.heartbeat_timeout_s)) {
-      DeclareFailure(static_cast<int>(i), "stopped responding: no heartbeat for " +
-                                              Seconds(options_.heartbeat_timeout_s) +
-                                              " (the process is frozen, stopped or overloaded)", out);
-      return;
-    }
-  }
-  if (!registration_complete_ && now >= next_init_report_ && now <= init_deadline_) {
-    // A job that waits long for its processes says who is still missing
-    // while it waits, not only when it gives up.
-    next_init_report_ = now + Millis(InitReportSeconds(options_.initialization_timeout_s));
-    std::set<int> registered = Registered();
-    const double left = std::chrono::duration<double>(init_deadline_ - now).count();
-    Log("still waiting for processes " + ProcessList(Missing(registered)) + " to register (registered: " +
-        ProcessList(registered) + "; " + Seconds(std::floor(left)) + " left of the initialization timeout)");
-  }
-  if (!registration_complete_ && now > init_deadline_) {
-    std::set<int> registered = Registered();
-    Status st(Code::kDeadlineExceeded,
-              "initialization timed out after " + Seconds(options_.initialization_timeout_s) + ": processes " +
-                  ProcessList(Missing(registered)) + " never registered (registered: " + ProcessList(registered) + ")");
-    failure_ = st;
-    Log(st.message());
-    FailAllWaiters(st, out);
-    return;
-  }
-  if (failure_) return;
-  ExpireDeadlines(now, out);
-}
-
-void ServiceState::ExpireDeadlines(Clock::time_point now, Outbox& out) {
-  for (auto it = key_waiters_.begin(); it != key_waiters_.end();) {
-    if (now > it->second.deadline) {
-      ReplyError(it->second.waiter, Status(Code::kDeadlineExceeded, "key '" + it->first + "' was not set within " +
-                                                                       Seconds(it->second.timeout_s)), out);
-      DropWaiter(it->second.waiter.conn);
-      it = key_waiters_.erase(it);
-    } else {
-      ++it;
-    }
-  }
-  for (auto it = barriers_.begin(); it != barriers_.end();) {
-    Barrier& b = it->second;
-    if (now > b.deadline) {
-      // jax's service words it "Barrier timed out" first, and programs
-      // (jax's own test harness) match that.
-      std::string what = it->first == kShutdownBarrier ? std::string("the shutdown barrier") : "barrier '" + it->first + "'";
-      Status st(Code::kDeadlineExceeded, "Barrier timed out: " + what + " waited " + Seconds(b.timeout_s) +
-                                             "; processes " + ProcessList(Missing(b.arrived)) +
-                                             " did not arrive (arrived: " + ProcessList(b.arrived) + ")");
-      AnswerBarrier(b, st, out);
-      it = barriers_.erase(it);
-    } else {
-      ++it;
-    }
   }
 }
 

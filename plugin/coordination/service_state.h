@@ -192,6 +192,9 @@ class ServiceState {
   size_t WaitingOf(ConnectionId conn) const;
   // RESOURCE_EXHAUSTED naming `what` when conn's process is at its cap.
   Status CheckWaitingOf(ConnectionId conn, const std::string& what) const;
+  // A duration as messages say it ("2.5 s"), and a line of the coordinator's log.
+  static std::string Seconds(double s);
+  static void Log(const std::string& line);
   std::string ProcessList(const std::set<int>& ids) const;
   std::set<int> Missing(const std::set<int>& present) const;
   // The processes that have registered (before registration completes).

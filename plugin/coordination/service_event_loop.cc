@@ -1,0 +1,211 @@
+// The service's event loop: accepting connections (within the limit), reaping finished
+// members, and each connection's Hello, read with a deadline, then served or rejected.
+#include "coordination/service.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include <asio/read.hpp>
+#include <asio/write.hpp>
+
+#include "coordination/messages.h"
+#include "coordination/service_io.h"
+#include "coordination/wire.h"
+
+namespace myplugin::coordination {
+namespace {
+
+// A connection must say Hello within this time, or it is dropped.
+constexpr std::chrono::milliseconds kHandshakeTimeout{10000};
+// What a refused or rejected peer gets to read its error frame: it is not
+// a member, and nobody waits for it.
+constexpr std::chrono::milliseconds kRejectSendTimeout{1000};
+// How often the event loop looks for members whose threads are done.
+constexpr std::chrono::milliseconds kReapInterval{100};
+
+std::string ErrorFrame(const Status& status) { return msg::Error::From(0, status).Encode(); }
+
+}  // namespace
+
+// A connection until its Hello is accepted: a socket and a timer on the
+// event loop, owned by the handlers waiting on them. It holds one of the
+// connection slots (open_) until it ends, or hands it to its member.
+struct CoordinationService::Handshake {
+  Handshake(CoordinationService* s, tcp::socket sock) : service(s), socket(std::move(sock)), timer(socket.get_executor()) {}
+  ~Handshake() {
+    if (!member) --service->open_;
+  }
+  CoordinationService* service;
+  tcp::socket socket;
+  // The Hello deadline, then the deadline of a rejected peer's error frame.
+  asio::steady_timer timer;
+  ConnectionId id = 0;
+  std::string peer;
+  unsigned char prefix[4] = {};
+  std::string payload;
+  std::vector<std::shared_ptr<const std::string>> replies;
+  bool timed_out = false;
+  bool member = false;
+};
+
+void CoordinationService::Reap() {
+  if (finished_.load() == 0) return;
+  std::vector<std::shared_ptr<Connection>> finished;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = connections_.begin(); it != connections_.end();) {
+      if (it->second->finished.load()) {
+        --finished_;
+        finished.push_back(it->second);
+        it = connections_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (auto& c : finished) {
+    // Its reader is done, so nobody reads the peer's side any more: what is
+    // still queued cannot matter, and the writer must not wait for more
+    // (a reader that ends while the service stops leaves the queue open).
+    c->Close();
+    if (c->reader.joinable()) c->reader.join();
+    if (c->writer.joinable()) c->writer.join();
+    --open_;
+  }
+}
+
+void CoordinationService::ReapEvery() {
+  loop_->reap.expires_after(kReapInterval);
+  loop_->reap.async_wait([this](const asio::error_code& ec) {
+    if (ec || stopping_) return;
+    Reap();
+    ReapEvery();
+  });
+}
+
+void CoordinationService::AcceptNext() {
+  loop_->acceptor.async_accept([this](const asio::error_code& ec, tcp::socket socket) {
+    if (stopping_ || ec == asio::error::operation_aborted) return;
+    // Reap first: when accept fails for want of descriptors, those of the
+    // finished members are the ones to free.
+    Reap();
+    if (ec) {
+      // EMFILE and the like persist until descriptors are freed: back off
+      // (up to 1 s) rather than spin, and say so at a bounded rate.
+      accept_errors_.Log("accept failed: accept: " + ec.message());
+      int& backoff_ms = loop_->backoff_ms;
+      backoff_ms = std::min(1000, backoff_ms == 0 ? 10 : backoff_ms * 2);
+      loop_->backoff.expires_after(std::chrono::milliseconds(backoff_ms));
+      loop_->backoff.async_wait([this](const asio::error_code& e) {
+        if (!e && !stopping_) AcceptNext();
+      });
+      return;
+    }
+    loop_->backoff_ms = 0;
+    Socket::MarkAccepted(socket.native_handle());
+    std::string peer = Socket::PeerNameOf(socket.native_handle());
+    if (open_.load() >= options_.max_connections) {
+      ++refused_;
+      Status why(Code::kResourceExhausted, "the myplugin coordinator has " + std::to_string(options_.max_connections) +
+                                               " connections open (its limit); try again later");
+      rejections_.Log("refused a connection from " + peer + ": " + why.message());
+      // Never blocks: the event loop serves everyone. The socket closes here.
+      asio::error_code ignored;
+      socket.non_blocking(true, ignored);
+      socket.send(asio::buffer(ErrorFrame(why)), 0, ignored);
+    } else {
+      ++open_;
+      auto h = std::make_shared<Handshake>(this, std::move(socket));
+      h->id = next_id_++;
+      h->peer = std::move(peer);
+      StartHandshake(h);
+    }
+    AcceptNext();
+  });
+}
+
+namespace {
+
+// What RecvFrame says for the same ends of a read.
+Status ReadError(bool timed_out, const asio::error_code& ec) {
+  if (timed_out) return Status(Code::kDeadlineExceeded, "timed out waiting for the peer");
+  if (ec == asio::error::eof) return Status(Code::kUnavailable, "connection closed by peer");
+  return Status(Code::kUnavailable, "recv: " + ec.message());
+}
+
+}  // namespace
+
+void CoordinationService::StartHandshake(const std::shared_ptr<Handshake>& h) {
+  h->timer.expires_after(kHandshakeTimeout);
+  // At the deadline the pending read or write ends with an error.
+  h->timer.async_wait([h](const asio::error_code& ec) {
+    if (ec) return;
+    h->timed_out = true;
+    asio::error_code ignored;
+    h->socket.cancel(ignored);
+  });
+  // Only a Hello is read: its length is checked against kMaxHelloBytes
+  // before anything is allocated.
+  asio::async_read(h->socket, asio::buffer(h->prefix), [this, h](const asio::error_code& ec, size_t) {
+    if (ec) return Reject(h, ReadError(h->timed_out, ec), {});
+    uint32_t length = 0;
+    Status st = DecodeLength(h->prefix, &length, kMaxHelloBytes);
+    if (!st.ok()) return Reject(h, st, {});
+    h->payload.resize(length);
+    asio::async_read(h->socket, asio::buffer(h->payload), [this, h](const asio::error_code& ec2, size_t) {
+      if (ec2) return Reject(h, ReadError(h->timed_out, ec2), {});
+      OnHelloFrame(h);
+    });
+  });
+}
+
+void CoordinationService::OnHelloFrame(const std::shared_ptr<Handshake>& h) {
+  auto conn = std::make_shared<Connection>();
+  conn->id = h->id;
+  conn->peer = h->peer;
+  Status st;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    connections_[conn->id] = conn;
+    Outbox out;
+    st = state_.OnHello(conn->id, conn->peer, h->payload, out);
+    Deliver(out);
+    if (!st.ok()) connections_.erase(conn->id);
+  }
+  if (!st.ok()) {
+    std::vector<std::shared_ptr<const std::string>> frames;
+    while (auto f = conn->queue.TryPop()) frames.push_back(std::move(f));
+    return Reject(h, st, std::move(frames));
+  }
+  // A member: its slot passes to the connection (Reap gives it back), and
+  // blocking code with a reader and a writer thread serves it from here.
+  asio::error_code ec;
+  h->timer.cancel();
+  h->member = true;
+  conn->socket = Socket::FromEventLoop(h->socket.release(ec));
+  conn->socket.SetSendTimeout(ServiceState::SendProgressTimeoutSeconds(options_.heartbeat_timeout_s));
+  ServeMember(conn);
+}
+
+void CoordinationService::Reject(const std::shared_ptr<Handshake>& h, const Status& why,
+                                 std::vector<std::shared_ptr<const std::string>> frames) {
+  rejections_.Log("rejected a connection from " + h->peer + ": " + why.message());
+  if (frames.empty()) frames.push_back(std::make_shared<const std::string>(ErrorFrame(why)));
+  h->replies = std::move(frames);
+  std::vector<asio::const_buffer> buffers;
+  for (const auto& f : h->replies) buffers.push_back(asio::buffer(*f));
+  h->timer.expires_after(kRejectSendTimeout);
+  h->timer.async_wait([h](const asio::error_code& ec) {
+    if (ec) return;
+    asio::error_code ignored;
+    h->socket.cancel(ignored);
+  });
+  asio::async_write(h->socket, buffers, [h](const asio::error_code&, size_t) {
+    asio::error_code ignored;
+    h->timer.cancel();
+    h->socket.shutdown(tcp::socket::shutdown_both, ignored);
+    h->socket.close(ignored);
+  });
+}
+
+}  // namespace myplugin::coordination
