@@ -4,7 +4,7 @@ registered for each engine are the table's; and every custom call the
 rewrite emits, on real partitioned programs (the fuzz corpus) in each of
 the compile's modes, names a target of the table with exactly its
 attributes, each written as its type, and the operands and results its form
-says."""
+says; and docs/architecture.md describes the same targets and attributes."""
 import glob
 import importlib.util
 import os
@@ -172,3 +172,18 @@ def test_every_call_the_rewrite_emits_is_the_tables(mode):
   if mode != "host":
     wanted -= {table.PARTITION_ID.name, table.REPLICA_ID.name}
   assert emitted == wanted, sorted(wanted - emitted)
+
+
+def test_the_documented_table_is_the_cpp_one():
+  """docs/architecture.md's table of targets (Collectives) names every target
+  with its attributes (`function`, which every collective carries, is in the
+  text above it)."""
+  with open(os.path.join(ROOT, "docs", "architecture.md"), encoding="utf-8") as f:
+    rows = [line for line in f if line.startswith("| `myplugin_")]
+  keys = {a.key for t in table.TARGETS for a in t.attributes} - {table.FUNCTION.key}
+  for t in table.TARGETS:
+    row = next((r for r in rows if f"`{t.name}`" in r.split("|")[1]), None)
+    assert row is not None, f"docs/architecture.md does not describe {t.name}"
+    documented = set(re.findall(r"`(\w+)`", row.split("|")[3])) & keys
+    assert documented == {a.key for a in t.attributes} - {table.FUNCTION.key}, (t.name, row)
+  assert len(rows) == len({t.name for t in table.TARGETS}) - 1  # partition-id and replica-id share a row
