@@ -5,8 +5,8 @@ The engine's own collectives only meet inside one process. After the
 rewrite, every collective is a typed-FFI custom call whose attributes say
 everything it needs (reduction, and the groups as global device ids), so the
 same module, compiled for this process's devices alone, exchanges data with
-the other processes through our communicators. The attribute schema is the
-one in docs/architecture.md (section "Collectives").
+the other processes through our communicators. Target names and attribute
+keys come from collective_table.py, the C++ table that binds the handlers.
 
 Which devices each group holds is collective_modes.py's; which collectives
 share one call, and the order the computation is then written in, is
@@ -22,6 +22,7 @@ import re
 import numpy as np
 
 from jax_plugin.spmd import buckets
+from jax_plugin.spmd import collective_table as table
 from jax_plugin.spmd import replica_groups as rg
 from jax_plugin.spmd.collective_modes import device_groups
 from jax_plugin.spmd.hlo_text import (ArrayShape, HloTextError, Instruction, UnsupportedProgram, callees,
@@ -45,8 +46,8 @@ _DIGITS = re.compile(r"[0-9]+")
 _COLLECTIVES = {"all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute"}
 
 # The collectives whose handlers take several operands (one call per bucket).
-_COMBINABLE = {"all-reduce": "myplugin_all_reduce", "all-gather": "myplugin_all_gather",
-               "reduce-scatter": "myplugin_reduce_scatter"}
+_COMBINABLE = {"all-reduce": table.ALL_REDUCE, "all-gather": table.ALL_GATHER,
+               "reduce-scatter": table.REDUCE_SCATTER}
 _ELEMENT_BYTES = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2, "bf16": 2, "s32": 4, "u32": 4,
                   "f32": 4, "s64": 8, "u64": 8, "f64": 8, "c64": 8, "c128": 16}
 
@@ -139,7 +140,7 @@ class _Rewriter:
     if operands:
       self.last = ordered_by or name
     layouts = f", operand_layout_constraints={{{', '.join(shapes)}}}" if operands else ""
-    cfg = ", ".join(f"{k} = {v}" for k, v in sorted({**config, "function": f'"{self.function}"'}.items()))
+    cfg = ", ".join(f"{k} = {v}" for k, v in sorted({**config, table.FUNCTION.key: f'"{self.function}"'}.items()))
     return (f"{indent}{'ROOT ' if root else ''}{name} = {result} custom-call({', '.join(operands)}), "
             f"custom_call_target=\"{target}\"{layouts}, api_version=API_VERSION_TYPED_FFI, "
             f"backend_config={{{cfg}}}")
@@ -222,13 +223,14 @@ class _Rewriter:
 
   def grouped_config(self, inst: Instruction) -> dict[str, str]:
     groups = device_groups(inst, self.assignment)
-    return {"replica_groups": _dense([d for g in groups for d in g]), "group_size": f"{len(groups[0])} : i64"}
+    return {table.REPLICA_GROUPS.key: _dense([d for g in groups for d in g]),
+            table.GROUP_SIZE.key: f"{len(groups[0])} : i64"}
 
   def collective_config(self, inst: Instruction) -> dict[str, str]:
     """The attributes of an all-reduce, all-gather or reduce-scatter call."""
     config = self.grouped_config(inst)
     if inst.opcode != "all-gather":
-      config["reduction"] = f'"{self.reduction(inst)}"'
+      config[table.REDUCTION.key] = f'"{self.reduction(inst)}"'
     return config
 
   # -- buckets (buckets.py) ---------------------------------------------
@@ -281,7 +283,7 @@ class _Rewriter:
     each member's value taken back out of it."""
     first = members[0]
     indent = first.indent
-    target, config = _COMBINABLE[first.opcode], self.collective_config(first)
+    target, config = _COMBINABLE[first.opcode].name, self.collective_config(first)
     lines, operands, operand_shapes, results, back = [], [], [], [], []
     for inst in members:
       for operand, xs, ys, dim in self.parts(inst):
@@ -334,12 +336,12 @@ class _Rewriter:
     if op == "all-reduce":
       config = self.collective_config(inst)
       return self.per_operand(inst, lambda x, xs, ys, name, root: [
-          self.custom_call(inst.indent, name, ys, None, x, xs, "myplugin_all_reduce", config, root)])
+          self.custom_call(inst.indent, name, ys, None, x, xs, table.ALL_REDUCE.name, config, root)])
     if op in ("all-gather", "reduce-scatter"):
       config = self.collective_config(inst)
       dim = _dimension(inst, inst.attr("dimensions") or "{0}")
       return self.per_operand(inst, lambda x, xs, ys, name, root: self.along_dim(
-          inst, x, xs, ys, dim, _COMBINABLE[op], config, name, root))
+          inst, x, xs, ys, dim, _COMBINABLE[op].name, config, name, root))
     if op == "all-to-all":
       dims = inst.attr("dimensions")
       if dims is None or len(inst.operands) != 1:
@@ -348,7 +350,7 @@ class _Rewriter:
       dim = _dimension(inst, dims)
       shape = _array_result(inst)
       return self.along_dim(inst, inst.operands[0], self.operand_shape(inst, 0), shape, dim,
-                            "myplugin_all_to_all", config, inst.name, inst.root)
+                            table.ALL_TO_ALL.name, config, inst.name, inst.root)
     if op == "collective-permute":
       return [self.collective_permute(inst)]
     if op in ("partition-id", "replica-id"):
@@ -369,15 +371,16 @@ class _Rewriter:
     where = {int(d): index[axis] for index, d in np.ndenumerate(self.assignment)}
     if self.runtime_device_ids:
       ids = [where.get(d, -1) for d in range(self.num_devices)]
+      target = table.PARTITION_ID if inst.opcode == "partition-id" else table.REPLICA_ID
       return [f"{inst.indent}{'ROOT ' if inst.root else ''}{inst.name} = {inst.shape_text} custom-call(), "
-              f"custom_call_target=\"myplugin_{inst.opcode.replace('-', '_')}\", "
-              f"api_version=API_VERSION_TYPED_FFI, backend_config={{ids = {_dense(ids)}}}"]
-    table = [where[d] for d in self.local_order]
+              f"custom_call_target=\"{target.name}\", "
+              f"api_version=API_VERSION_TYPED_FFI, backend_config={{{table.IDS.key} = {_dense(ids)}}}"]
+    local_ids = [where[d] for d in self.local_order]
     rid, values, sliced = self.fresh(inst.name), self.fresh(inst.name), self.fresh(inst.name)
-    n = len(table)
+    n = len(local_ids)
     return [
         f"{inst.indent}{rid} = u32[] replica-id()",
-        f"{inst.indent}{values} = u32[{n}]{{0}} constant({{{', '.join(str(v) for v in table)}}})",
+        f"{inst.indent}{values} = u32[{n}]{{0}} constant({{{', '.join(str(v) for v in local_ids)}}})",
         f"{inst.indent}{sliced} = u32[1]{{0}} dynamic-slice({values}, {rid}), dynamic_slice_sizes={{1}}",
         f"{inst.indent}{'ROOT ' if inst.root else ''}{inst.name} = {inst.shape_text} reshape({sliced})",
     ]
@@ -401,10 +404,10 @@ class _Rewriter:
       raise UnsupportedProgram(
           f"collective-permute {inst.name}: source_target_pairs={inst.attr('source_target_pairs')} names an id "
           f"outside 0..{len(device_group) - 1} or a source or target twice")
-    config = {"device_group": _dense(device_group), "pairs": _dense([i for p in pairs for i in p])}
+    config = {table.DEVICE_GROUP.key: _dense(device_group), table.PAIRS.key: _dense([i for p in pairs for i in p])}
     shape = _array_result(inst)
     return self.custom_call(inst.indent, inst.name, shape, None, inst.operands[0], self.operand_shape(inst, 0),
-                            "myplugin_collective_permute", config, inst.root)
+                            table.COLLECTIVE_PERMUTE.name, config, inst.root)
 
   def ordered_call(self, inst: Instruction) -> list[str]:
     """A loop, branch or call whose computations communicate: it starts after
@@ -445,7 +448,7 @@ class _Rewriter:
     """`operand`, in place, once the latest collective has finished."""
     self.shapes[name] = shape
     return (f"{indent}{name} = {shape.text()} custom-call({operand}, {self.last}), "
-            f"custom_call_target=\"myplugin_order_fence\", "
+            f"custom_call_target=\"{table.ORDER_FENCE.name}\", "
             f"operand_layout_constraints={{{shape.text()}, {self.shapes[self.last].text()}}}, "
             f"output_to_operand_aliasing={{{{}}: (0, {{}})}}, api_version=API_VERSION_TYPED_FFI, backend_config={{}}")
 

@@ -5,7 +5,6 @@
 #include <cstdint>
 #include <functional>
 #include <string_view>
-#include <utility>
 #include <vector>
 
 #include "collectives/combined_operands.h"
@@ -38,37 +37,6 @@ StatusOr<GroupedCall> DecodeGrouped(int32_t ordinal, xla::ffi::DataType type, st
 // and any after them only order the call (the rewrite's previous collective).
 StatusOr<std::vector<CombinedOperand>> CallOperands(const xla::ffi::RemainingArgs& args,
                                                     const xla::ffi::RemainingRets& results);
-
-// The bindings of the grouped collectives (the schema in ffi_handlers.h),
-// after the contexts that an engine's handlers take first (`leading`):
-// combinable (one result per data operand) with a reduction or without, and
-// single (one operand, one result).
-template <typename Binding>
-auto WithGroupAttributes(Binding binding) {
-  return std::move(binding)
-      .template Attr<xla::ffi::Span<const int64_t>>("replica_groups")
-      .template Attr<int64_t>("group_size")
-      .template Attr<std::string_view>("function");
-}
-
-template <typename Binding>
-auto CombinableReducingBinding(Binding leading) {
-  return WithGroupAttributes(
-      std::move(leading).RemainingArgs().RemainingRets().template Attr<std::string_view>("reduction"));
-}
-
-template <typename Binding>
-auto CombinableBinding(Binding leading) {
-  return WithGroupAttributes(std::move(leading).RemainingArgs().RemainingRets());
-}
-
-template <typename Binding>
-auto SingleBinding(Binding leading) {
-  return WithGroupAttributes(std::move(leading)
-                                 .template Arg<xla::ffi::AnyBuffer>()
-                                 .RemainingArgs()
-                                 .template Ret<xla::ffi::AnyBuffer>());
-}
 
 // Device `ordinal` meets the other local devices of `device_group`; the last to
 // arrive runs `op` for all of them, and each gets its status.

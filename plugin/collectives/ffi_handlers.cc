@@ -6,7 +6,9 @@
 #include <string_view>
 #include <vector>
 
+#include "collectives/collective_table.h"
 #include "collectives/device_collectives.h"
+#include "collectives/ffi_binding.h"
 #include "collectives/ffi_common.h"
 #include "collectives/flight_recorder.h"
 #include "xla/ffi/api/ffi.h"
@@ -165,52 +167,29 @@ ffi::Error OrderFenceImpl(ffi::AnyBuffer x, ffi::RemainingArgs, ffi::Result<ffi:
 
 }  // namespace
 
-// The bindings of the grouped handlers (ffi_common.h) take the device
-// ordinal first: combinable (any number of operands, with a reduction or
-// without), and single (all-to-all).
-//
-// Every collective carries `function`, the name of the jitted function (the
-// module) it belongs to, for the flight recorder. An attribute, rather than
-// a table of names kept per executable: the handlers run on the engine's
-// threads after Execute has returned (so nothing set around Execute reaches
-// them reliably), while an attribute travels inside the program itself,
-// through serialization and the compilation cache, and costs one string view.
+// The grouped handlers take the device ordinal first; the rest of each
+// binding is its entry of the collective table (ffi_binding.h).
 auto Leading() { return ffi::Ffi::Bind().Ctx<ffi::DeviceOrdinal>(); }
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginAllReduce, AllReduceImpl, CombinableReducingBinding(Leading()));
-XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginReduceScatter, ReduceScatterImpl, CombinableReducingBinding(Leading()));
-XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginAllGather, AllGatherImpl, CombinableBinding(Leading()));
-XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginAllToAll, AllToAllImpl, SingleBinding(Leading()));
-
-XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginCollectivePermute, CollectivePermuteImpl,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::DeviceOrdinal>()
-                                  .Arg<ffi::AnyBuffer>()
-                                  .RemainingArgs()
-                                  .Ret<ffi::AnyBuffer>()
-                                  .Attr<ffi::Span<const int64_t>>("device_group")
-                                  .Attr<ffi::Span<const int64_t>>("pairs")
-                                  .Attr<std::string_view>("function"));
-
-XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginDeviceId, DeviceIdImpl,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::DeviceOrdinal>()
-                                  .Ret<ffi::AnyBuffer>()
-                                  .Attr<ffi::Span<const int64_t>>("ids"));
-
-XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginOrderFence, OrderFenceImpl,
-                              ffi::Ffi::Bind().Arg<ffi::AnyBuffer>().RemainingArgs().Ret<ffi::AnyBuffer>());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginAllReduce, AllReduceImpl, Bind<kAllReduce>(Leading()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginReduceScatter, ReduceScatterImpl, Bind<kReduceScatter>(Leading()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginAllGather, AllGatherImpl, Bind<kAllGather>(Leading()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginAllToAll, AllToAllImpl, Bind<kAllToAll>(Leading()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginCollectivePermute, CollectivePermuteImpl, Bind<kCollectivePermute>(Leading()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginPartitionId, DeviceIdImpl, Bind<kPartitionId>(Leading()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginReplicaId, DeviceIdImpl, Bind<kReplicaId>(Leading()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginOrderFence, OrderFenceImpl, Bind<kOrderFence>(ffi::Ffi::Bind()));
 
 std::vector<std::pair<std::string, void*>> FfiHandlers() {
   return {
-      {"myplugin_all_reduce", reinterpret_cast<void*>(&MypluginAllReduce)},
-      {"myplugin_reduce_scatter", reinterpret_cast<void*>(&MypluginReduceScatter)},
-      {"myplugin_all_gather", reinterpret_cast<void*>(&MypluginAllGather)},
-      {"myplugin_all_to_all", reinterpret_cast<void*>(&MypluginAllToAll)},
-      {"myplugin_collective_permute", reinterpret_cast<void*>(&MypluginCollectivePermute)},
-      {"myplugin_partition_id", reinterpret_cast<void*>(&MypluginDeviceId)},
-      {"myplugin_replica_id", reinterpret_cast<void*>(&MypluginDeviceId)},
-      {"myplugin_order_fence", reinterpret_cast<void*>(&MypluginOrderFence)},
+      {kAllReduce.name, reinterpret_cast<void*>(&MypluginAllReduce)},
+      {kReduceScatter.name, reinterpret_cast<void*>(&MypluginReduceScatter)},
+      {kAllGather.name, reinterpret_cast<void*>(&MypluginAllGather)},
+      {kAllToAll.name, reinterpret_cast<void*>(&MypluginAllToAll)},
+      {kCollectivePermute.name, reinterpret_cast<void*>(&MypluginCollectivePermute)},
+      {kPartitionId.name, reinterpret_cast<void*>(&MypluginPartitionId)},
+      {kReplicaId.name, reinterpret_cast<void*>(&MypluginReplicaId)},
+      {kOrderFence.name, reinterpret_cast<void*>(&MypluginOrderFence)},
   };
 }
 

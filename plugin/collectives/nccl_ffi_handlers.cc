@@ -7,8 +7,10 @@
 #include <mutex>
 #include <string_view>
 
+#include "collectives/collective_table.h"
 #include "collectives/communicator_cache.h"
 #include "collectives/device_collectives.h"
+#include "collectives/ffi_binding.h"
 #include "collectives/ffi_common.h"
 #include "collectives/flight_recorder.h"
 #include "common/deadline.h"
@@ -168,7 +170,7 @@ template <typename Enqueue>
 ffi::Error Grouped(cudaStream_t stream, int32_t ordinal, ffi::AnyBuffer x, CollectiveOp op,
                    std::string_view reduction, ffi::Span<const int64_t> groups, int64_t group_size,
                    std::string_view function, Enqueue enqueue) {
-  FunctionScope scope(function);  // the `function` attribute: see ffi_handlers.cc
+  FunctionScope scope(function);  // the `function` attribute: see collective_table.h
   StatusOr<GroupedCall> decoded = DecodeGrouped(ordinal, x.element_type(), reduction, groups, group_size);
   if (!decoded.ok()) return ToFfi(decoded.status());
   const GroupedCall& c = decoded.value();
@@ -185,7 +187,7 @@ ffi::Error Grouped(cudaStream_t stream, int32_t ordinal, ffi::AnyBuffer x, Colle
 ffi::Error Combinable(cudaStream_t stream, int32_t ordinal, const ffi::RemainingArgs& args,
                       const ffi::RemainingRets& results, CollectiveOp op, std::string_view reduction,
                       ffi::Span<const int64_t> groups, int64_t group_size, std::string_view function) {
-  FunctionScope scope(function);  // the `function` attribute: see ffi_handlers.cc
+  FunctionScope scope(function);  // the `function` attribute: see collective_table.h
   StatusOr<std::vector<CombinedOperand>> operands = CallOperands(args, results);
   if (!operands.ok()) return ToFfi(operands.status());
   const std::vector<CombinedOperand>& xs = operands.value();
@@ -256,33 +258,26 @@ ffi::Error CollectivePermuteImpl(cudaStream_t stream, int32_t ordinal, ffi::AnyB
   }));
 }
 
-// What the grouped handlers' bindings (ffi_common.h) take first: the stream, then the device.
+// What every handler takes first: the stream, then the device; the rest of
+// each binding is its entry of the collective table (ffi_binding.h).
 auto Leading() { return ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>().Ctx<ffi::DeviceOrdinal>(); }
 
 }  // namespace
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginNcclAllReduce, AllReduceImpl, CombinableReducingBinding(Leading()));
-XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginNcclReduceScatter, ReduceScatterImpl, CombinableReducingBinding(Leading()));
-XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginNcclAllGather, AllGatherImpl, CombinableBinding(Leading()));
-XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginNcclAllToAll, AllToAllImpl, SingleBinding(Leading()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginNcclAllReduce, AllReduceImpl, Bind<kAllReduce>(Leading()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginNcclReduceScatter, ReduceScatterImpl, Bind<kReduceScatter>(Leading()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginNcclAllGather, AllGatherImpl, Bind<kAllGather>(Leading()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginNcclAllToAll, AllToAllImpl, Bind<kAllToAll>(Leading()));
 XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginNcclCollectivePermute, CollectivePermuteImpl,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()
-                                  .Ctx<ffi::DeviceOrdinal>()
-                                  .Arg<ffi::AnyBuffer>()
-                                  .RemainingArgs()
-                                  .Ret<ffi::AnyBuffer>()
-                                  .Attr<ffi::Span<const int64_t>>("device_group")
-                                  .Attr<ffi::Span<const int64_t>>("pairs")
-                                  .Attr<std::string_view>("function"));
+                              Bind<kCollectivePermute>(Leading()));
 
 std::vector<std::pair<std::string, void*>> NcclFfiHandlers() {
   return {
-      {"myplugin_all_reduce", reinterpret_cast<void*>(&MypluginNcclAllReduce)},
-      {"myplugin_reduce_scatter", reinterpret_cast<void*>(&MypluginNcclReduceScatter)},
-      {"myplugin_all_gather", reinterpret_cast<void*>(&MypluginNcclAllGather)},
-      {"myplugin_all_to_all", reinterpret_cast<void*>(&MypluginNcclAllToAll)},
-      {"myplugin_collective_permute", reinterpret_cast<void*>(&MypluginNcclCollectivePermute)},
+      {kAllReduce.name, reinterpret_cast<void*>(&MypluginNcclAllReduce)},
+      {kReduceScatter.name, reinterpret_cast<void*>(&MypluginNcclReduceScatter)},
+      {kAllGather.name, reinterpret_cast<void*>(&MypluginNcclAllGather)},
+      {kAllToAll.name, reinterpret_cast<void*>(&MypluginNcclAllToAll)},
+      {kCollectivePermute.name, reinterpret_cast<void*>(&MypluginNcclCollectivePermute)},
   };
 }
 

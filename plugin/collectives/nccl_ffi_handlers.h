@@ -1,6 +1,8 @@
-// Typed XLA FFI handlers for the CUDA engine: the same targets and
-// attributes as ffi_handlers.h, with the data moved by NCCL, enqueued on the
-// handler's CUDA stream (the FFI PlatformStream), one NCCL rank per device.
+// Typed XLA FFI handlers for the CUDA engine: the targets that the
+// collective table (collective_table.h) marks for CUDA, bound from it as
+// the host engine's are (ffi_handlers.h), with the data moved by NCCL,
+// enqueued on the handler's CUDA stream (the FFI PlatformStream), one NCCL
+// rank per device.
 // Before a device enqueues, the device group's local devices meet and the
 // processes agree on the call's signature over the host (Gloo), so a
 // mismatch is an error on every process, never a hung kernel; a failure

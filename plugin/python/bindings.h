@@ -12,6 +12,8 @@ void BindFfiRegistration(nanobind::module_& m);
 void BindHandlerCapsules(nanobind::module_& m);
 // The collectives run on numpy buffers (jax_plugin.collectives).
 void BindCollectives(nanobind::module_& m);
+// collective_table: the custom-call targets of compiled programs and their attributes.
+void BindCollectiveTable(nanobind::module_& m);
 // This process's membership of a job: join, leave, topology, KV store, barriers.
 void BindCoordination(nanobind::module_& m);
 // The coordination service, for the launcher, the CLI and process 0.

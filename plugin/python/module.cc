@@ -19,6 +19,7 @@ NB_MODULE(_myplugin, m) {
   py::BindService(m);
   py::BindStraggler(m);
   py::BindCollectives(m);
+  py::BindCollectiveTable(m);
   py::BindHandlerCapsules(m);
   py::BindCompileHooks(m);
   py::BindDefaults(m);

@@ -20,6 +20,7 @@ int main() {
   RunDeviceAssignmentTests();
   RunStreamingCopyTests();
   RunFfiApiVersionTests();
+  RunCollectiveTableTests();
   RunSerializedExecutableTests();
   RunMessagesTests();
   RunServiceStateTests();
