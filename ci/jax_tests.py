@@ -5,7 +5,8 @@ README's conformance table.
 
     python ci/jax_tests.py --python VENV/bin/python --tests JAX_TESTS_DIR --out DIR [--files a_test.py ...]
 
-One process: each file runs under pytest on myplugin (8 devices); every
+One process: each file runs under pytest on myplugin (8 devices, jax's
+harness told that the devices are CPUs); every
 test that did not pass there (failed, errored or skipped) runs again on
 jax's CPU backend (8 devices). The figure is the share of what passes on
 jax's CPU backend that passes on myplugin. Tests that pass on myplugin are
@@ -61,6 +62,26 @@ def backend_env(platform: str) -> dict:
     return env
 
 
+# jax's harness picks tests by the device's tag (cpu, gpu, tpu) and knows
+# no plugin's. Its flag jax_test_dut says what the device under test is; a
+# pytest plugin sets it before any test, so that the harness runs on
+# myplugin's CPU devices what it runs on its own.
+DUT_PLUGIN = """import jax
+from jax._src import test_util  # defines the flag
+jax.config.update("jax_test_dut", "cpu")
+"""
+
+
+def pytest_command(args, platform: str) -> tuple[list[str], dict]:
+    env = backend_env(platform)
+    cmd = [args.python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts="]
+    if platform == "myplugin":
+        (args.out / "myplugin_test_dut.py").write_text(DUT_PLUGIN)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(args.out), env.get("PYTHONPATH")]))
+        cmd += ["-p", "myplugin_test_dut"]
+    return cmd, env
+
+
 def run_bounded(cmd, env, cwd, log: Path, timeout: float) -> int:
     """Runs cmd in its own process group; kills the group at the deadline."""
     with open(log, "w") as out:
@@ -107,9 +128,9 @@ def pytest_ids(outcomes: dict[str, str], file: str) -> list[str]:
 def one_process(args, file: str) -> dict:
     out = args.out / "one_process" / file.removesuffix(".py")
     out.mkdir(parents=True, exist_ok=True)
-    base = [args.python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts="]
     start = time.time()
-    rc = run_bounded(base + [file, f"--junitxml={out}/myplugin.xml"], backend_env("myplugin"),
+    cmd, env = pytest_command(args, "myplugin")
+    rc = run_bounded(cmd + [file, f"--junitxml={out}/myplugin.xml"], env,
                      args.tests, out / "myplugin.log", args.file_timeout)
     mine = junit_outcomes(out / "myplugin.xml")
     if args.full_reference:
@@ -121,7 +142,8 @@ def one_process(args, file: str) -> dict:
     if todo is None or todo:
         selection = [file] if todo is None else pytest_ids(todo, file)
         (out / "reference_ids.txt").write_text("\n".join(selection) + "\n")
-        ref_rc = run_bounded(base + selection + [f"--junitxml={out}/cpu.xml"], backend_env("cpu"),
+        cmd, env = pytest_command(args, "cpu")
+        ref_rc = run_bounded(cmd + selection + [f"--junitxml={out}/cpu.xml"], env,
                              args.tests, out / "cpu.log", args.file_timeout)
         reference = junit_outcomes(out / "cpu.xml")
     passed_mine = {k for k, v in mine.items() if v == "passed"}
@@ -175,6 +197,7 @@ def main() -> int:
     args = parser.parse_args()
     args.tests = args.tests.resolve()
     args.out = args.out.resolve()
+    args.out.mkdir(parents=True, exist_ok=True)
     files = args.files or (MULTIPROCESS_FILES if args.multiprocess else DEFAULT_FILES)
     for file in files:
         if args.multiprocess:
