@@ -63,12 +63,14 @@ def backend_env(platform: str) -> dict:
 
 
 # jax's harness picks tests by the device's tag (cpu, gpu, tpu) and knows
-# no plugin's. Its flag jax_test_dut says what the device under test is; a
-# pytest plugin sets it before any test, so that the harness runs on
-# myplugin's CPU devices what it runs on its own.
-DUT_PLUGIN = """import jax
-from jax._src import test_util  # defines the flag
-jax.config.update("jax_test_dut", "cpu")
+# no plugin's. Its flag --jax_test_dut says what the device under test is,
+# and each test file hands jax's flag parser the --jax arguments of the
+# command line: this pytest plugin only lets pytest accept that one, so the
+# harness runs on myplugin's CPU devices what it runs on its own. (Setting
+# the flag from the plugin instead imports jax's test_util before pytest
+# captures output, which breaks its capture_stdout.)
+DUT_PLUGIN = """def pytest_addoption(parser):
+    parser.addoption("--jax_test_dut", help="read by jax's own flag parser")
 """
 
 
@@ -78,7 +80,7 @@ def pytest_command(args, platform: str) -> tuple[list[str], dict]:
     if platform == "myplugin":
         (args.out / "myplugin_test_dut.py").write_text(DUT_PLUGIN)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(args.out), env.get("PYTHONPATH")]))
-        cmd += ["-p", "myplugin_test_dut"]
+        cmd += ["-p", "myplugin_test_dut", "--jax_test_dut=cpu"]
     return cmd, env
 
 
