@@ -27,7 +27,7 @@ import threading
 import time
 from typing import Sequence
 
-from jax_plugin import _myplugin
+from jax_plugin import _myplugin, distributed
 
 # jax.distributed.initialize's defaults, as our service's (C++: coordination/defaults.h).
 _DEFAULTS = _myplugin.DEFAULTS
@@ -79,7 +79,6 @@ class Client:
     return f"<myplugin distributed client: process {self._process_id} of {self._num_processes}>"
 
   def _ready(self) -> None:
-    from jax_plugin import distributed
     if not distributed.is_initialized() and not distributed.initialize_from_environment():
       raise _error(RuntimeError("FAILED_PRECONDITION: this process has left the myplugin job "
                                 "(jax.distributed.shutdown was called)"))
@@ -96,7 +95,6 @@ class Client:
     self._ready()
 
   def shutdown(self) -> None:
-    from jax_plugin import distributed
     uninstall()
     # A failed job is not shut down but ended (fate-sharing, at exit): jax's
     # own exit hook calls this too, after ours has reported the failure.
@@ -284,7 +282,6 @@ def _install_preemption_sync_manager(state, process_id: int, num_processes: int)
   previous = getattr(state, "preemption_sync_manager", None)
   if isinstance(previous, preemption.PreemptionSyncManager):
     previous.shutdown()
-  from jax_plugin import distributed
   timeout = distributed.seconds_setting("MYPLUGIN_COLLECTIVE_TIMEOUT_SECONDS", "collective_timeout")
   state.preemption_sync_manager = preemption.PreemptionSyncManager(process_id, num_processes, timeout)
 
@@ -400,7 +397,7 @@ def patch_jax_distributed() -> None:
 def _initialize_for_jax(state, module, coordinator_address, num_processes, process_id, local_device_ids,
                         cluster_detection_method, initialization_timeout, coordinator_bind_address,
                         heartbeat_timeout_seconds, partition_index) -> None:
-  from jax_plugin import cluster, distributed
+  from jax_plugin import cluster
   if getattr(state, "explicitly_initialized", False):
     raise RuntimeError("distributed.initialize should only be called once.")
   # A Kubernetes indexed Job is ours too: jax would look for the Kubernetes API.
@@ -442,3 +439,8 @@ def _initialize_for_jax(state, module, coordinator_address, num_processes, proce
           (launcher.coordinator_address if launcher else None))
   state.partition_index = partition_index
   state.explicitly_initialized = True
+
+
+# Registered once, when jax_client is first imported: by the startup hook as
+# jax._src.distributed loads, or by registration when our backend is made.
+distributed.add_listener(sync, uninstall)
