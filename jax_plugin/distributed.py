@@ -29,7 +29,7 @@ import socket
 
 from typing import NamedTuple
 
-from jax_plugin import _myplugin, cluster
+from jax_plugin import _myplugin, cluster, errors  # errors: our bindings raise its classes
 from jax_plugin.addresses import _candidate_addresses, _is_loopback, _loopback_of, _split_address, wildcard_host
 
 _ENGINE_DEVICE_KIND = "cpu"
@@ -495,4 +495,5 @@ def rebuild_backend() -> None:
     import jax.extend.backend
     jax.clear_caches()
     jax.extend.backend.clear_backends()
+  _myplugin.forget_collective_failure()  # the old backend's: errors.typed must not report it again
   _tell(_on_membership)  # jax.process_index()/process_count() from the new membership

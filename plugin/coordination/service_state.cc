@@ -349,7 +349,8 @@ void ServiceState::DeclareFailure(int process_id, const std::string& reason_in, 
     CheckAgreement(out);
     return;
   }
-  Status st(Code::kAborted, "process " + std::to_string(process_id) + " failed: " + reason);
+  const Status st = Status(Code::kAborted, "process " + std::to_string(process_id) + " failed: " + reason)
+                        .WithFailure({FailureKind::kPeerFailure, {process_id}, "", -1});
   failure_ = st;
   failed_process_ = process_id;
   Log(st.message());
@@ -462,7 +463,8 @@ void ServiceState::ExpireDeadlines(Clock::time_point now, Outbox& out) {
       Status st(Code::kDeadlineExceeded, "Barrier timed out: " + what + " waited " + Seconds(b.timeout_s) +
                                              "; processes " + ProcessList(Missing(b.arrived)) +
                                              " did not arrive (arrived: " + ProcessList(b.arrived) + ")");
-      AnswerBarrier(b, st, out);
+      const std::set<int> missing = Missing(b.arrived);
+      AnswerBarrier(b, st.WithFailure({FailureKind::kTimeout, {missing.begin(), missing.end()}, what, -1}), out);
       it = barriers_.erase(it);
     } else {
       ++it;
