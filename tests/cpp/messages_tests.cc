@@ -51,9 +51,10 @@ void TestEveryMessageRoundTrips() {
   // A failure's fields cross the wire with it (a barrier that timed out names who did not arrive).
   auto timed_out = RoundTrip(msg::Error::From(
       6, myplugin::Status(Code::kDeadlineExceeded, "late").WithFailure({FailureKind::kTimeout, {2, 5}, "barrier 'b'", 3})));
-  const FailureDetail* f = timed_out.ToStatus().failure();
-  CHECK(f != nullptr && f->kind == FailureKind::kTimeout && f->processes == std::vector<int>({2, 5}) &&
-        f->collective == "barrier 'b'" && f->call == 3 && timed_out.ToStatus().message() == "late");
+  const myplugin::Status received = timed_out.ToStatus();
+  const FailureDetail* detail = received.failure();
+  CHECK(detail != nullptr && detail->kind == FailureKind::kTimeout && detail->processes == std::vector<int>({2, 5}) &&
+        detail->collective == "barrier 'b'" && detail->call == 3 && received.message() == "late");
   msg::Error unknown_kind = timed_out;
   unknown_kind.kind = 99;  // a kind this build does not know: no failure, the error itself kept
   CHECK(unknown_kind.ToStatus().failure() == nullptr && unknown_kind.ToStatus().code() == Code::kDeadlineExceeded);
