@@ -47,7 +47,7 @@ enum class FailureKind : int {
 struct FailureDetail {
   FailureKind kind = FailureKind::kNone;
   std::vector<int> processes;
-  std::string collective;  // the call or barrier, as its error describes it; empty outside one
+  std::string collective;  // the operation ("all-reduce sum f32[8]") or barrier ("barrier 'b'"); empty outside one
   int64_t call = -1;       // the call's number on its communicator; -1 where there is none
 };
 
