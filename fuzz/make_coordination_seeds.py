@@ -15,7 +15,7 @@ import struct
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MAGIC = 0x4D59504C
-VERSION = 4  # wire.h kProtocolVersion
+VERSION = 5  # wire.h kProtocolVersion
 TYPES = dict(Hello=1, HelloOk=2, Error=3, Ok=4, Register=5, Topology=6, KeyValueSet=7, KeyValueGet=8,
              KeyValueTryGet=9, KeyValueDelete=10, KeyValueList=11, Value=12, Entries=13, Barrier=14,
              Shutdown=15, Heartbeat=16, Failure=17, ReportError=18, PeerShutdown=19, Agree=20,
@@ -33,7 +33,11 @@ def payload(kind: str, rid: int, fields: bytes = b"") -> bytes:
 MESSAGES = {
     "hello": payload("Hello", 0, struct.pack("<IH", MAGIC, VERSION) + b(b"tok") + struct.pack("<IQ", 1, 42)),
     "hello_ok": payload("HelloOk", 0, struct.pack("<IQQ", 3, 100, 1000)),
-    "error": payload("Error", 4, struct.pack("<I", 5) + b(b"key 'k' is not set")),
+    # code, message, then the failure: kind, processes, collective, call (-1: none)
+    "error": payload("Error", 4, struct.pack("<I", 5) + b(b"key 'k' is not set") + struct.pack("<II", 0, 0) + b(b"") +
+                     struct.pack("<q", -1)),
+    "error_timeout": payload("Error", 5, struct.pack("<I", 4) + b(b"Barrier timed out") +
+                             struct.pack("<III", 2, 1, 2) + b(b"barrier 'b'") + struct.pack("<q", -1)),
     "ok": payload("Ok", 3),
     "register": payload("Register", 1, struct.pack("<IQ", 3, 42) + b(b"host|4|cpu|123")),
     "topology": payload("Topology", 1, struct.pack("<I", 2) + struct.pack("<Q", 1) + b(b"a") +

@@ -22,7 +22,7 @@ from typing import Sequence
 
 import numpy as np
 
-from jax_plugin import _myplugin
+from jax_plugin import _myplugin, errors  # errors: our bindings raise its classes
 
 
 def _dtype_name(a: np.ndarray) -> str:

@@ -29,7 +29,7 @@ import socket
 
 from typing import NamedTuple
 
-from jax_plugin import _myplugin, cluster
+from jax_plugin import _myplugin, cluster, errors  # errors: our bindings raise its classes
 from jax_plugin.addresses import _candidate_addresses, _is_loopback, _loopback_of, _split_address, wildcard_host
 
 _ENGINE_DEVICE_KIND = "cpu"
@@ -51,6 +51,24 @@ _departed = False  # this process has left its job (shutdown)
 # The PJRT client's create options for this process's devices in the job:
 # how many it registered and, when given, which (local_device_ids).
 _client_options = {}
+# Who keeps state of its own in step with this process's job: called after
+# it joined or its members changed, and before it leaves. jax's distributed
+# client (jax_client) registers here, so that the runtime knows nothing of
+# the adapters built on it.
+_on_membership = []
+_on_leave = []
+
+
+def add_listener(on_membership, on_leave) -> None:
+  """on_membership() runs once this process has joined a job and after each
+  rebuild over new members; on_leave() before it leaves (shutdown)."""
+  _on_membership.append(on_membership)
+  _on_leave.append(on_leave)
+
+
+def _tell(listeners) -> None:
+  for listener in list(listeners):
+    listener()
 
 
 def _advertised_address() -> tuple[str, str]:
@@ -190,8 +208,7 @@ def _join(addresses, num_processes, process_id, token, initialization_timeout, f
     atexit.register(_shutdown_at_exit)
     _install_excepthook()
     _atexit_registered = True
-  from jax_plugin import jax_client
-  jax_client.sync()  # jax.distributed.is_initialized() is true from here on
+  _tell(_on_membership)  # jax.distributed.is_initialized() is true from here on
 
 
 _uncaught = []
@@ -259,8 +276,7 @@ def initialize_from_environment() -> bool:
 def shutdown(timeout: float | None = None) -> None:
   """The shutdown barrier: waits for every process to finish, then leaves."""
   global _service, _departed
-  from jax_plugin import jax_client
-  jax_client.uninstall()
+  _tell(_on_leave)
   _departed = True
   if timeout is None:
     timeout = seconds_setting("MYPLUGIN_SHUTDOWN_TIMEOUT", "shutdown_timeout")
@@ -474,10 +490,10 @@ def recover(timeout: float = DEFAULTS["agreement_timeout"]) -> Membership:
 def rebuild_backend() -> None:
   """Drops jax's backends and compiled code, so the next computation
   creates them again over the current membership."""
-  from jax_plugin import jax_client
   jax = sys.modules.get("jax")
   if jax is not None:
     import jax.extend.backend
     jax.clear_caches()
     jax.extend.backend.clear_backends()
-  jax_client.sync()  # jax.process_index()/process_count() from the new membership
+  _myplugin.forget_collective_failure()  # the old backend's: errors.typed must not report it again
+  _tell(_on_membership)  # jax.process_index()/process_count() from the new membership

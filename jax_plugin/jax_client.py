@@ -27,7 +27,7 @@ import threading
 import time
 from typing import Sequence
 
-from jax_plugin import _myplugin
+from jax_plugin import _myplugin, distributed, errors
 
 # jax.distributed.initialize's defaults, as our service's (C++: coordination/defaults.h).
 _DEFAULTS = _myplugin.DEFAULTS
@@ -45,12 +45,10 @@ _lock = threading.RLock()
 _in_backend_init = 0
 
 
-def _error(e: Exception) -> Exception:
-  """Our bindings raise RuntimeError('CODE: message'); jax callers catch
-  jax's runtime error type, which carries the same text."""
-  errors = sys.modules.get("jax.errors")
-  cls = getattr(errors, "JaxRuntimeError", None) or getattr(errors, "XlaRuntimeError", None) or RuntimeError
-  return cls(str(e))
+def _error(code: str, message: str) -> Exception:
+  """An error in jax's words ("CODE: message"), as jax's runtime error type
+  (ours: errors.MypluginError), which jax callers catch."""
+  return errors.error(code, message)
 
 
 def _key(key: str | bytes) -> bytes:
@@ -79,24 +77,21 @@ class Client:
     return f"<myplugin distributed client: process {self._process_id} of {self._num_processes}>"
 
   def _ready(self) -> None:
-    from jax_plugin import distributed
     if not distributed.is_initialized() and not distributed.initialize_from_environment():
-      raise _error(RuntimeError("FAILED_PRECONDITION: this process has left the myplugin job "
-                                "(jax.distributed.shutdown was called)"))
+      raise _error("FAILED_PRECONDITION", "this process has left the myplugin job "
+                   "(jax.distributed.shutdown was called)")
 
   def _call(self, fn, *args):
     self._ready()
-    try:
-      return fn(*args)
-    except RuntimeError as e:
-      raise _error(e) from None
+    # Our bindings raise errors.MypluginError (jax's runtime error type),
+    # typed by what failed.
+    return fn(*args)
 
   # -- lifecycle
   def connect(self) -> None:
     self._ready()
 
   def shutdown(self) -> None:
-    from jax_plugin import distributed
     uninstall()
     # A failed job is not shut down but ended (fate-sharing, at exit): jax's
     # own exit hook calls this too, after ours has reported the failure.
@@ -112,11 +107,11 @@ class Client:
       return
     try:
       self._call(_myplugin.kv_insert, _key(key), bytes(value))
-    except Exception as e:
-      if not str(e).startswith("ALREADY_EXISTS"):
+    except errors.MypluginError as e:
+      if e.code != "ALREADY_EXISTS":
         raise
       # In jax's words, with the key as the caller named it.
-      raise _error(RuntimeError(f"ALREADY_EXISTS: key {key} already exists.")) from None
+      raise _error("ALREADY_EXISTS", f"key {key} already exists.") from None
 
   def key_value_set(self, key: str, value: str, allow_overwrite: bool = False) -> None:
     self.key_value_set_bytes(key, value.encode() if isinstance(value, str) else value, allow_overwrite)
@@ -130,7 +125,7 @@ class Client:
   def key_value_try_get_bytes(self, key: str) -> bytes:
     value = self._call(_myplugin.kv_try_get, _key(key))
     if value is None:
-      raise _error(RuntimeError(f"NOT_FOUND: Config key {key} not found."))
+      raise _error("NOT_FOUND", f"Config key {key} not found.")
     return value
 
   def key_value_try_get(self, key: str) -> str:
@@ -170,15 +165,16 @@ class Client:
     so does every member, waiting or yet to come."""
     bad = [p for p in members if not 0 <= p < self._num_processes]
     if bad:
-      raise _error(RuntimeError(f"INVALID_ARGUMENT: barrier '{barrier_id}': no such processes {bad} "
-                                f"(the job has {self._num_processes})"))
+      raise _error("INVALID_ARGUMENT", f"barrier '{barrier_id}': no such processes {bad} "
+                   f"(the job has {self._num_processes})")
     group = f"{_BARRIER_PREFIX}{barrier_id}/{','.join(map(str, members))}/"
     failed = (group + "failed").encode()
     if self._process_id not in members:
-      why = (f"INVALID_ARGUMENT: A non-participating task (process {self._process_id}) called barrier "
+      # Its code is INVALID_ARGUMENT wherever it is read.
+      why = (f"A non-participating task (process {self._process_id}) called barrier "
              f"'{barrier_id}' of processes {members}")
       self._call(_myplugin.kv_set, failed, why.encode())
-      raise _error(RuntimeError(why))
+      raise _error("INVALID_ARGUMENT", why)
     with _lock:
       use = self._barrier_calls.get((barrier_id, tuple(members)), 0)
       self._barrier_calls[(barrier_id, tuple(members))] = use + 1
@@ -193,21 +189,22 @@ class Client:
         while True:
           why = self._call(_myplugin.kv_try_get, failed)
           if why is not None:
-            raise _error(RuntimeError(why.decode()))
+            raise _error("INVALID_ARGUMENT", why.decode())
           left = deadline - time.monotonic()
           try:
             # In slices, so that a non-participant's call is seen while waiting.
             self._call(_myplugin.kv_get, base + str(p).encode(), max(0.0, min(left, _BARRIER_POLL_S)))
             break
-          except Exception as e:
-            if "DEADLINE_EXCEEDED" not in str(e):
+          except errors.MypluginError as e:
+            if e.code != "DEADLINE_EXCEEDED":
               raise
             if left > _BARRIER_POLL_S:
               continue
           arrived = {int(k.rsplit(b"/", 1)[1]) for k, _ in self._call(_myplugin.kv_list, base)}
           missing = [q for q in members if q not in arrived]
-          raise _error(RuntimeError(f"DEADLINE_EXCEEDED: Barrier timed out: barrier '{barrier_id}' of processes "
-                                    f"{members} waited {timeout:g} s; processes {missing} did not arrive")) from None
+          raise errors.error("DEADLINE_EXCEEDED", f"Barrier timed out: barrier '{barrier_id}' of processes "
+                             f"{members} waited {timeout:g} s; processes {missing} did not arrive",
+                             cls="CollectiveTimeout", processes=missing, collective=f"barrier '{barrier_id}'") from None
     except BaseException as e:
       _myplugin.flight_recorder_barrier_end(record, False, str(e))
       raise
@@ -284,7 +281,6 @@ def _install_preemption_sync_manager(state, process_id: int, num_processes: int)
   previous = getattr(state, "preemption_sync_manager", None)
   if isinstance(previous, preemption.PreemptionSyncManager):
     previous.shutdown()
-  from jax_plugin import distributed
   timeout = distributed.seconds_setting("MYPLUGIN_COLLECTIVE_TIMEOUT_SECONDS", "collective_timeout")
   state.preemption_sync_manager = preemption.PreemptionSyncManager(process_id, num_processes, timeout)
 
@@ -400,7 +396,7 @@ def patch_jax_distributed() -> None:
 def _initialize_for_jax(state, module, coordinator_address, num_processes, process_id, local_device_ids,
                         cluster_detection_method, initialization_timeout, coordinator_bind_address,
                         heartbeat_timeout_seconds, partition_index) -> None:
-  from jax_plugin import cluster, distributed
+  from jax_plugin import cluster
   if getattr(state, "explicitly_initialized", False):
     raise RuntimeError("distributed.initialize should only be called once.")
   # A Kubernetes indexed Job is ours too: jax would look for the Kubernetes API.
@@ -442,3 +438,8 @@ def _initialize_for_jax(state, module, coordinator_address, num_processes, proce
           (launcher.coordinator_address if launcher else None))
   state.partition_index = partition_index
   state.explicitly_initialized = True
+
+
+# Registered once, when jax_client is first imported: by the startup hook as
+# jax._src.distributed loads, or by registration when our backend is made.
+distributed.add_listener(sync, uninstall)

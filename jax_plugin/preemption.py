@@ -27,7 +27,7 @@ import os
 import signal
 import threading
 
-from jax_plugin import _myplugin
+from jax_plugin import _myplugin, errors
 
 _NOTICE = b"myplugin/preemption/notice"
 _STEPS = "myplugin/preemption/step/"
@@ -83,8 +83,8 @@ class PreemptionSyncManager:
     """A preemption notice from this process (what SIGTERM gives)."""
     try:
       _myplugin.kv_insert(_NOTICE, str(self._process_id).encode())
-    except RuntimeError as e:
-      if not str(e).startswith("ALREADY_EXISTS"):  # another process noticed first: the same notice
+    except errors.MypluginError as e:
+      if e.code != "ALREADY_EXISTS":  # another process noticed first: the same notice
         raise
 
   def _on_sigterm(self, signum, frame):
@@ -120,7 +120,7 @@ class PreemptionSyncManager:
         _myplugin.kv_get(_NOTICE, _WATCH_S)
         break
       except RuntimeError as e:
-        if not str(e).startswith("DEADLINE_EXCEEDED"):
+        if getattr(e, "code", None) != "DEADLINE_EXCEEDED":
           return  # the job ended (or failed): nothing to agree on
     else:
       return

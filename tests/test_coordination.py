@@ -69,6 +69,12 @@ def test_sigkill_is_detected_and_shared(victim):
       else:
         assert f"process {victim} failed: lost its connection without an orderly shutdown" in out, out
       assert job.procs[r].returncode == FATE or "error" in out
+      err = job.event(r, "error")
+      if err:  # raised before the fate-sharing exit: typed by what failed
+        if victim == 0:
+          assert (err["class"], err["processes"]) == ("CoordinationError", []), err
+        else:
+          assert (err["class"], err["processes"], err["jax_error"]) == ("PeerFailure", [victim], True), err
 
 
 def test_sigstop_is_detected_by_heartbeat():
@@ -79,6 +85,7 @@ def test_sigstop_is_detected_by_heartbeat():
       assert "process 2 failed: stopped responding: no heartbeat for 3 s" in job.output(r), job.all_output()
       err = job.event(r, "error")
       assert err and "process 2 failed" in err["error"]
+      assert (err["class"], err["processes"], err["code"], err["jax_error"]) == ("PeerFailure", [2], "ABORTED", True)
 
 
 def test_sigstop_of_the_service_host_is_detected_by_clients():
@@ -103,8 +110,11 @@ def test_barrier_timeout_names_the_missing_process():
     codes = job.wait(timeout=90)
     assert codes == {0: 0, 1: 0, 2: 0}, job.all_output()
     for r in (0, 1):
-      err = job.event(r, "barrier_error")["error"]
+      e = job.event(r, "barrier_error")
+      err = e["error"]
       assert "Barrier timed out: barrier 'b' waited 2 s; processes [2] did not arrive (arrived: [0, 1])" in err, err
+      assert (e["class"], e["processes"], e["collective"], e["call"], e["code"], e["jax_error"]) == \
+          ("CollectiveTimeout", [2], "barrier 'b'", None, "DEADLINE_EXCEEDED", True), e
 
 
 def test_barrier_fails_at_once_when_a_process_finished():

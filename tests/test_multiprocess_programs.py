@@ -224,6 +224,12 @@ def test_pitfalls_end_every_process_with_the_cause(mode, cause):
     else:  # both raise, and each is told what the other issued
       assert len(errors) == 2, out
       assert all("process 0" in e["error"] and "process 1" in e["error"] for e in errors), out
+      # jaxlib raised its own error for the program's collective;
+      # jax_plugin.errors.typed gives the mismatch the runtime recorded.
+      for rank in range(2):
+        e = job.event(rank, "error")
+        assert (e["class"], e["processes"], e["jax_error"]) == ("CollectiveMismatch", [1 - rank], True), e
+        assert isinstance(e["call"], int) and e["collective"] in e["error"], e
 
 
 def test_unsupported_construct_is_an_unimplemented_compile_error():

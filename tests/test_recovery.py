@@ -77,6 +77,11 @@ def test_collective_fails_then_the_rebuilt_backend_computes_over_the_survivors()
       err = job.event(r, "collective_error")
       assert err is not None and job.event(r, "second_passed") is None, job.all_output()
       assert f"process {VICTIM} failed" in err["error"], err
+      # jaxlib's error for the program's collective (on jax 0.10.2 a
+      # ValueError for ABORTED), typed through errors.typed.
+      assert err["type"] in ("JaxRuntimeError", "ValueError"), err
+      assert (err["class"], err["processes"], err["jax_error"]) == ("PeerFailure", [VICTIM], True), err
+      assert err["collective"] and isinstance(err["call"], int), err
       v = job.event(r, "verdict")
       assert v["members"] == survivors and v["changed"], v
       third = job.event(r, "third")

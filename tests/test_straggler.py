@@ -217,5 +217,5 @@ def test_bad_settings_fail_initialization_clearly():
                              ("MYPLUGIN_TRACE_BUFFER", "8", "is not a whole number from 16 to 16777216")]:
     r = run_python(["-c", code % free_port()], child_env(**{name: value}), timeout=120)
     assert r.returncode == 0, r.output
-    assert f"ERROR RuntimeError INVALID_ARGUMENT: {name}='{value}' {words}" in r.stdout, r.output
+    assert f"ERROR MypluginError INVALID_ARGUMENT: {name}='{value}' {words}" in r.stdout, r.output
     assert "initialized False" in r.stdout, r.output

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <set>
 #include <thread>
@@ -30,10 +31,56 @@ std::string MismatchKey(uint64_t epoch, uint64_t group_hash, uint64_t sequence) 
          std::to_string(sequence);
 }
 
+// Beside it: which call each rank issued, as the index of the first rank
+// that issued the same ("0,1,0"), so that a reader finds who differs from it.
+std::string MismatchCallsKey(const std::string& mismatch_key) { return mismatch_key + "/calls"; }
+
+std::string CallClasses(const std::vector<Signature>& sigs) {
+  std::string out;
+  for (size_t r = 0; r < sigs.size(); ++r) {
+    size_t first = 0;
+    while (!(sigs[first] == sigs[r])) ++first;
+    out += (r ? "," : "") + std::to_string(first);
+  }
+  return out;
+}
+
+// The processes of `process_group` whose call (CallClasses) differs from rank `rank`'s.
+std::vector<int> Differing(const std::string& classes, const std::vector<int>& process_group, int rank) {
+  std::vector<int> of_rank;
+  for (size_t at = 0; at <= classes.size();) {
+    size_t end = classes.find(',', at);
+    if (end == std::string::npos) end = classes.size();
+    of_rank.push_back(std::atoi(classes.substr(at, end - at).c_str()));
+    at = end + 1;
+  }
+  std::vector<int> out;
+  if (of_rank.size() != process_group.size()) return out;
+  for (size_t r = 0; r < of_rank.size(); ++r) {
+    if (of_rank[r] != of_rank[rank]) out.push_back(process_group[r]);
+  }
+  return out;
+}
+
 std::string Seconds(double s) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "%g s", s);
   return buf;
+}
+
+// `st`, its failure (if it reports one and names no call: a process that
+// failed, say) placed in the call `sig` that it ended.
+Status OfCall(const Status& st, const Signature& sig) {
+  if (st.failure() == nullptr || !st.failure()->collective.empty()) return st;
+  FailureDetail d = *st.failure();
+  d.collective = sig.Operation();
+  d.call = static_cast<int64_t>(sig.sequence);
+  return st.WithFailure(std::move(d));
+}
+
+Status Failed(Code code, std::string message, FailureKind kind, std::vector<int> processes, const Signature& sig) {
+  return Status(code, std::move(message))
+      .WithFailure({kind, std::move(processes), sig.Operation(), static_cast<int64_t>(sig.sequence)});
 }
 
 }  // namespace
@@ -71,20 +118,21 @@ void Communicator::Abort(const Status& why) {
 
 void Communicator::PeerFinished(int process, double grace_s) {
   int64_t call;
-  std::string what;
+  std::string what, collective;
   {
     std::lock_guard<std::mutex> lock(abort_mu_);
     if (std::find(process_group_.begin(), process_group_.end(), process) == process_group_.end()) return;
     finished_peers_.push_back(process);
     call = in_flight_;
     what = in_flight_what_;
+    collective = in_flight_collective_;
   }
   if (call < 0) return;
   // The peer may have just finished this very call while its last bytes are
   // on the way: give it `grace_s` before calling the call stuck.
   std::weak_ptr<Communicator> weak = weak_from_this();
   int me = process_group_[rank_];
-  std::thread([weak, call, what, process, me, grace_s] {
+  std::thread([weak, call, what, collective, process, me, grace_s] {
     std::this_thread::sleep_for(Millis(grace_s));
     auto self = weak.lock();
     if (!self) return;
@@ -97,7 +145,8 @@ void Communicator::PeerFinished(int process, double grace_s) {
                       "process must issue the same collectives (did one leave its loop early?)";
     const std::string trace = WithTrace(why);  // before the exit that FailThisProcess brings
     if (self->coordination_) self->coordination_->FailThisProcess(why + trace);
-    self->Abort(Status(Code::kFailedPrecondition, why + trace));
+    self->Abort(Status(Code::kFailedPrecondition, why + trace)
+                    .WithFailure({FailureKind::kPeerFailure, {process}, collective, call}));
   }).detach();
 }
 
@@ -107,12 +156,14 @@ StatusOr<uint32_t> Communicator::Begin(Signature& sig, const void* payload, size
   sig.group_hash = group_hash_;
   std::optional<Status> aborted;
   std::string cannot_complete;
+  int finished_peer = -1;
   {
     std::lock_guard<std::mutex> lock(abort_mu_);
     if (aborted_) {
       aborted = aborted_;  // explained below: Explain takes abort_mu_ itself
     } else if (!finished_peers_.empty()) {
       sig.sequence = sequence_;
+      finished_peer = finished_peers_[0];
       cannot_complete = sig.Describe() + " on processes " + IdList(process_group_) + " cannot complete: process " +
                         std::to_string(finished_peers_[0]) +
                         " has finished (entered shutdown) and issues no more collectives: every process must "
@@ -122,12 +173,14 @@ StatusOr<uint32_t> Communicator::Begin(Signature& sig, const void* payload, size
       clock_->Start();
       in_flight_ = static_cast<int64_t>(sig.sequence);
       in_flight_what_ = sig.Describe() + " on processes " + IdList(process_group_);
+      in_flight_collective_ = sig.Operation();
     }
   }
   if (aborted) return Explain(sig, *aborted);
   if (!cannot_complete.empty()) {
     FlightRecorder::Get().End(FlightRecorder::Get().Begin(sig, process_group_, nullptr, FunctionScope::Current()), false);
-    return Status(Code::kFailedPrecondition, cannot_complete + WithTrace(cannot_complete));
+    return Failed(Code::kFailedPrecondition, cannot_complete + WithTrace(cannot_complete), FailureKind::kPeerFailure,
+                  {finished_peer}, sig);
   }
   record_ = FlightRecorder::Get().Begin(sig, process_group_, nullptr, FunctionScope::Current());
   const uint32_t tag = static_cast<uint32_t>(sig.sequence * 2);
@@ -139,6 +192,7 @@ StatusOr<uint32_t> Communicator::Begin(Signature& sig, const void* payload, size
   }
   std::vector<char> all(record * process_group_.size());
   std::string mismatch;
+  std::vector<int> differing;
   auto check = [&](const char* received) {
     std::vector<Signature> sigs;
     for (size_t r = 0; r < process_group_.size(); ++r) sigs.push_back(Signature::Decode(received + r * record));
@@ -147,11 +201,16 @@ StatusOr<uint32_t> Communicator::Begin(Signature& sig, const void* payload, size
       clock_->Agreed();
       return OkStatus();
     }
+    const std::string classes = CallClasses(sigs);
+    differing = Differing(classes, process_group_, rank_);
     // Published before anything is aborted: a peer whose exchange breaks
     // because this process closes its connections reads the mismatch here
-    // (Explain) instead of reporting a lost connection.
+    // (Explain) instead of reporting a lost connection. Who issued what
+    // goes first: whoever reads the mismatch finds it there.
     if (coordination_) {
-      (void)coordination_->KeyValueSet(MismatchKey(coordination_->epoch(), group_hash_, sig.sequence), mismatch);
+      const std::string key = MismatchKey(coordination_->epoch(), group_hash_, sig.sequence);
+      (void)coordination_->KeyValueSet(MismatchCallsKey(key), classes);
+      (void)coordination_->KeyValueSet(key, mismatch);
     }
     return Status(Code::kFailedPrecondition, mismatch);
   };
@@ -170,7 +229,8 @@ StatusOr<uint32_t> Communicator::Begin(Signature& sig, const void* payload, size
     // later call on this communicator fails with the same error.
     FlightRecorder::Get().End(record_, false);  // before the dump, which should show it failed
     record_ = 0;
-    Status why(Code::kFailedPrecondition, mismatch + WithTrace(mismatch));
+    Status why = Failed(Code::kFailedPrecondition, mismatch + WithTrace(mismatch), FailureKind::kMismatch,
+                        differing, sig);
     std::lock_guard<std::mutex> lock(abort_mu_);
     aborted_ = why;
     return why;
@@ -222,7 +282,7 @@ Status Communicator::Explain(const Signature& sig, const Status& backend_error) 
   const std::string what = sig.Describe() + " on processes " + IdList(process_group_);
   {
     std::lock_guard<std::mutex> lock(abort_mu_);
-    if (aborted_) return Status(Code::kAborted, what + " was aborted: " + aborted_->message());
+    if (aborted_) return OfCall(Status(Code::kAborted, what + " was aborted: " + aborted_->message()).WithFailureOf(*aborted_), sig);
   }
   if (coordination_) {
     // A broken connection usually means a peer died: the coordination
@@ -230,13 +290,18 @@ Status Communicator::Explain(const Signature& sig, const Status& backend_error) 
     auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<int>(kFailureNoticeWaitS * 1000));
     while (true) {
       if (auto failure = coordination_->failure()) {
-        return Status(Code::kAborted, what + " was aborted: " + failure->message());
+        return OfCall(Status(Code::kAborted, what + " was aborted: " + failure->message()).WithFailureOf(*failure),
+                      sig);
       }
       // A peer saw this call's signatures differ and broke off the exchange.
-      StatusOr<std::string> mismatch =
-          coordination_->KeyValueTryGet(MismatchKey(coordination_->epoch(), group_hash_, sig.sequence));
+      const std::string key = MismatchKey(coordination_->epoch(), group_hash_, sig.sequence);
+      StatusOr<std::string> mismatch = coordination_->KeyValueTryGet(key);
       if (mismatch.ok()) {
-        Status why(Code::kFailedPrecondition, mismatch.value() + WithTrace(mismatch.value()));
+        StatusOr<std::string> classes = coordination_->KeyValueTryGet(MismatchCallsKey(key));
+        Status why = Failed(Code::kFailedPrecondition, mismatch.value() + WithTrace(mismatch.value()),
+                            FailureKind::kMismatch,
+                            classes.ok() ? Differing(classes.value(), process_group_, rank_) : std::vector<int>{},
+                            sig);
         std::lock_guard<std::mutex> lock(abort_mu_);
         aborted_ = why;
         return why;
@@ -253,7 +318,7 @@ Status Communicator::Explain(const Signature& sig, const Status& backend_error) 
       const std::string why = what + " reached its cap of " + Seconds(limits().cap_s) +
                               " (MYPLUGIN_COLLECTIVE_CAP_SECONDS) " +
                               (moving ? "while its data still moved" : "while its processes were still arriving");
-      return Status(Code::kDeadlineExceeded, why + WithTrace(why));
+      return Failed(Code::kDeadlineExceeded, why + WithTrace(why), FailureKind::kTimeout, {}, sig);
     }
     // No process failed: someone is late or stuck. Everyone who timed out
     // records it; whoever is missing from the record never came (or, once
@@ -284,14 +349,18 @@ Status Communicator::Explain(const Signature& sig, const Status& backend_error) 
                             std::to_string(sig.sequence) + " (stopped, stuck, or their link is down)"
                       : " waiting for processes " + IdList(missing) + ", which never reached call #" +
                             std::to_string(sig.sequence) + " (stopped, stuck, or running other code)");
-          return Status(timed_out ? Code::kDeadlineExceeded : Code::kAborted, why + WithTrace(why));
+          // A connection that closed without a failure notice is still a
+          // process that did not take part: named as one.
+          return Failed(timed_out ? Code::kDeadlineExceeded : Code::kAborted, why + WithTrace(why),
+                        timed_out ? FailureKind::kTimeout : FailureKind::kPeerFailure, missing, sig);
         }
       }
     }
     if (moving && timed_out) {
-      return Status(Code::kDeadlineExceeded, what + " made no progress for " + Seconds(limits().stall_s) +
-                                                 " on any of its processes (is a link between them down?): " +
-                                                 backend_error.message());
+      return Failed(Code::kDeadlineExceeded,
+                    what + " made no progress for " + Seconds(limits().stall_s) +
+                        " on any of its processes (is a link between them down?): " + backend_error.message(),
+                    FailureKind::kTimeout, {}, sig);
     }
   }
   return Status(backend_error.code() == Code::kOk ? Code::kInternal : backend_error.code(),

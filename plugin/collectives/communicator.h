@@ -166,6 +166,7 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   std::vector<int> finished_peers_;    // under abort_mu_
   int64_t in_flight_ = -1;             // the call number in flight, under abort_mu_
   std::string in_flight_what_;         // its description
+  std::string in_flight_collective_;   // its call alone (Signature::Describe)
   uint64_t record_ = 0;                // the call's flight recorder entry, under call_mu_
 };
 

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "collectives/communicator_cache.h"
+#include "collectives/failure_record.h"
 #include "collectives/local_rendezvous.h"
 
 namespace myplugin::collectives {
@@ -31,6 +32,9 @@ StatusOr<DataType> FromFfi(xla::ffi::DataType t) {
 
 xla::ffi::Error ToFfi(const Status& st) {
   if (st.ok()) return xla::ffi::Error::Success();
+  // The program's caller gets jaxlib's exception, made from the text below;
+  // the failure's fields stay here for it (jax_plugin.errors.typed).
+  RecordFailure(st);
   return xla::ffi::Error(static_cast<xla::ffi::ErrorCode>(st.code()), "myplugin: " + st.message());
 }
 

@@ -45,13 +45,14 @@ bool Signature::operator==(const Signature& o) const {
          group_hash == o.group_hash && sequence == o.sequence && extra == o.extra;
 }
 
-std::string Signature::Describe() const {
+std::string Signature::Operation() const {
   std::string s = Name(op);
   if (op == CollectiveOp::kAllReduce || op == CollectiveOp::kReduceScatter) s += std::string(" ") + Name(reduction);
   if (op != CollectiveOp::kBarrier) s += std::string(" ") + Name(dtype) + "[" + std::to_string(count) + "]";
-  s += " (call #" + std::to_string(sequence) + ")";
   return s;
 }
+
+std::string Signature::Describe() const { return Operation() + " (call #" + std::to_string(sequence) + ")"; }
 
 std::string CompareSignatures(const std::vector<Signature>& all, const std::vector<int>& process_of_rank) {
   bool same = true;

@@ -32,6 +32,8 @@ struct Signature {
   bool operator==(const Signature& o) const;
   // "all-reduce sum f32[1000] (call #5)"
   std::string Describe() const;
+  // The same without the call's number: "all-reduce sum f32[1000]".
+  std::string Operation() const;
 };
 
 // Empty when all agree; else the error text, naming each distinct signature

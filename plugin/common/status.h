@@ -3,8 +3,11 @@
 // an exception, and every layer below speaks it.
 #pragma once
 
+#include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace myplugin {
 
@@ -30,6 +33,24 @@ enum class Code : int {
   kUnauthenticated = 16,
 };
 
+// What went wrong in a job, where a caller may act on the kind (Python
+// raises one class per kind: jax_plugin/errors.py). Most errors have none.
+enum class FailureKind : int {
+  kNone = 0,
+  kPeerFailure = 1,   // a process of the job failed or left (processes: which)
+  kTimeout = 2,       // a collective or barrier waited past its bound (processes: those it waited for)
+  kMismatch = 3,      // processes issued different collectives (processes: those that differ from this one)
+  kCoordination = 4,  // the coordination service is unreachable, or stopped answering
+};
+
+// The fields of a failure, as the layer that found it knows them.
+struct FailureDetail {
+  FailureKind kind = FailureKind::kNone;
+  std::vector<int> processes;
+  std::string collective;  // the operation ("all-reduce sum f32[8]") or barrier ("barrier 'b'"); empty outside one
+  int64_t call = -1;       // the call's number on its communicator; -1 where there is none
+};
+
 class Status {
  public:
   Status() = default;
@@ -38,10 +59,27 @@ class Status {
   bool ok() const { return code_ == Code::kOk; }
   Code code() const { return code_; }
   const std::string& message() const { return message_; }
+  // The failure this error reports, or null.
+  const FailureDetail* failure() const { return failure_.get(); }
+
+  // This status, reporting `detail`.
+  Status WithFailure(FailureDetail detail) const {
+    Status s = *this;
+    s.failure_ = std::make_shared<const FailureDetail>(std::move(detail));
+    return s;
+  }
+  // This status, reporting the failure that `cause` reports (if any): for an
+  // error that describes another one afresh.
+  Status WithFailureOf(const Status& cause) const {
+    Status s = *this;
+    s.failure_ = cause.failure_;
+    return s;
+  }
 
  private:
   Code code_ = Code::kOk;
   std::string message_;
+  std::shared_ptr<const FailureDetail> failure_;  // shared: statuses are copied freely
 };
 
 inline Status OkStatus() { return Status(); }

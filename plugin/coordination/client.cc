@@ -90,7 +90,7 @@ StatusOr<std::string> CoordinationClient::Call(const std::string& what, std::str
   if (!sent.ok()) {
     pending_.erase(request_id);
     return Status(Code::kUnavailable, "cannot reach the myplugin coordinator at " + options_.address + ": " +
-                                          sent.message());
+                                          sent.message()).WithFailure({FailureKind::kCoordination});
   }
   auto deadline = Clock::now() + Millis(timeout_s + kReplyGraceSeconds);
   cv_.wait_until(lock, deadline, [&] {
@@ -103,13 +103,16 @@ StatusOr<std::string> CoordinationClient::Call(const std::string& what, std::str
   }
   if (connection_lost_ && !failure_) {
     return Status(Code::kUnavailable, "lost the connection to the myplugin coordinator at " + options_.address +
-                                          " during " + what);
+                                          " during " + what).WithFailure({FailureKind::kCoordination});
   }
-  if (failure_ && !during_failure) return Status(failure_->code(), what + " was interrupted: " + failure_->message());
+  if (failure_ && !during_failure) {
+    return Status(failure_->code(), what + " was interrupted: " + failure_->message()).WithFailureOf(*failure_);
+  }
   if (stopping_) return FailedPrecondition("the coordination client is closing");
   return Status(Code::kDeadlineExceeded,
                 "the myplugin coordinator at " + options_.address + " did not answer within " +
-                    std::to_string(static_cast<int>(timeout_s + kReplyGraceSeconds)) + " s");
+                    std::to_string(static_cast<int>(timeout_s + kReplyGraceSeconds)) + " s")
+      .WithFailure({FailureKind::kCoordination});
 }
 
 void CoordinationClient::ReaderLoop() {
@@ -127,7 +130,8 @@ void CoordinationClient::ReaderLoop() {
       if (!quiet) {
         OnFailure(Status(Code::kUnavailable, "lost the connection to the myplugin coordinator at " +
                                                  options_.address + " (" + st.message() +
-                                                 "): the coordinator process died or the network failed"));
+                                                 "): the coordinator process died or the network failed")
+                      .WithFailure({FailureKind::kCoordination}));
       }
       return;
     }
@@ -156,7 +160,9 @@ void CoordinationClient::ReaderLoop() {
       StatusOr<msg::Failure> note = msg::Failure::Decode(frame);
       const std::string who = note.ok() ? "process " + std::to_string(note.value().process_id) : "a process";
       const std::string reason = note.ok() ? note.value().reason : "(a malformed failure notice)";
-      OnFailure(Status(Code::kAborted, who + " failed: " + reason));
+      Status failed(Code::kAborted, who + " failed: " + reason);
+      if (note.ok()) failed = failed.WithFailure({FailureKind::kPeerFailure, {static_cast<int>(note.value().process_id)}});
+      OnFailure(failed);
       continue;
     }
     std::lock_guard<std::mutex> lock(mu_);
@@ -192,7 +198,8 @@ void CoordinationClient::HeartbeatLoop() {
       std::snprintf(buf, sizeof(buf), "%g", heartbeat_timeout_s_);
       OnFailure(Status(Code::kUnavailable, "the myplugin coordinator at " + options_.address +
                                                " stopped responding: nothing heard for " + buf +
-                                               " s (it is frozen, stopped or unreachable)"));
+                                               " s (it is frozen, stopped or unreachable)")
+                    .WithFailure({FailureKind::kCoordination}));
       return;
     }
     lock.unlock();

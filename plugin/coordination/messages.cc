@@ -28,6 +28,12 @@ Error Error::From(uint32_t request_id, const Status& status) {
   e.request_id = request_id;
   e.code = static_cast<uint32_t>(status.code());
   e.message = status.message();
+  if (const FailureDetail* f = status.failure()) {
+    e.kind = static_cast<uint32_t>(f->kind);
+    e.processes.assign(f->processes.begin(), f->processes.end());
+    e.collective = f->collective;
+    e.call = f->call;
+  }
   return e;
 }
 Status Error::ToStatus() const {
@@ -35,12 +41,31 @@ Status Error::ToStatus() const {
   // as success or as a value the enum cannot hold.
   Code c = code >= 1 && code <= static_cast<uint32_t>(Code::kUnauthenticated) ? static_cast<Code>(code)
                                                                               : Code::kUnknown;
-  return Status(c, message);
+  Status st(c, message);
+  // So does a failure kind this build does not know: then the error has none.
+  if (kind == 0 || kind > static_cast<uint32_t>(FailureKind::kCoordination)) return st;
+  return st.WithFailure({static_cast<FailureKind>(kind), std::vector<int>(processes.begin(), processes.end()),
+                         collective, call});
 }
-void Error::Put(Writer& w) const { w.U32(code).Bytes(message); }
+void Error::Put(Writer& w) const {
+  w.U32(code).Bytes(message).U32(kind).U32(static_cast<uint32_t>(processes.size()));
+  for (uint32_t p : processes) w.U32(p);
+  w.Bytes(collective).I64(call);
+}
 Status Error::Get(Reader& r) {
   MYPLUGIN_RETURN_IF_ERROR(r.U32(&code));
-  return r.Bytes(&message);
+  MYPLUGIN_RETURN_IF_ERROR(r.Bytes(&message));
+  MYPLUGIN_RETURN_IF_ERROR(r.U32(&kind));
+  uint32_t n;
+  MYPLUGIN_RETURN_IF_ERROR(r.U32(&n));
+  processes.clear();
+  for (uint32_t i = 0; i < n; ++i) {  // a count beyond the payload fails at its end
+    uint32_t p;
+    MYPLUGIN_RETURN_IF_ERROR(r.U32(&p));
+    processes.push_back(p);
+  }
+  MYPLUGIN_RETURN_IF_ERROR(r.Bytes(&collective));
+  return r.I64(&call);
 }
 
 void Register::Put(Writer& w) const { w.U32(num_processes).U64(incarnation).Bytes(topology); }

@@ -87,6 +87,11 @@ struct HelloOk : Message<HelloOk, MessageType::kHelloOk> {
 struct Error : Message<Error, MessageType::kError> {
   uint32_t code = 0;
   std::string message;
+  // The status's failure detail (common/status.h); kind 0 is none.
+  uint32_t kind = 0;
+  std::vector<uint32_t> processes;
+  std::string collective;
+  int64_t call = -1;
   static Error From(uint32_t request_id, const Status& status);
   Status ToStatus() const;
   void Put(Writer& w) const;

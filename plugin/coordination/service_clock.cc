@@ -106,7 +106,8 @@ void ServiceState::ExpireDeadlines(Clock::time_point now, Outbox& out) {
       Status st(Code::kDeadlineExceeded, "Barrier timed out: " + what + " waited " + Seconds(b.timeout_s) +
                                              "; processes " + ProcessList(Missing(b.arrived)) +
                                              " did not arrive (arrived: " + ProcessList(b.arrived) + ")");
-      AnswerBarrier(b, st, out);
+      const std::set<int> missing = Missing(b.arrived);
+      AnswerBarrier(b, st.WithFailure({FailureKind::kTimeout, {missing.begin(), missing.end()}, what, -1}), out);
       it = barriers_.erase(it);
     } else {
       ++it;

@@ -98,7 +98,8 @@ void ServiceState::DeclareFailure(int process_id, const std::string& reason_in, 
     CheckAgreement(out);
     return;
   }
-  Status st(Code::kAborted, "process " + std::to_string(process_id) + " failed: " + reason);
+  const Status st = Status(Code::kAborted, "process " + std::to_string(process_id) + " failed: " + reason)
+                        .WithFailure({FailureKind::kPeerFailure, {process_id}, "", -1});
   failure_ = st;
   failed_process_ = process_id;
   Log(st.message());

@@ -121,7 +121,7 @@ void ServiceState::EndRecovery(const Status& why, Outbox& out) {
 void ServiceState::FailAllWaiters(const Status& status, Outbox& out) {
   // Each waiter hears what it was waiting for, and why that will not come.
   auto interrupted = [&](const std::string& what) {
-    return Status(status.code(), what + " was interrupted: " + status.message());
+    return Status(status.code(), what + " was interrupted: " + status.message()).WithFailureOf(status);
   };
   for (const Waiter& w : registration_waiters_) ReplyError(w, interrupted("registration"), out);
   registration_waiters_.clear();

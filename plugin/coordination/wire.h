@@ -19,8 +19,9 @@ namespace myplugin::coordination {
 
 inline constexpr uint32_t kMagic = 0x4d59504c;  // "MYPL"
 // 2: membership agreement (kAgree, kMembership). 3: atomic insert and
-// increment. 4: a membership names each member's incarnation.
-inline constexpr uint16_t kProtocolVersion = 4;
+// increment. 4: a membership names each member's incarnation. 5: an error
+// carries its failure's kind, processes, collective and call.
+inline constexpr uint16_t kProtocolVersion = 5;
 // Frames above this are refused before any allocation: a garbage or hostile
 // length prefix must not make the service allocate gigabytes.
 inline constexpr uint32_t kMaxFrameBytes = 64u << 20;

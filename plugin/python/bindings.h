@@ -24,6 +24,8 @@ void BindStraggler(nanobind::module_& m);
 void BindCompileHooks(nanobind::module_& m);
 // DEFAULTS: the defaults C++ defines, for jax_plugin to read.
 void BindDefaults(nanobind::module_& m);
+// Errors as jax_plugin.errors' classes; the failure a running program's collectives reported.
+void BindErrors(nanobind::module_& m);
 // set_library_choice: the engine, shadow engine and NCCL library to load.
 void BindLibraryChoice(nanobind::module_& m);
 

@@ -8,7 +8,6 @@
 
 #include <memory>
 #include <optional>
-#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -32,9 +31,8 @@ using myplugin::collectives::RecordedBarrier;
 std::shared_ptr<coord::CoordinationClient> Client() {
   auto client = coord::DistributedRuntime::Get().client();
   if (!client) {
-    throw std::runtime_error(
-        "FAILED_PRECONDITION: myplugin's distributed runtime is not initialized "
-        "(call jax_plugin.distributed.initialize() first)");
+    throw StatusError(FailedPrecondition("myplugin's distributed runtime is not initialized "
+                                         "(call jax_plugin.distributed.initialize() first)"));
   }
   return client;
 }

@@ -14,6 +14,7 @@ NB_MODULE(_myplugin, m) {
   namespace py = myplugin::python;
   m.doc() = "myplugin native helpers";
   m.attr("PJRT_API_VERSION") = nb::make_tuple(PJRT_API_MAJOR, PJRT_API_MINOR);
+  py::BindErrors(m);
   py::BindFfiRegistration(m);
   py::BindCoordination(m);
   py::BindService(m);

@@ -1,7 +1,7 @@
 #include "python/status_exception.h"
 
-#include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "common/printable.h"
 
@@ -16,9 +16,13 @@ const char* CodeName(Code code) {
   return i >= 0 && i < 17 ? names[i] : "UNKNOWN";
 }
 
+// Messages may carry a peer's bytes (a key, a failure reason): never let decoding them fail.
+StatusError::StatusError(Status st)
+    : std::runtime_error(std::string(CodeName(st.code())) + ": " + PrintableUtf8(st.message())),
+      status_(std::move(st)) {}
+
 void ThrowIfError(const Status& st) {
-  // Messages may carry a peer's bytes (a key, a failure reason): never let decoding them fail.
-  if (!st.ok()) throw std::runtime_error(std::string(CodeName(st.code())) + ": " + PrintableUtf8(st.message()));
+  if (!st.ok()) throw StatusError(st);
 }
 
 }  // namespace myplugin::python

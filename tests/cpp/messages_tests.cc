@@ -11,6 +11,8 @@ namespace {
 
 using namespace myplugin::coordination;
 using myplugin::Code;
+using myplugin::FailureDetail;
+using myplugin::FailureKind;
 
 std::string Payload(const std::string& frame) { return frame.substr(4); }
 
@@ -45,6 +47,17 @@ void TestEveryMessageRoundTrips() {
 
   auto e = RoundTrip(msg::Error::From(5, myplugin::Status(Code::kNotFound, "gone")));
   CHECK(e.request_id == 5 && e.ToStatus().code() == Code::kNotFound && e.ToStatus().message() == "gone");
+  CHECK(e.ToStatus().failure() == nullptr);
+  // A failure's fields cross the wire with it (a barrier that timed out names who did not arrive).
+  auto timed_out = RoundTrip(msg::Error::From(
+      6, myplugin::Status(Code::kDeadlineExceeded, "late").WithFailure({FailureKind::kTimeout, {2, 5}, "barrier 'b'", 3})));
+  const myplugin::Status received = timed_out.ToStatus();
+  const FailureDetail* detail = received.failure();
+  CHECK(detail != nullptr && detail->kind == FailureKind::kTimeout && detail->processes == std::vector<int>({2, 5}) &&
+        detail->collective == "barrier 'b'" && detail->call == 3 && received.message() == "late");
+  msg::Error unknown_kind = timed_out;
+  unknown_kind.kind = 99;  // a kind this build does not know: no failure, the error itself kept
+  CHECK(unknown_kind.ToStatus().failure() == nullptr && unknown_kind.ToStatus().code() == Code::kDeadlineExceeded);
   msg::Error odd;
   odd.code = 0;  // an "error" that claims OK must not read as success
   CHECK(!odd.ToStatus().ok());

@@ -22,6 +22,7 @@ import numpy as np
 
 from jax_plugin import collectives as C
 from jax_plugin import distributed
+from error_fields import error_fields
 
 scenario = sys.argv[1]
 distributed.initialize(heartbeat_timeout_seconds=float(os.environ.get("TEST_HEARTBEAT_TIMEOUT", "5")))
@@ -251,7 +252,7 @@ elif scenario.startswith("mismatch_"):
         C.all_gather(np.ones(4, np.int32))
     result(event="no_error")
   except RuntimeError as e:
-    result(event="error", error=str(e), seconds=time.monotonic() - t0)
+    result(event="error", seconds=time.monotonic() - t0, **error_fields(e))
 
 elif scenario == "last_batch":
   # Process 1 runs out of batches first and exits normally.
@@ -262,7 +263,7 @@ elif scenario == "last_batch":
       time.sleep(0.2)
     result(event="finished", batches=batches)
   except RuntimeError as e:
-    result(event="error", error=str(e))
+    result(event="error", **error_fields(e))
     sys.exit(7)
 
 elif scenario == "loop_big":
@@ -273,7 +274,7 @@ elif scenario == "loop_big":
     while True:
       C.all_reduce(x)
   except RuntimeError as e:
-    result(event="error", error=str(e))
+    result(event="error", **error_fields(e))
     time.sleep(30)
 
 elif scenario == "long_call":
@@ -286,7 +287,7 @@ elif scenario == "long_call":
     result(event="done", seconds=time.monotonic() - t0,
            equal=bool(np.all(got == np.float32(n_proc * (n_proc + 1) / 2))))
   except RuntimeError as e:
-    result(event="done", seconds=time.monotonic() - t0, error=str(e))
+    result(event="done", seconds=time.monotonic() - t0, **error_fields(e))
 
 else:
   raise SystemExit(f"unknown scenario {scenario}")

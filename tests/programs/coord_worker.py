@@ -10,6 +10,7 @@ import sys
 import time
 
 from jax_plugin import distributed
+from error_fields import error_fields
 
 scenario = sys.argv[1]
 arg = sys.argv[2] if len(sys.argv) > 2 else None
@@ -69,7 +70,7 @@ elif scenario == "loop":
       i += 1
       time.sleep(0.01)
   except RuntimeError as e:
-    result(event="error", error=str(e))
+    result(event="error", **error_fields(e))
     time.sleep(30)  # fate-sharing ends the process before this
 
 elif scenario == "exit_early":
@@ -81,7 +82,7 @@ elif scenario == "exit_early":
     while True:
       distributed.barrier("spin", timeout=600)
   except RuntimeError as e:
-    result(event="error", error=str(e))
+    result(event="error", **error_fields(e))
     time.sleep(30)
 
 elif scenario == "barrier_missing":
@@ -94,7 +95,7 @@ elif scenario == "barrier_missing":
       distributed.barrier("b", timeout=2)
       result(event="barrier_passed")
     except RuntimeError as e:
-      result(event="barrier_error", error=str(e))
+      result(event="barrier_error", **error_fields(e))
     distributed.shutdown(timeout=30)
   result(event="shutdown")
 
@@ -109,7 +110,7 @@ elif scenario == "finish_early":
       distributed.barrier("work", timeout=60)
       result(event="barrier_passed")
     except RuntimeError as e:
-      result(event="barrier_error", error=str(e))
+      result(event="barrier_error", **error_fields(e))
       sys.exit(5)
 
 elif scenario == "slow_reader":

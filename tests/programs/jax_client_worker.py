@@ -36,11 +36,17 @@ c, me = state.client, state.process_id
 other = 1 - me
 
 
+def kind(e):
+  """jax's error class, which jax callers catch (ours are subclasses of it:
+  jax_plugin.errors), else the exception's own."""
+  return "JaxRuntimeError" if isinstance(e, jax.errors.JaxRuntimeError) else type(e).__name__
+
+
 def outcome(f):
   try:
     return ["ok", f()]
   except Exception as e:
-    return ["error", type(e).__name__, str(e).split(":")[0]]
+    return ["error", kind(e), str(e).split(":")[0]]
 
 
 def gist(f):
@@ -49,7 +55,7 @@ def gist(f):
     return ["ok", f()]
   except Exception as e:
     code, _, rest = str(e).partition(":")
-    return ["error", type(e).__name__, code, re.findall(r"[A-Za-z-]+", rest)[:3]]
+    return ["error", kind(e), code, re.findall(r"[A-Za-z-]+", rest)[:3]]
 
 
 r = {"initialized": jax.distributed.is_initialized(), "process": [jax.process_index(), jax.process_count()],

@@ -14,6 +14,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from error_fields import error_fields
+
 mode = sys.argv[1]
 r = jax.process_index()
 local = jax.local_device_count()
@@ -32,5 +34,5 @@ try:
       jax.pmap(lambda v: jax.lax.all_gather(v, "i"), axis_name="i")(np.ones((local, 8), np.int32)).block_until_ready()
   print("RESULT " + json.dumps({"event": "finished"}), flush=True)
 except Exception as e:
-  print("RESULT " + json.dumps({"event": "error", "error": str(e), "time": time.time()}), flush=True)
+  print("RESULT " + json.dumps({"event": "error", "time": time.time(), **error_fields(e)}), flush=True)
   raise

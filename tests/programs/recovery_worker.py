@@ -32,6 +32,7 @@ import sys
 import time
 
 from jax_plugin import distributed
+from error_fields import error_fields
 
 scenario, victim = sys.argv[1], int(sys.argv[2])
 pid = int(os.environ["MYPLUGIN_PROCESS_ID"])
@@ -176,7 +177,7 @@ if scenario == "collective":
   try:
     result(event="second_passed", total=total())  # must not happen
   except Exception as e:
-    result(event="collective_error", error=str(e), type=type(e).__name__)
+    result(event="collective_error", type=type(e).__name__, **error_fields(e))
   m = distributed.recover(timeout=60)
   result(event="verdict", **verdict(m))
   result(event="third", total=total(), process_count=jax.process_count(), process_index=jax.process_index(),
