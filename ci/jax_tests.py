@@ -147,6 +147,12 @@ def one_process(args, file: str) -> dict:
         cmd, env = pytest_command(args, "cpu")
         ref_rc = run_bounded(cmd + selection + [f"--junitxml={out}/cpu.xml"], env,
                              args.tests, out / "cpu.log", args.file_timeout)
+        if ref_rc == 4 and todo is not None:
+            # pytest cannot select some of jax's generated names by node id
+            # (brackets inside the name): the whole file runs instead.
+            todo = None
+            ref_rc = run_bounded(cmd + [file, f"--junitxml={out}/cpu.xml"], env,
+                                 args.tests, out / "cpu.log", args.file_timeout)
         reference = junit_outcomes(out / "cpu.xml")
     passed_mine = {k for k, v in mine.items() if v == "passed"}
     if todo is None:
