@@ -2,8 +2,8 @@
 
 #include <string>
 
-#include "collectives/communicator_cache.h"
 #include "collectives/local_rendezvous.h"
+#include "collectives/process_runtime.h"
 
 namespace myplugin::collectives {
 
@@ -94,7 +94,7 @@ Status MeetLocalDevices(int32_t ordinal, const std::vector<int>& device_group, c
   if (slot < 0) return Internal("device is not in its own device group");
   return LocalRendezvous::Get().Join(
       device_group, slot, static_cast<int>(local.size()), send, recv, [&](const DeviceBuffers& b) { return op(dc, b); },
-      CommunicatorCache::TimeoutSeconds());
+      ProcessRuntime::Get().settings()->collective_timeout_s);
 }
 
 }  // namespace myplugin::collectives

@@ -13,9 +13,9 @@
 #include <mutex>
 #include <set>
 
-#include "collectives/communicator_cache.h"
-#include "common/exit_guard.h"
+#include "collectives/process_runtime.h"
 #include "collectives/straggler_watch.h"
+#include "common/exit_guard.h"
 
 namespace myplugin::collectives {
 namespace {
@@ -146,10 +146,8 @@ int64_t WallMinusMonotonicNanos() {
 
 FlightRecorder& FlightRecorder::Get() {
   // Leaked on purpose: threads may record during static destruction.
-  // A bad MYPLUGIN_TRACE_BUFFER is refused by StartWatch, at initialization.
-  static FlightRecorder* recorder = new FlightRecorder(
-      CommunicatorCache::TraceBufferSize().ok() ? CommunicatorCache::TraceBufferSize().value()
-                                                : kDefaultTraceBuffer);
+  // Sized by the settings of the first start (StartWatch asks for it then).
+  static FlightRecorder* recorder = new FlightRecorder(ProcessRuntime::Get().settings()->trace_buffer);
   return *recorder;
 }
 

@@ -7,7 +7,7 @@
 #include <mutex>
 #include <string_view>
 
-#include "collectives/communicator_cache.h"
+#include "collectives/process_runtime.h"
 #include "collectives/device_collectives.h"
 #include "collectives/ffi_common.h"
 #include "collectives/flight_recorder.h"
@@ -104,10 +104,10 @@ StatusOr<NcclDeviceGroups*> DeviceGroups() {
     if (auto client = runtime.client()) {
       store.set = [client](const std::string& k, const std::string& v) { return client->KeyValueSet(k, v); };
       store.get = [client](const std::string& k, double t) { return client->KeyValueGet(k, t); };
-      device_groups = new NcclDeviceGroups(api.take(), std::move(store), CommunicatorCache::TimeoutSeconds());
+      device_groups = new NcclDeviceGroups(api.take(), std::move(store), ProcessRuntime::Get().settings()->collective_timeout_s);
       client->AddFailureCallback([](const Status& why) { device_groups->AbortAll(why); });
     } else {
-      device_groups = new NcclDeviceGroups(api.take(), std::move(store), CommunicatorCache::TimeoutSeconds());
+      device_groups = new NcclDeviceGroups(api.take(), std::move(store), ProcessRuntime::Get().settings()->collective_timeout_s);
     }
   });
   if (device_groups == nullptr) return *error;

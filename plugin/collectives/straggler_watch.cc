@@ -21,8 +21,8 @@
 #include <thread>
 #include <vector>
 
-#include "collectives/communicator_cache.h"
 #include "collectives/flight_recorder.h"
+#include "collectives/process_runtime.h"
 #include "collectives/straggler_state.h"
 #include "common/deadline.h"
 #include "common/log.h"
@@ -170,9 +170,7 @@ void Watchdog(std::shared_ptr<WatchState> s) {
   }
 }
 
-std::string DefaultTraceDir(CoordinationClient& c, int process, int os_pid) {
-  const char* tmp = std::getenv("TMPDIR");
-  const std::string base = tmp != nullptr && *tmp ? tmp : "/tmp";
+std::string DefaultTraceDir(CoordinationClient& c, int process, int os_pid, const std::string& base) {
   const std::string key = "myplugin/trace/dir";
   std::string name;
   if (process == 0) {
@@ -242,11 +240,6 @@ std::string Dump(WatchState& s, const std::string& reason) {
   return s.trace_dir;
 }
 
-Status CheckWatchSettings() {
-  MYPLUGIN_RETURN_IF_ERROR(CommunicatorCache::StragglerSeconds().status());
-  return CommunicatorCache::TraceBufferSize().status();
-}
-
 Status StartWatch(const WatchOptions& options) {
   auto client = coordination::DistributedRuntime::Get().client();
   if (!client) return FailedPrecondition("the straggler watch needs the distributed runtime");
@@ -254,18 +247,15 @@ Status StartWatch(const WatchOptions& options) {
     std::lock_guard<std::mutex> lock(watch_mu);
     if (current && current->client.lock() == client) return OkStatus();
   }
-  StatusOr<double> straggler_s = CommunicatorCache::StragglerSeconds();
-  if (!straggler_s.ok()) return straggler_s.status();
-  StatusOr<size_t> buffer = CommunicatorCache::TraceBufferSize();
-  if (!buffer.ok()) return buffer.status();
+  std::shared_ptr<const Settings> settings = ProcessRuntime::Get().settings();
   auto s = std::make_shared<WatchState>();
   s->options = options;
   s->client = client;
   s->process = client->process_id();
   s->num_processes = client->num_processes();
-  s->straggler_s = straggler_s.value();
-  s->trace_dir = CommunicatorCache::TraceDir();
-  if (s->trace_dir.empty()) s->trace_dir = DefaultTraceDir(*client, s->process, options.os_pid);
+  s->straggler_s = settings->straggler_s;
+  s->trace_dir = settings->trace_dir;
+  if (s->trace_dir.empty()) s->trace_dir = DefaultTraceDir(*client, s->process, options.os_pid, settings->temp_dir);
   FlightRecorder::Get();  // sized now, not on the first collective
   if (options.dump_on_sigusr1 && sigusr1_pipe[0] < 0) {
     struct sigaction old {};

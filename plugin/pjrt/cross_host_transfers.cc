@@ -7,7 +7,6 @@
 #include <thread>
 #include <vector>
 
-#include "collectives/communicator_cache.h"
 #include "coordination/runtime.h"
 #include "pjrt/client.h"
 #include "pjrt/device.h"
@@ -307,7 +306,7 @@ PJRT_Error* ReceiveBuffers(CrossHostReceiveArgs* args) {
     return ToPjrtError(st);
   }
   auto receiver = std::make_unique<Receiver>(create.transfer_manager, std::move(expected), device->id(),
-                                             coordination->epoch(), collectives::CommunicatorCache::TimeoutSeconds(),
+                                             coordination->epoch(), client->settings().collective_timeout_s,
                                              coordination);
   for (size_t i = 0; i < args->num_shapes; ++i) {
     auto retrieve = Init<PJRT_AsyncHostToDeviceTransferManager_RetrieveBuffer_Args>();

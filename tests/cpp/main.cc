@@ -7,6 +7,7 @@
 
 int main() {
   RunClientOptionsTests();
+  RunSettingsTests();
   RunWireTests();
   RunProcessInfoTests();
   RunSocketTests();

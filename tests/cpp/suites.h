@@ -22,5 +22,6 @@ void RunLocalRendezvousTests();
 void RunDeviceAssignmentTests();
 void RunStreamingCopyTests();
 void RunFfiApiVersionTests();
+void RunSettingsTests();
 // False when the NCCL backend is not built.
 bool RunNcclTests();
