@@ -15,11 +15,6 @@
 
 namespace myplugin::collectives {
 
-CommunicatorCache& CommunicatorCache::Get() {
-  static CommunicatorCache* cache = new CommunicatorCache;
-  return *cache;
-}
-
 WaitLimits CommunicatorCache::Limits(const Settings& settings) {
   WaitLimits limits;
   limits.arrival_s = settings.collective_timeout_s;
@@ -28,9 +23,14 @@ WaitLimits CommunicatorCache::Limits(const Settings& settings) {
   return limits;
 }
 
+void CommunicatorCache::Drop() {
+  std::lock_guard<std::mutex> lock(mu_);
+  communicators_.Clear();
+}
+
 StatusOr<std::shared_ptr<Communicator>> CommunicatorCache::ForProcessGroup(std::vector<int> process_group,
                                                                      const std::vector<int>& devices) {
-  coordination::DistributedRuntime& runtime = coordination::DistributedRuntime::Get();
+  coordination::DistributedRuntime& runtime = ProcessRuntime::Get().distributed();
   std::shared_ptr<coordination::CoordinationClient> client = runtime.client();
   if (!client) {
     return FailedPrecondition("collectives across processes need the distributed runtime: call "
@@ -66,7 +66,7 @@ StatusOr<std::shared_ptr<Communicator>> CommunicatorCache::ForProcessGroup(std::
 StatusOr<std::shared_ptr<Communicator>> CommunicatorCache::Make(
     const std::vector<int>& process_group, const std::vector<int>& devices,
     const std::shared_ptr<coordination::CoordinationClient>& client, const Settings& settings) {
-  coordination::DistributedRuntime& runtime = coordination::DistributedRuntime::Get();
+  coordination::DistributedRuntime& runtime = ProcessRuntime::Get().distributed();
   std::vector<coordination::ProcessInfo> processes = runtime.processes();
   const WaitLimits limits = Limits(settings);
   // One host is what every process published, not a guess from addresses.
@@ -137,7 +137,7 @@ StatusOr<std::shared_ptr<Communicator>> CommunicatorCache::Make(
 StatusOr<std::unique_ptr<GlooCommunicator>> CommunicatorCache::MakeGloo(
     const std::vector<int>& process_group, const std::shared_ptr<coordination::CoordinationClient>& client,
     const std::string& prefix, const WaitLimits& limits) {
-  coordination::DistributedRuntime& runtime = coordination::DistributedRuntime::Get();
+  coordination::DistributedRuntime& runtime = ProcessRuntime::Get().distributed();
   // Each process listens at the address it advertised when it registered
   // (coordination/runtime.h says how that is chosen). A loopback address is
   // useless to a peer on another host (a host name that resolves to

@@ -17,20 +17,27 @@
 
 namespace myplugin::collectives {
 
+// One per process, owned by the process runtime (process_runtime.h).
 class CommunicatorCache {
  public:
-  static CommunicatorCache& Get();
+  CommunicatorCache() = default;
+  CommunicatorCache(const CommunicatorCache&) = delete;
+  CommunicatorCache& operator=(const CommunicatorCache&) = delete;
 
   // The communicator of `process_group` (process ids in rank order; empty means all
   // processes) for the device group `devices` (global device ids; empty
   // for process-level calls). Every process of the process group must ask for it.
   StatusOr<std::shared_ptr<Communicator>> ForProcessGroup(std::vector<int> process_group, const std::vector<int>& devices = {});
 
+  // Lets go of every communicator: the next call of each process group
+  // makes its communicator anew (in-place recovery, after the membership
+  // agreement). Calls in flight keep theirs to the end.
+  void Drop();
+
   // The wait limits of communicators made with `settings` (call_clock.h).
   static WaitLimits Limits(const Settings& settings);
 
  private:
-  CommunicatorCache() = default;
   StatusOr<std::shared_ptr<Communicator>> Make(const std::vector<int>& process_group, const std::vector<int>& devices,
                                                const std::shared_ptr<coordination::CoordinationClient>& client,
                                                const Settings& settings);

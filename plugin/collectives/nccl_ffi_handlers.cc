@@ -55,7 +55,7 @@ StatusOr<NcclCommunicator*> NcclDeviceGroups::ForDevice(const std::vector<int>& 
     if (device_group[i] == device) rank = static_cast<int>(i);
   }
   if (rank < 0) return InvalidArgument("device " + std::to_string(device) + " is not in its device group");
-  const uint64_t epoch = coordination::DistributedRuntime::Get().epoch();
+  const uint64_t epoch = ProcessRuntime::Get().distributed().epoch();
   {
     std::lock_guard<std::mutex> lock(epoch_mu_);
     if (epoch != epoch_) {
@@ -93,13 +93,13 @@ StatusOr<NcclDeviceGroups*> DeviceGroups() {
   static NcclDeviceGroups* device_groups = nullptr;
   static Status* error = new Status();
   std::call_once(once, [] {
-    const std::string path = CurrentLibraryChoice().nccl_library;
+    const std::string path = ProcessRuntime::Get().library_choice().nccl_library;
     StatusOr<NcclApi> api = NcclApi::Load(path.empty() ? "libnccl.so.2" : path);
     if (!api.ok()) {
       *error = api.status();
       return;
     }
-    auto& runtime = coordination::DistributedRuntime::Get();
+    auto& runtime = ProcessRuntime::Get().distributed();
     BootstrapStore store = InProcessStore();
     if (auto client = runtime.client()) {
       store.set = [client](const std::string& k, const std::string& v) { return client->KeyValueSet(k, v); };

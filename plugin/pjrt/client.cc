@@ -56,7 +56,7 @@ struct JobView {
 };
 
 StatusOr<JobView> ViewOfJob(const ClientOptions& options) {
-  coordination::DistributedRuntime& runtime = coordination::DistributedRuntime::Get();
+  coordination::DistributedRuntime& runtime = collectives::ProcessRuntime::Get().distributed();
   JobView view;
   if (!runtime.initialized()) {
     if (options.num_nodes > 1) {

@@ -7,6 +7,7 @@
 #include <thread>
 #include <vector>
 
+#include "collectives/process_runtime.h"
 #include "coordination/runtime.h"
 #include "pjrt/client.h"
 #include "pjrt/device.h"
@@ -81,7 +82,7 @@ std::string KeyOf(uint64_t epoch, int64_t transfer_key, int32_t src, int32_t dst
 size_t PiecesOf(uint64_t bytes) { return static_cast<size_t>((bytes + kCrossHostPieceBytes - 1) / kCrossHostPieceBytes); }
 
 std::shared_ptr<coordination::CoordinationClient> Coordination() {
-  return coordination::DistributedRuntime::Get().client();
+  return collectives::ProcessRuntime::Get().distributed().client();
 }
 
 Status Await(PJRT_Event* event) {

@@ -8,6 +8,7 @@
 int main() {
   RunClientOptionsTests();
   RunSettingsTests();
+  RunProcessRuntimeTests();
   RunWireTests();
   RunProcessInfoTests();
   RunSocketTests();

@@ -23,5 +23,6 @@ void RunDeviceAssignmentTests();
 void RunStreamingCopyTests();
 void RunFfiApiVersionTests();
 void RunSettingsTests();
+void RunProcessRuntimeTests();
 // False when the NCCL backend is not built.
 bool RunNcclTests();
