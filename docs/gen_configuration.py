@@ -1,6 +1,7 @@
 """Writes docs/configuration.md: every variable and option, its meaning and
-its default. A default that C++ defines (plugin/coordination/defaults.h,
-plugin/collectives/defaults.h, bound as _myplugin.DEFAULTS) is read from the
+its default. A default that C++ defines (plugin/common/settings.h,
+plugin/coordination/defaults.h, plugin/collectives/defaults.h, bound as
+_myplugin.DEFAULTS) is read from the
 installed jax_plugin, never written here, so the page cannot disagree with
 the code; the rest of the text is in ROWS below.
 
@@ -99,13 +100,11 @@ ROWS = [
    "how processes move collective data: `auto` (shared memory when every process of a process group is on "
    "this host; hierarchical when it spans hosts that each hold several of its processes; else Gloo), `shm` "
    "(shared memory; an error for a process group that spans hosts), `gloo`, `hierarchical` (shared memory "
-   "within each host, Gloo between the hosts); another value is an `INVALID_ARGUMENT` error at the first "
-   "collective",
+   "within each host, Gloo between the hosts)",
    D("transport")),
   ("`MYPLUGIN_STRAGGLER_SECONDS`",
    "a wait in a collective or barrier longer than this makes process 0 print a straggler report (0: off); "
-   "a value that is not a number of seconds (like `MYPLUGIN_TRACE_BUFFER` out of range) fails "
-   "initialization with `INVALID_ARGUMENT` naming it",
+   "0 is accepted here, unlike the collectives' seconds",
    D("straggler_seconds")),
   ("`MYPLUGIN_TRACE_BUFFER`",
    "the calls each process's flight recorder keeps ({min_trace_buffer} to {max_trace_buffer})",
@@ -149,12 +148,25 @@ argument that the table names.
 """
 
 FOOTER = """
-Each default is defined once, in C++ (`plugin/coordination/defaults.h`,
-`plugin/collectives/defaults.h`), and bound as `_myplugin.DEFAULTS`:
-`jax_plugin.distributed.initialize`'s signature, jax.distributed's through
-ours, `myplugin-run` and `myplugin-coordinator` read it there, and this page
-is written from it by `docs/gen_configuration.py`;
-`tests/test_plugin_surface.py` and `ci/docs.sh` fail when the page is stale.
+Each default is defined once, in C++ (`plugin/common/settings.h`,
+`plugin/coordination/defaults.h`, `plugin/collectives/defaults.h`), and
+bound as `_myplugin.DEFAULTS`: `jax_plugin.distributed.initialize`'s
+signature, jax.distributed's through ours, `myplugin-run` and
+`myplugin-coordinator` read it there, and this page is written from it by
+`docs/gen_configuration.py`; `tests/test_plugin_surface.py` and
+`ci/docs.sh` fail when the page is stale, or when it leaves out a variable
+that C++ reads (`_myplugin.SETTING_VARIABLES`).
+
+C++ reads its variables in one place (`ParseSettings`,
+`plugin/common/settings.cc`), once, when the backend starts (`jax.devices()`
+or a compile-only topology) and when the process joins a job, and checks
+them there: a collective's seconds that are not a positive number
+(`MYPLUGIN_COLLECTIVE_STALL_SECONDS=abc`, `0`), a
+`MYPLUGIN_STRAGGLER_SECONDS` that is not a number of seconds, a
+`MYPLUGIN_TRACE_BUFFER` out of range, an unknown `MYPLUGIN_TRANSPORT` and a
+`MYPLUGIN_SPMD_REWRITE` other than `always` are `INVALID_ARGUMENT` errors
+naming the variable and its value then, never at the first collective
+deep in a job (and never a silent fall back to the default).
 
 Bad input is a Python error that says what is wrong, never a crash:
 `MYPLUGIN_NUM_DEVICES=0` (or negative, or not a number) and an unknown client

@@ -33,9 +33,10 @@ def _open_stack_file():
 
 
 def check_settings() -> None:
-  """Raises for a malformed MYPLUGIN_STRAGGLER_SECONDS or MYPLUGIN_TRACE_BUFFER,
-  before the process joins a job."""
-  _myplugin.straggler_settings_check()
+  """Reads the settings C++ uses (plugin/common/settings.h) for this process,
+  before it joins a job; raises INVALID_ARGUMENT naming a malformed one
+  (MYPLUGIN_STRAGGLER_SECONDS, MYPLUGIN_TRACE_BUFFER, MYPLUGIN_TRANSPORT, ...)."""
+  _myplugin.settings_load()
 
 
 def start() -> None:

@@ -102,3 +102,38 @@ def test_wrong_platform_name():
   r = run_python(["-c", PROBE], child_env(JAX_PLATFORMS="mypluginn"), timeout=120)
   assert r.returncode == 0, r.output
   assert "RAISED:" in r.stdout and "mypluginn" in r.stdout
+
+
+# Settings C++ reads (plugin/common/settings.h): a malformed value fails the
+# backend's start naming the variable, not the first collective deep in a job.
+BAD_SETTINGS = [("MYPLUGIN_COLLECTIVE_STALL_SECONDS", "abc", "is not a positive number of seconds"),
+                ("MYPLUGIN_COLLECTIVE_TIMEOUT_SECONDS", "0", "is not a positive number of seconds"),
+                ("MYPLUGIN_PEER_EXIT_GRACE_SECONDS", "-2", "is not a positive number of seconds"),
+                ("MYPLUGIN_TRANSPORT", "bogus", "is not a transport: auto"),
+                ("MYPLUGIN_TRACE_BUFFER", "8", "is not a whole number from 16 to 16777216"),
+                ("MYPLUGIN_SPMD_REWRITE", "sometimes", "is not a rewrite mode: always")]
+
+
+@pytest.mark.parametrize("name,value,words", BAD_SETTINGS, ids=[b[0] for b in BAD_SETTINGS])
+def test_bad_setting_fails_backend_start(name, value, words):
+  r = probe(**{name: value})
+  assert f"INVALID_ARGUMENT: {name}='{value}' {words}" in r.stdout, r.output
+
+
+@pytest.mark.parametrize("name,value,words", BAD_SETTINGS[:4], ids=[b[0] for b in BAD_SETTINGS[:4]])
+def test_bad_setting_fails_job_join(name, value, words):
+  """A process that joins a job without a backend (jax_plugin.collectives on
+  numpy arrays) is refused before it joins."""
+  from job import free_port
+  code = textwrap.dedent(f"""
+      from jax_plugin import distributed
+      try:
+        distributed.initialize('127.0.0.1:{free_port()}', 1, 0)
+      except Exception as e:
+        print('RAISED:', e)
+      print('initialized', distributed.is_initialized())
+  """)
+  r = run_python(["-c", code], child_env(**{name: value}), timeout=120)
+  assert r.returncode == 0, r.output
+  assert f"INVALID_ARGUMENT: {name}='{value}' {words}" in r.stdout, r.output
+  assert "initialized False" in r.stdout, r.output

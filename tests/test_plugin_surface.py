@@ -169,6 +169,12 @@ def test_defaults_are_defined_once():
           for line in gen.render(d).splitlines() if line.startswith("| `")}
   assert rows["`MYPLUGIN_COLLECTIVE_TIMEOUT_SECONDS`"][-1] == f"{d['collective_timeout']:g}"
   assert f"({d['min_trace_buffer']} to {d['max_trace_buffer']})" in rows["`MYPLUGIN_TRACE_BUFFER`"][0]
+  # Every variable C++ reads (plugin/common/settings.h) has its row, or its
+  # mention in one (TMPDIR, in the trace folder's default).
+  page = gen.render(d)
+  assert "MYPLUGIN_COLLECTIVE_STALL_SECONDS" in _myplugin.SETTING_VARIABLES
+  for variable in _myplugin.SETTING_VARIABLES:
+    assert f"`{variable}" in page or f"`${variable}`" in page, variable
 
 
 def test_python_hands_its_library_choice_to_cpp():

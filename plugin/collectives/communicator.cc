@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "collectives/flight_recorder.h"
+#include "collectives/process_runtime.h"
 #include "collectives/straggler_watch.h"
 #include "common/deadline.h"
 
@@ -178,11 +179,11 @@ StatusOr<uint32_t> Communicator::Begin(Signature& sig, const void* payload, size
   }
   if (aborted) return Explain(sig, *aborted);
   if (!cannot_complete.empty()) {
-    FlightRecorder::Get().End(FlightRecorder::Get().Begin(sig, process_group_, nullptr, FunctionScope::Current()), false);
+    ProcessRuntime::Get().flight_recorder().End(ProcessRuntime::Get().flight_recorder().Begin(sig, process_group_, nullptr, FunctionScope::Current()), false);
     return Failed(Code::kFailedPrecondition, cannot_complete + WithTrace(cannot_complete), FailureKind::kPeerFailure,
                   {finished_peer}, sig);
   }
-  record_ = FlightRecorder::Get().Begin(sig, process_group_, nullptr, FunctionScope::Current());
+  record_ = ProcessRuntime::Get().flight_recorder().Begin(sig, process_group_, nullptr, FunctionScope::Current());
   const uint32_t tag = static_cast<uint32_t>(sig.sequence * 2);
   const size_t record = record_size();
   std::vector<char> mine(record, 0);
@@ -227,7 +228,7 @@ StatusOr<uint32_t> Communicator::Begin(Signature& sig, const void* payload, size
     // Nothing of the peers' data was read. The backend may have been
     // aborted (a signed exchange's payload was already on its way): every
     // later call on this communicator fails with the same error.
-    FlightRecorder::Get().End(record_, false);  // before the dump, which should show it failed
+    ProcessRuntime::Get().flight_recorder().End(record_, false);  // before the dump, which should show it failed
     record_ = 0;
     Status why = Failed(Code::kFailedPrecondition, mismatch + WithTrace(mismatch), FailureKind::kMismatch,
                         differing, sig);
@@ -236,7 +237,7 @@ StatusOr<uint32_t> Communicator::Begin(Signature& sig, const void* payload, size
     return why;
   }
   if (!st.ok()) return Explain(sig, st);
-  FlightRecorder::Get().Matched(record_);
+  ProcessRuntime::Get().flight_recorder().Matched(record_);
   if (records != nullptr) records->swap(all);
   return tag + 1;
 }
@@ -267,7 +268,7 @@ Status Communicator::Run(Signature sig, size_t bytes, Body&& body) {
 }
 
 void Communicator::EndCall(bool ok) {
-  FlightRecorder::Get().End(record_, ok);
+  ProcessRuntime::Get().flight_recorder().End(record_, ok);
   record_ = 0;
   std::lock_guard<std::mutex> lock(abort_mu_);
   in_flight_ = -1;
@@ -313,7 +314,7 @@ Status Communicator::Explain(const Signature& sig, const Status& backend_error) 
     // Every process had arrived: data was moving (call_clock.h).
     const bool moving = clock_->agreed();
     if (timed_out && clock_->CapReached()) {
-      FlightRecorder::Get().End(record_, false);
+      ProcessRuntime::Get().flight_recorder().End(record_, false);
       record_ = 0;
       const std::string why = what + " reached its cap of " + Seconds(limits().cap_s) +
                               " (MYPLUGIN_COLLECTIVE_CAP_SECONDS) " +
@@ -336,7 +337,7 @@ Status Communicator::Explain(const Signature& sig, const Status& backend_error) 
           if (!present.count(p)) missing.push_back(p);
         }
         if (!missing.empty()) {
-          FlightRecorder::Get().End(record_, false);
+          ProcessRuntime::Get().flight_recorder().End(record_, false);
           record_ = 0;
           // Only a backend timeout waited the whole bound; any other
           // error (a connection closed) came sooner and is named as it is.

@@ -1,13 +1,13 @@
 #include "collectives/communicator_cache.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <map>
 #include <string>
 #include <set>
 
 #include "collectives/gloo_communicator.h"
 #include "collectives/hierarchical_communicator.h"
+#include "collectives/process_runtime.h"
 #include "collectives/shm_communicator.h"
 #include "common/deadline.h"
 #include "coordination/network_address.h"
@@ -15,79 +15,22 @@
 
 namespace myplugin::collectives {
 
-CommunicatorCache& CommunicatorCache::Get() {
-  static CommunicatorCache* cache = new CommunicatorCache;
-  return *cache;
-}
-
-namespace {
-
-// A positive number of seconds from the environment, else `fallback`.
-double SecondsFromEnv(const char* name, double fallback) {
-  const char* env = std::getenv(name);
-  if (env != nullptr && *env != '\0') {
-    double v = std::atof(env);
-    if (v > 0) return v;
-  }
-  return fallback;
-}
-
-}  // namespace
-
-double CommunicatorCache::TimeoutSeconds() { return SecondsFromEnv("MYPLUGIN_COLLECTIVE_TIMEOUT_SECONDS", kDefaultCollectiveTimeoutSeconds); }
-
-WaitLimits CommunicatorCache::Limits() {
+WaitLimits CommunicatorCache::Limits(const Settings& settings) {
   WaitLimits limits;
-  limits.arrival_s = TimeoutSeconds();
-  limits.stall_s = SecondsFromEnv("MYPLUGIN_COLLECTIVE_STALL_SECONDS", kDefaultCollectiveStallSeconds);
-  limits.cap_s = SecondsFromEnv("MYPLUGIN_COLLECTIVE_CAP_SECONDS", kDefaultCollectiveCapSeconds);
+  limits.arrival_s = settings.collective_timeout_s;
+  limits.stall_s = settings.collective_stall_s;
+  limits.cap_s = settings.collective_cap_s;
   return limits;
 }
 
-double CommunicatorCache::PeerExitGraceSeconds() { return SecondsFromEnv("MYPLUGIN_PEER_EXIT_GRACE_SECONDS", kDefaultPeerExitGraceSeconds); }
-
-StatusOr<double> CommunicatorCache::StragglerSeconds() {
-  const char* env = std::getenv("MYPLUGIN_STRAGGLER_SECONDS");
-  if (env == nullptr || *env == '\0') return kDefaultStragglerSeconds;
-  char* end = nullptr;
-  const double v = std::strtod(env, &end);
-  if (end == env || *end != '\0' || !(v >= 0) || v > kMaxWaitSeconds) {
-    return InvalidArgument(std::string("MYPLUGIN_STRAGGLER_SECONDS='") + env +
-                           "' is not a number of seconds (0 turns the straggler reports off)");
-  }
-  return v;
-}
-
-StatusOr<size_t> CommunicatorCache::TraceBufferSize() {
-  const char* env = std::getenv("MYPLUGIN_TRACE_BUFFER");
-  if (env == nullptr || *env == '\0') return kDefaultTraceBuffer;
-  char* end = nullptr;
-  const long long v = std::strtoll(env, &end, 10);
-  if (end == env || *end != '\0' || v < static_cast<long long>(kMinTraceBuffer) ||
-      v > static_cast<long long>(kMaxTraceBuffer)) {
-    return InvalidArgument(std::string("MYPLUGIN_TRACE_BUFFER='") + env +
-                           "' is not a whole number from " + std::to_string(kMinTraceBuffer) + " to " +
-                           std::to_string(kMaxTraceBuffer) + " (the calls each flight recorder keeps)");
-  }
-  return static_cast<size_t>(v);
-}
-
-std::string CommunicatorCache::TraceDir() {
-  const char* env = std::getenv("MYPLUGIN_TRACE_DIR");
-  return env != nullptr ? env : "";
-}
-
-StatusOr<std::string> CommunicatorCache::Transport() {
-  const char* env = std::getenv("MYPLUGIN_TRANSPORT");
-  const std::string v = env != nullptr && *env != '\0' ? env : kDefaultTransport;
-  if (v == "auto" || v == "shm" || v == "gloo" || v == "hierarchical") return v;
-  return InvalidArgument("MYPLUGIN_TRANSPORT='" + v + "' is not a transport: auto (shared memory within a host, "
-                         "else Gloo), shm, gloo or hierarchical");
+void CommunicatorCache::Drop() {
+  std::lock_guard<std::mutex> lock(mu_);
+  communicators_.Clear();
 }
 
 StatusOr<std::shared_ptr<Communicator>> CommunicatorCache::ForProcessGroup(std::vector<int> process_group,
                                                                      const std::vector<int>& devices) {
-  coordination::DistributedRuntime& runtime = coordination::DistributedRuntime::Get();
+  coordination::DistributedRuntime& runtime = ProcessRuntime::Get().distributed();
   std::shared_ptr<coordination::CoordinationClient> client = runtime.client();
   if (!client) {
     return FailedPrecondition("collectives across processes need the distributed runtime: call "
@@ -115,16 +58,17 @@ StatusOr<std::shared_ptr<Communicator>> CommunicatorCache::ForProcessGroup(std::
       epoch_seen_ = epoch;
     }
   }
-  return communicators_.Get({process_group, devices}, [&] { return Make(process_group, devices, client); });
+  std::shared_ptr<const Settings> settings = ProcessRuntime::Get().settings();
+  return communicators_.Get({process_group, devices},
+                            [&] { return Make(process_group, devices, client, *settings); });
 }
 
 StatusOr<std::shared_ptr<Communicator>> CommunicatorCache::Make(
     const std::vector<int>& process_group, const std::vector<int>& devices,
-    const std::shared_ptr<coordination::CoordinationClient>& client) {
-  coordination::DistributedRuntime& runtime = coordination::DistributedRuntime::Get();
+    const std::shared_ptr<coordination::CoordinationClient>& client, const Settings& settings) {
+  coordination::DistributedRuntime& runtime = ProcessRuntime::Get().distributed();
   std::vector<coordination::ProcessInfo> processes = runtime.processes();
-  StatusOr<std::string> transport = Transport();
-  if (!transport.ok()) return transport.status();
+  const WaitLimits limits = Limits(settings);
   // One host is what every process published, not a guess from addresses.
   std::vector<std::string> host_of;
   std::map<std::string, int> per_host;
@@ -135,18 +79,18 @@ StatusOr<std::shared_ptr<Communicator>> CommunicatorCache::Make(
     ++per_host[processes[p].host_id];
   }
   const bool one_host = known && per_host.size() == 1;
-  if (transport.value() == "shm" && !one_host) {
+  if (settings.transport == "shm" && !one_host) {
     return FailedPrecondition("MYPLUGIN_TRANSPORT=shm, but processes " + IdList(process_group) +
                               " do not share one host (or network namespace): use auto, hierarchical or gloo");
   }
-  if (transport.value() == "hierarchical" && !known) {
+  if (settings.transport == "hierarchical" && !known) {
     return FailedPrecondition("MYPLUGIN_TRANSPORT=hierarchical, but some of processes " + IdList(process_group) +
                               " published no host identity: use auto or gloo");
   }
   // Shared memory pays only where a host has several of the group's processes.
   bool every_host_shares = known && per_host.size() > 1;
   for (const auto& [host, count] : per_host) every_host_shares = every_host_shares && count > 1;
-  std::string kind = transport.value();
+  std::string kind = settings.transport;
   if (kind == "auto") kind = one_host ? "shm" : every_host_shares && kHierarchicalAcrossHosts ? "hierarchical" : "gloo";
   // The epoch keeps a new membership's rendezvous apart from the old one's.
   std::string prefix = std::to_string(runtime.epoch()) + "/";
@@ -157,22 +101,22 @@ StatusOr<std::shared_ptr<Communicator>> CommunicatorCache::Make(
   std::shared_ptr<Communicator> comm;
   if (kind == "shm") {
     StatusOr<std::unique_ptr<ShmCommunicator>> made =
-        ShmCommunicator::Create(process_group, runtime.process_id(), Limits(), client, "myplugin/shm/" + prefix);
+        ShmCommunicator::Create(process_group, runtime.process_id(), limits, client, "myplugin/shm/" + prefix);
     if (!made.ok()) return made.status();
     comm.reset(made.take().release());
   } else if (kind == "hierarchical") {
-    auto gloo = [client](const std::vector<int>& processes,
-                         const std::string& key_prefix) -> StatusOr<std::unique_ptr<Communicator>> {
-      StatusOr<std::unique_ptr<GlooCommunicator>> made = MakeGloo(processes, client, key_prefix);
+    auto gloo = [client, limits](const std::vector<int>& processes,
+                                 const std::string& key_prefix) -> StatusOr<std::unique_ptr<Communicator>> {
+      StatusOr<std::unique_ptr<GlooCommunicator>> made = MakeGloo(processes, client, key_prefix, limits);
       if (!made.ok()) return made.status();
       return std::unique_ptr<Communicator>(made.take().release());
     };
     StatusOr<std::unique_ptr<HierarchicalCommunicator>> made = HierarchicalCommunicator::Create(
-        process_group, host_of, runtime.process_id(), Limits(), client, "myplugin/hier/" + prefix, gloo);
+        process_group, host_of, runtime.process_id(), limits, client, "myplugin/hier/" + prefix, gloo);
     if (!made.ok()) return made.status();
     comm.reset(made.take().release());
   } else {
-    StatusOr<std::unique_ptr<GlooCommunicator>> made = MakeGloo(process_group, client, "myplugin/gloo/" + prefix);
+    StatusOr<std::unique_ptr<GlooCommunicator>> made = MakeGloo(process_group, client, "myplugin/gloo/" + prefix, limits);
     if (!made.ok()) return made.status();
     comm.reset(made.take().release());
   }
@@ -182,7 +126,7 @@ StatusOr<std::shared_ptr<Communicator>> CommunicatorCache::Make(
   client->AddFailureCallback([weak](const Status& why) {
     if (auto c = weak.lock()) c->Abort(why);
   });
-  const double grace = PeerExitGraceSeconds();
+  const double grace = settings.peer_exit_grace_s;
   client->AddPeerShutdownCallback([weak, grace](int process) {
     if (auto c = weak.lock()) c->PeerFinished(process, grace);
   });
@@ -192,8 +136,8 @@ StatusOr<std::shared_ptr<Communicator>> CommunicatorCache::Make(
 
 StatusOr<std::unique_ptr<GlooCommunicator>> CommunicatorCache::MakeGloo(
     const std::vector<int>& process_group, const std::shared_ptr<coordination::CoordinationClient>& client,
-    const std::string& prefix) {
-  coordination::DistributedRuntime& runtime = coordination::DistributedRuntime::Get();
+    const std::string& prefix, const WaitLimits& limits) {
+  coordination::DistributedRuntime& runtime = ProcessRuntime::Get().distributed();
   // Each process listens at the address it advertised when it registered
   // (coordination/runtime.h says how that is chosen). A loopback address is
   // useless to a peer on another host (a host name that resolves to
@@ -231,7 +175,7 @@ StatusOr<std::unique_ptr<GlooCommunicator>> CommunicatorCache::MakeGloo(
                              "advertised address or interface setting differs between them)");
     }
   }
-  return GlooCommunicator::Create(process_group, runtime.process_id(), Limits(), host, client, prefix);
+  return GlooCommunicator::Create(process_group, runtime.process_id(), limits, host, client, prefix);
 }
 
 }  // namespace myplugin::collectives

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "collectives/communicator_cache.h"
+#include "collectives/process_runtime.h"
 #include "collectives/signature.h"
 
 namespace myplugin::collectives {
@@ -49,7 +50,7 @@ namespace {
 // and each needs its own ordered stream of calls.
 StatusOr<std::shared_ptr<Communicator>> ProcessCommunicator(const std::vector<int>& processes,
                                                             const std::vector<int>& devices) {
-  return CommunicatorCache::Get().ForProcessGroup(processes, devices);
+  return ProcessRuntime::Get().communicators().ForProcessGroup(processes, devices);
 }
 
 }  // namespace

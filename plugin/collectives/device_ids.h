@@ -6,11 +6,26 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <mutex>
 #include <utility>
 #include <vector>
 
 namespace myplugin::collectives {
 
+// The map itself: one per process, owned by the process runtime (process_runtime.h).
+class LocalDeviceIds {
+ public:
+  void Set(const std::vector<std::pair<int, int>>& ordinal_to_global);
+  // -1 when the client has not named `ordinal`.
+  int GlobalOf(int32_t ordinal);
+
+ private:
+  std::mutex mu_;
+  std::map<int, int> ids_;  // under mu_
+};
+
+// The process's map (the process runtime's), set and read.
 void SetLocalDeviceIds(const std::vector<std::pair<int, int>>& ordinal_to_global);
 
 // Where a local device stands in the job: its global id, its process, and

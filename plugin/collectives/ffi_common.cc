@@ -2,9 +2,9 @@
 
 #include <string>
 
-#include "collectives/communicator_cache.h"
 #include "collectives/failure_record.h"
 #include "collectives/local_rendezvous.h"
+#include "collectives/process_runtime.h"
 
 namespace myplugin::collectives {
 
@@ -96,9 +96,9 @@ Status MeetLocalDevices(int32_t ordinal, const std::vector<int>& device_group, c
     if (device_group[local[i]] == location.global_id) slot = static_cast<int>(i);
   }
   if (slot < 0) return Internal("device is not in its own device group");
-  return LocalRendezvous::Get().Join(
+  return ProcessRuntime::Get().local_rendezvous().Join(
       device_group, slot, static_cast<int>(local.size()), send, recv, [&](const DeviceBuffers& b) { return op(dc, b); },
-      CommunicatorCache::TimeoutSeconds());
+      ProcessRuntime::Get().settings()->collective_timeout_s);
 }
 
 }  // namespace myplugin::collectives

@@ -13,26 +13,14 @@
 #include <mutex>
 #include <set>
 
-#include "collectives/communicator_cache.h"
-#include "common/exit_guard.h"
+#include "collectives/process_runtime.h"
 #include "collectives/straggler_watch.h"
+#include "common/exit_guard.h"
 
 namespace myplugin::collectives {
 namespace {
 
 constexpr size_t kNameWords = CallRecord::kNameBytes / 8;
-
-// Compiles are rare and slow next to a lock: the start times of those in
-// progress sit in a multiset, whose first element is the oldest.
-// Both leaked: a compile may end during static destruction.
-std::mutex& CompilesMutex() {
-  static auto* mu = new std::mutex;
-  return *mu;
-}
-std::multiset<int64_t>& CompileStarts() {
-  static auto* starts = new std::multiset<int64_t>;
-  return *starts;
-}
 
 thread_local const char* current_function = nullptr;
 
@@ -142,15 +130,6 @@ int64_t WallMinusMonotonicNanos() {
   timespec wall;
   clock_gettime(CLOCK_REALTIME, &wall);
   return static_cast<int64_t>(wall.tv_sec) * 1000000000 + wall.tv_nsec - MonotonicNanos();
-}
-
-FlightRecorder& FlightRecorder::Get() {
-  // Leaked on purpose: threads may record during static destruction.
-  // A bad MYPLUGIN_TRACE_BUFFER is refused by StartWatch, at initialization.
-  static FlightRecorder* recorder = new FlightRecorder(
-      CommunicatorCache::TraceBufferSize().ok() ? CommunicatorCache::TraceBufferSize().value()
-                                                : kDefaultTraceBuffer);
-  return *recorder;
 }
 
 FlightRecorder::FlightRecorder(size_t capacity) : capacity_(std::max<size_t>(capacity, 1)), slots_(new Slot[capacity_]) {}
@@ -325,24 +304,39 @@ FunctionScope::~FunctionScope() { current_function = outer_; }
 
 const char* FunctionScope::Current() { return current_function; }
 
-CompileScope::CompileScope() : start_ns_(MonotonicNanos()) {
-  std::lock_guard<std::mutex> lock(CompilesMutex());
-  CompileStarts().insert(start_ns_);
+void CompileStarts::Add(int64_t start_ns) {
+  std::lock_guard<std::mutex> lock(mu_);
+  starts_.insert(start_ns);
 }
 
-CompileScope::~CompileScope() {
-  std::lock_guard<std::mutex> lock(CompilesMutex());
-  CompileStarts().erase(CompileStarts().find(start_ns_));
+void CompileStarts::Remove(int64_t start_ns) {
+  std::lock_guard<std::mutex> lock(mu_);
+  starts_.erase(starts_.find(start_ns));
 }
 
-int CompileScope::InProgress() {
-  std::lock_guard<std::mutex> lock(CompilesMutex());
-  return static_cast<int>(CompileStarts().size());
+int CompileStarts::count() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int>(starts_.size());
 }
+
+double CompileStarts::OldestSeconds() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return starts_.empty() ? 0 : (MonotonicNanos() - *starts_.begin()) / 1e9;
+}
+
+uint64_t BarrierUses::Next(uint64_t group_hash) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return uses_[group_hash]++;
+}
+
+CompileScope::CompileScope() : start_ns_(MonotonicNanos()) { ProcessRuntime::Get().compile_starts().Add(start_ns_); }
+
+CompileScope::~CompileScope() { ProcessRuntime::Get().compile_starts().Remove(start_ns_); }
+
+int CompileScope::InProgress() { return ProcessRuntime::Get().compile_starts().count(); }
 
 double CompileScope::OldestSeconds() {
-  std::lock_guard<std::mutex> lock(CompilesMutex());
-  return CompileStarts().empty() ? 0 : (MonotonicNanos() - *CompileStarts().begin()) / 1e9;
+  return ProcessRuntime::Get().compile_starts().OldestSeconds();
 }
 
 uint64_t RecordedBarrier::Begin(const std::string& name, const std::vector<int>& members) {
@@ -354,24 +348,19 @@ uint64_t RecordedBarrier::Begin(const std::string& name, const std::vector<int>&
   Signature sig;
   sig.op = CollectiveOp::kBarrier;
   sig.group_hash = HashInts(key);
-  {
-    static auto* mu = new std::mutex;  // both leaked, like the recorder
-    static auto* uses = new std::map<uint64_t, uint64_t>;
-    std::lock_guard<std::mutex> lock(*mu);
-    sig.sequence = (*uses)[sig.group_hash]++;
-  }
-  return FlightRecorder::Get().Begin(sig, members, name.empty() ? "(unnamed)" : name.c_str());
+  sig.sequence = ProcessRuntime::Get().barrier_uses().Next(sig.group_hash);
+  return ProcessRuntime::Get().flight_recorder().Begin(sig, members, name.empty() ? "(unnamed)" : name.c_str());
 }
 
 void RecordedBarrier::End(uint64_t id, bool ok, const std::string& why) {
-  FlightRecorder::Get().End(id, ok);
+  ProcessRuntime::Get().flight_recorder().End(id, ok);
   if (!ok) DumpFlightRecorder(why);
 }
 
 RecordedBarrier::RecordedBarrier(const std::string& name, const std::vector<int>& members)
     : id_(Begin(name, members)) {}
 
-RecordedBarrier::~RecordedBarrier() { FlightRecorder::Get().End(id_, true); }
+RecordedBarrier::~RecordedBarrier() { ProcessRuntime::Get().flight_recorder().End(id_, true); }
 
 void RecordedBarrier::Fail(const std::string& why) {
   End(id_, false, why);

@@ -8,8 +8,11 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -48,8 +51,8 @@ int64_t WallMinusMonotonicNanos();
 
 class FlightRecorder {
  public:
-  // Sized by MYPLUGIN_TRACE_BUFFER on first use.
-  static FlightRecorder& Get();
+  // The process's one is owned by the process runtime (process_runtime.h),
+  // sized by MYPLUGIN_TRACE_BUFFER on first use.
   explicit FlightRecorder(size_t capacity);
   ~FlightRecorder();
   FlightRecorder(const FlightRecorder&) = delete;
@@ -103,6 +106,33 @@ class FunctionScope {
  private:
   char name_[CallRecord::kNameBytes];
   const char* outer_;
+};
+
+// The start times of the compiles in progress (compiles are rare and slow
+// next to a lock; the first is the oldest): one per process, owned by the
+// process runtime (process_runtime.h).
+class CompileStarts {
+ public:
+  void Add(int64_t start_ns);
+  void Remove(int64_t start_ns);
+  int count();
+  // Seconds since the oldest began; 0 when none is in progress.
+  double OldestSeconds();
+
+ private:
+  std::mutex mu_;
+  std::multiset<int64_t> starts_;  // under mu_
+};
+
+// The number of the next use of each barrier (by its signature's group
+// hash): one per process, owned by the process runtime.
+class BarrierUses {
+ public:
+  uint64_t Next(uint64_t group_hash);
+
+ private:
+  std::mutex mu_;
+  std::map<uint64_t, uint64_t> uses_;  // under mu_
 };
 
 // Counts compiles in progress (and when the oldest began), so that a

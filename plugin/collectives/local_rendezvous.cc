@@ -7,11 +7,6 @@
 
 namespace myplugin::collectives {
 
-LocalRendezvous& LocalRendezvous::Get() {
-  static LocalRendezvous* r = new LocalRendezvous;
-  return *r;
-}
-
 Status LocalRendezvous::Join(const std::vector<int>& device_group, int slot, int local_count, const void* send,
                              void* recv, const std::function<Status(const DeviceBuffers&)>& op, double timeout_s) {
   if (local_count == 1) {

@@ -17,10 +17,9 @@
 
 namespace myplugin::collectives {
 
+// One per process, owned by the process runtime (process_runtime.h).
 class LocalRendezvous {
  public:
-  static LocalRendezvous& Get();
-
   // `slot` is this device's position among the device group's `local_count` local
   // devices (a timeout names the slots that never came).
   Status Join(const std::vector<int>& device_group, int slot, int local_count, const void* send, void* recv,

@@ -8,7 +8,7 @@
 #include <string_view>
 
 #include "collectives/collective_table.h"
-#include "collectives/communicator_cache.h"
+#include "collectives/process_runtime.h"
 #include "collectives/device_collectives.h"
 #include "collectives/ffi_binding.h"
 #include "collectives/ffi_common.h"
@@ -57,7 +57,7 @@ StatusOr<NcclCommunicator*> NcclDeviceGroups::ForDevice(const std::vector<int>& 
     if (device_group[i] == device) rank = static_cast<int>(i);
   }
   if (rank < 0) return InvalidArgument("device " + std::to_string(device) + " is not in its device group");
-  const uint64_t epoch = coordination::DistributedRuntime::Get().epoch();
+  const uint64_t epoch = ProcessRuntime::Get().distributed().epoch();
   {
     std::lock_guard<std::mutex> lock(epoch_mu_);
     if (epoch != epoch_) {
@@ -95,21 +95,21 @@ StatusOr<NcclDeviceGroups*> DeviceGroups() {
   static NcclDeviceGroups* device_groups = nullptr;
   static Status* error = new Status();
   std::call_once(once, [] {
-    const std::string path = CurrentLibraryChoice().nccl_library;
+    const std::string path = ProcessRuntime::Get().library_choice().nccl_library;
     StatusOr<NcclApi> api = NcclApi::Load(path.empty() ? "libnccl.so.2" : path);
     if (!api.ok()) {
       *error = api.status();
       return;
     }
-    auto& runtime = coordination::DistributedRuntime::Get();
+    auto& runtime = ProcessRuntime::Get().distributed();
     BootstrapStore store = InProcessStore();
     if (auto client = runtime.client()) {
       store.set = [client](const std::string& k, const std::string& v) { return client->KeyValueSet(k, v); };
       store.get = [client](const std::string& k, double t) { return client->KeyValueGet(k, t); };
-      device_groups = new NcclDeviceGroups(api.take(), std::move(store), CommunicatorCache::TimeoutSeconds());
+      device_groups = new NcclDeviceGroups(api.take(), std::move(store), ProcessRuntime::Get().settings()->collective_timeout_s);
       client->AddFailureCallback([](const Status& why) { device_groups->AbortAll(why); });
     } else {
-      device_groups = new NcclDeviceGroups(api.take(), std::move(store), CommunicatorCache::TimeoutSeconds());
+      device_groups = new NcclDeviceGroups(api.take(), std::move(store), ProcessRuntime::Get().settings()->collective_timeout_s);
     }
   });
   if (device_groups == nullptr) return *error;

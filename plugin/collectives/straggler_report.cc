@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "collectives/communicator.h"
-#include "collectives/communicator_cache.h"
 #include "collectives/flight_recorder.h"
+#include "collectives/process_runtime.h"
 #include "collectives/straggler_state.h"
 #include "common/deadline.h"
 #include "common/log.h"
@@ -263,7 +263,7 @@ class Reporter {
     }
     text += "  still waiting; the next report comes in " + Secs(s_->straggler_s) +
             " if the call has not completed (it fails after MYPLUGIN_COLLECTIVE_TIMEOUT_SECONDS=" +
-            Num(CommunicatorCache::TimeoutSeconds()) + ")";
+            Num(ProcessRuntime::Get().settings()->collective_timeout_s) + ")";
     LogLine(text);
   }
 

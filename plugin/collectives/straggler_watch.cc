@@ -21,8 +21,8 @@
 #include <thread>
 #include <vector>
 
-#include "collectives/communicator_cache.h"
 #include "collectives/flight_recorder.h"
+#include "collectives/process_runtime.h"
 #include "collectives/straggler_state.h"
 #include "common/deadline.h"
 #include "common/log.h"
@@ -33,8 +33,7 @@ namespace {
 
 using coordination::CoordinationClient;
 
-std::mutex watch_mu;
-std::shared_ptr<WatchState> current;  // under watch_mu
+// Plain ints: all that the SIGUSR1 handler may touch.
 int sigusr1_pipe[2] = {-1, -1};
 
 void OnSigusr1(int) {
@@ -45,10 +44,7 @@ void OnSigusr1(int) {
   errno = saved;
 }
 
-std::shared_ptr<WatchState> Current() {
-  std::lock_guard<std::mutex> lock(watch_mu);
-  return current;
-}
+std::shared_ptr<WatchState> Current() { return ProcessRuntime::Get().watch(); }
 
 std::string CaptureStacks(const WatchState& s) {
   if (s.options.stack_signal <= 0 || s.options.stack_fd < 0) return "(no Python stacks: faulthandler is not set up)\n";
@@ -69,7 +65,7 @@ std::string CaptureStacks(const WatchState& s) {
 // A process's answer to a report request: machine-readable lines, then its
 // stacks after a "stack" line.
 std::string Answer(const WatchState& s) {
-  std::vector<CallRecord> calls = FlightRecorder::Get().Snapshot();
+  std::vector<CallRecord> calls = ProcessRuntime::Get().flight_recorder().Snapshot();
   std::ostringstream out;
   out << "pid " << s.options.os_pid << " on " << s.options.host << "\n";
   out << "compiling " << CompileScope::InProgress() << " " << CompileScope::OldestSeconds() << "\n";
@@ -144,7 +140,7 @@ void Watchdog(std::shared_ptr<WatchState> s) {
     }
     if (s->straggler_s <= 0) continue;
     const int64_t limit = MonotonicNanos() - static_cast<int64_t>(s->straggler_s * 1e9);
-    std::optional<CallRecord> late = FlightRecorder::Get().OldestInFlight(limit);
+    std::optional<CallRecord> late = ProcessRuntime::Get().flight_recorder().OldestInFlight(limit);
     const coordination::MembershipSnapshot now = MembershipNow();
     const std::string key = EpochPrefix(now.epoch) + "waiting/" + std::to_string(now.index);
     if (late && (late->id != published || key != waiting_key)) {
@@ -170,9 +166,7 @@ void Watchdog(std::shared_ptr<WatchState> s) {
   }
 }
 
-std::string DefaultTraceDir(CoordinationClient& c, int process, int os_pid) {
-  const char* tmp = std::getenv("TMPDIR");
-  const std::string base = tmp != nullptr && *tmp ? tmp : "/tmp";
+std::string DefaultTraceDir(CoordinationClient& c, int process, int os_pid, const std::string& base) {
   const std::string key = "myplugin/trace/dir";
   std::string name;
   if (process == 0) {
@@ -212,7 +206,7 @@ void PaceRetry(int64_t asked_ns) {
   if (AgeSeconds(asked_ns) < 1.0) std::this_thread::sleep_for(std::chrono::seconds(1));
 }
 
-coordination::MembershipSnapshot MembershipNow() { return coordination::DistributedRuntime::Get().membership(); }
+coordination::MembershipSnapshot MembershipNow() { return ProcessRuntime::Get().distributed().membership(); }
 
 std::string EpochPrefix(uint64_t epoch) { return std::string(kPrefix) + std::to_string(epoch) + "/"; }
 
@@ -227,14 +221,14 @@ bool AwaitNextEpoch(const WatchState& s, uint64_t epoch) {
 // Alive while the runtime still serves the job this watch was made for.
 std::shared_ptr<CoordinationClient> ClientOf(const WatchState& s) {
   auto c = s.client.lock();
-  if (c && coordination::DistributedRuntime::Get().client() == c) return c;
+  if (c && ProcessRuntime::Get().distributed().client() == c) return c;
   return nullptr;
 }
 
 std::string Dump(WatchState& s, const std::string& reason) {
   std::lock_guard<std::mutex> lock(s.dump_mu);
   mkdir(s.trace_dir.c_str(), 0700);
-  Status st = FlightRecorder::Get().WriteTo(s.trace_dir, s.process, s.num_processes, s.options.os_pid, s.options.host, reason);
+  Status st = ProcessRuntime::Get().flight_recorder().WriteTo(s.trace_dir, s.process, s.num_processes, s.options.os_pid, s.options.host, reason);
   if (!st.ok()) {
     LogLine("myplugin: " + st.message());
     return "";
@@ -242,31 +236,20 @@ std::string Dump(WatchState& s, const std::string& reason) {
   return s.trace_dir;
 }
 
-Status CheckWatchSettings() {
-  MYPLUGIN_RETURN_IF_ERROR(CommunicatorCache::StragglerSeconds().status());
-  return CommunicatorCache::TraceBufferSize().status();
-}
-
 Status StartWatch(const WatchOptions& options) {
-  auto client = coordination::DistributedRuntime::Get().client();
+  auto client = ProcessRuntime::Get().distributed().client();
   if (!client) return FailedPrecondition("the straggler watch needs the distributed runtime");
-  {
-    std::lock_guard<std::mutex> lock(watch_mu);
-    if (current && current->client.lock() == client) return OkStatus();
-  }
-  StatusOr<double> straggler_s = CommunicatorCache::StragglerSeconds();
-  if (!straggler_s.ok()) return straggler_s.status();
-  StatusOr<size_t> buffer = CommunicatorCache::TraceBufferSize();
-  if (!buffer.ok()) return buffer.status();
+  if (auto running = Current(); running && running->client.lock() == client) return OkStatus();
+  std::shared_ptr<const Settings> settings = ProcessRuntime::Get().settings();
   auto s = std::make_shared<WatchState>();
   s->options = options;
   s->client = client;
   s->process = client->process_id();
   s->num_processes = client->num_processes();
-  s->straggler_s = straggler_s.value();
-  s->trace_dir = CommunicatorCache::TraceDir();
-  if (s->trace_dir.empty()) s->trace_dir = DefaultTraceDir(*client, s->process, options.os_pid);
-  FlightRecorder::Get();  // sized now, not on the first collective
+  s->straggler_s = settings->straggler_s;
+  s->trace_dir = settings->trace_dir;
+  if (s->trace_dir.empty()) s->trace_dir = DefaultTraceDir(*client, s->process, options.os_pid, settings->temp_dir);
+  ProcessRuntime::Get().flight_recorder();  // sized now, not on the first collective
   if (options.dump_on_sigusr1 && sigusr1_pipe[0] < 0) {
     struct sigaction old {};
     if (sigaction(SIGUSR1, nullptr, &old) == 0 && old.sa_handler == SIG_DFL && pipe(sigusr1_pipe) == 0) {
@@ -279,10 +262,7 @@ Status StartWatch(const WatchOptions& options) {
       sigaction(SIGUSR1, &sa, nullptr);
     }
   }
-  {
-    std::lock_guard<std::mutex> lock(watch_mu);
-    current = s;
-  }
+  ProcessRuntime::Get().set_watch(s);
   // The job failing is one of the moments a flight recorder is for.
   std::weak_ptr<WatchState> weak = s;
   client->AddFailureCallback([weak](const Status& why) {

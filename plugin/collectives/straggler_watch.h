@@ -39,13 +39,10 @@ struct WatchOptions {
   bool dump_on_sigusr1 = true;
 };
 
-// INVALID_ARGUMENT when MYPLUGIN_STRAGGLER_SECONDS or MYPLUGIN_TRACE_BUFFER
-// is malformed: checked before a process joins, so a bad value never leaves
-// a job half-joined.
-Status CheckWatchSettings();
-
-// Starts the watch for the job the distributed runtime belongs to; once per
-// job (a later call for the same job is a no-op).
+// Starts the watch for the job the distributed runtime belongs to, with the
+// process runtime's settings (checked before the process joined, so a bad
+// value never leaves a job half-joined); once per job (a later call for the
+// same job is a no-op).
 Status StartWatch(const WatchOptions& options);
 
 // Writes this process's flight recorder into the job's trace folder; returns

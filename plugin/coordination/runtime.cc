@@ -9,13 +9,6 @@
 
 namespace myplugin::coordination {
 
-DistributedRuntime& DistributedRuntime::Get() {
-  // Leaked on purpose: the client's threads may still run during static
-  // destruction, and the process is going away then anyway.
-  static DistributedRuntime* runtime = new DistributedRuntime;
-  return *runtime;
-}
-
 Status DistributedRuntime::Initialize(const RuntimeOptions& options) {
   std::lock_guard<std::mutex> lock(mu_);
   if (client_) {

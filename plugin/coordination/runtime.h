@@ -48,9 +48,13 @@ struct MembershipSnapshot {
   int index = 0;
 };
 
+// One per process, owned by the process runtime (collectives/process_runtime.h),
+// which says how long it lives.
 class DistributedRuntime {
  public:
-  static DistributedRuntime& Get();
+  DistributedRuntime() = default;
+  DistributedRuntime(const DistributedRuntime&) = delete;
+  DistributedRuntime& operator=(const DistributedRuntime&) = delete;
 
   // Connects, registers and waits for every process. FAILED_PRECONDITION
   // if already initialized.
@@ -78,7 +82,6 @@ class DistributedRuntime {
   std::vector<ProcessInfo> processes();
 
  private:
-  DistributedRuntime() = default;
   std::mutex mu_;
   // Under mu_: the verdict as the members' ids, topology and this process's index.
   Status Adopt(const msg::Membership& membership);

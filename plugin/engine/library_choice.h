@@ -2,9 +2,9 @@
 // (jax_plugin/engine_selection.py: the user's MYPLUGIN_ENGINE, MYPLUGIN_NCCL_PATH
 // and MYPLUGIN_SHADOW_ENGINE_PATH, else the installed packages). Python hands
 // its choice over once, through _myplugin.set_library_choice(), before it
-// registers the PJRT library with jax; the PJRT library and the collectives
-// read it here. It lives in libmyplugin_runtime, which both the Python
-// module and the PJRT library link, so that both see the one copy.
+// registers the PJRT library with jax; the process runtime
+// (collectives/process_runtime.h, in libmyplugin_runtime, which both the
+// Python module and the PJRT library link) keeps the one copy.
 #pragma once
 
 #include <string>
@@ -27,12 +27,5 @@ struct LibraryChoice {
   // compiler is used: no client is ever created from it.
   std::string compile_engine_path;
 };
-
-// Replaces the choice. Libraries already loaded stay loaded.
-void SetLibraryChoice(LibraryChoice choice);
-
-// The choice made, or the default one (no engine, CPU, no shadow engine,
-// the system's NCCL) when jax_plugin has not registered the plugin.
-LibraryChoice CurrentLibraryChoice();
 
 }  // namespace myplugin

@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "collectives/device_ids.h"
+#include "collectives/process_runtime.h"
 #include "coordination/runtime.h"
 #include "pjrt/build_id.h"
 #include "pjrt/engine_instance.h"
@@ -55,7 +56,7 @@ struct JobView {
 };
 
 StatusOr<JobView> ViewOfJob(const ClientOptions& options) {
-  coordination::DistributedRuntime& runtime = coordination::DistributedRuntime::Get();
+  coordination::DistributedRuntime& runtime = collectives::ProcessRuntime::Get().distributed();
   JobView view;
   if (!runtime.initialized()) {
     if (options.num_nodes > 1) {
@@ -113,7 +114,7 @@ StatusOr<std::unique_ptr<Client>> Client::Create(const ClientOptions& options) {
   if (engine_decides) {
     job.value().processes[0].num_devices = static_cast<int>(engine_client.value()->addressable_devices().size());
   }
-  std::unique_ptr<Client> client(new Client(engine_client.take(), job.value().process_index));
+  std::unique_ptr<Client> client(new Client(engine_client.take(), job.value().process_index, options.settings));
   MYPLUGIN_RETURN_IF_ERROR(client->BuildDevices(job.value().processes));
   return client;
 }
@@ -260,8 +261,7 @@ StatusOr<bool> Client::NeedsMultiProcessCompile(const std::vector<std::vector<in
       ++count;
     }
   }
-  const char* force = std::getenv("MYPLUGIN_SPMD_REWRITE");
-  return remote || (count > 1 && force != nullptr && std::string(force) == "always");
+  return remote || (count > 1 && settings_.spmd_rewrite_always);
 }
 
 spmd::MultiProcessCompiler& Client::multiprocess_compiler() {
@@ -271,7 +271,7 @@ spmd::MultiProcessCompiler& Client::multiprocess_compiler() {
       if (d->addressable()) local[d->id()] = d->engine_id();
     }
     compiler_ = std::make_unique<spmd::MultiProcessCompiler>(&ShadowEngine, static_cast<int>(devices_.size()),
-                                                             std::move(local));
+                                                             std::move(local), settings_);
   });
   return *compiler_;
 }
@@ -293,8 +293,10 @@ Device* Client::LookupAddressableDevice(int local_hardware_id) const {
 // ---- C API adapters ----
 
 PJRT_Error* PjrtClientCreate(PJRT_Client_Create_Args* args) {
-  StatusOr<ClientOptions> options = ParseClientOptions(args->create_options, args->num_options, std::getenv);
+  StatusOr<ClientOptions> options = ParseClientOptions(args->create_options, args->num_options, ProcessEnvironment);
   if (!options.ok()) return ToPjrtError(options.status());
+  // The collectives this client's programs call are the process's.
+  collectives::ProcessRuntime::Get().UseSettings(options.value().settings);
   StatusOr<std::unique_ptr<Client>> client = Client::Create(options.value());
   if (!client.ok()) return ToPjrtError(client.status());
   args->client = ToC(client.take().release());

@@ -32,6 +32,8 @@ class Client {
   int process_index() const { return process_index_; }
   const std::string& platform_version() const { return platform_version_; }
   Topology* topology() { return topology_.get(); }
+  // Parsed with the options at creation (client_options.h).
+  const Settings& settings() const { return settings_; }
 
   const std::vector<PJRT_Device*>& c_devices() const { return c_devices_; }
   const std::vector<PJRT_Device*>& c_addressable_devices() const { return c_addressable_devices_; }
@@ -57,8 +59,8 @@ class Client {
   spmd::MultiProcessCompiler& multiprocess_compiler();
 
  private:
-  explicit Client(std::unique_ptr<EngineClient> engine_client, int process_index)
-      : engine_client_(std::move(engine_client)), process_index_(process_index) {}
+  Client(std::unique_ptr<EngineClient> engine_client, int process_index, Settings settings)
+      : engine_client_(std::move(engine_client)), process_index_(process_index), settings_(std::move(settings)) {}
   // `processes` is the global topology (just this process when alone).
   Status BuildDevices(const std::vector<coordination::ProcessInfo>& processes);
   Status AddLocalDevices(int first_id);
@@ -66,6 +68,7 @@ class Client {
 
   std::unique_ptr<EngineClient> engine_client_;
   int process_index_;
+  const Settings settings_;
   std::string platform_version_;
   std::vector<std::unique_ptr<Device>> devices_;
   std::vector<std::unique_ptr<Memory>> memories_;         // local: the engine's

@@ -78,6 +78,9 @@ StatusOr<ClientOptions> ParseClientOptions(const PJRT_NamedValue* values, size_t
       options.num_devices_given = true;
     }
   }
+  StatusOr<Settings> settings = ParseSettings(getenv);
+  if (!settings.ok()) return settings.status();
+  options.settings = settings.take();
   return options;
 }
 

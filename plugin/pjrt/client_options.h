@@ -2,7 +2,7 @@
 // PJRT_Client_Create (jax_plugin's, which register_plugin passes: the
 // devices of this process in its job; jax_pjrt_client_create_options; and
 // jax.distributed's node_id/num_nodes) merged with MYPLUGIN_NUM_DEVICES,
-// which the user sets for the process.
+// which the user sets for the process, and the settings (common/settings.h).
 #pragma once
 
 #include <cstdint>
@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "common/settings.h"
 #include "common/status.h"
 #include "pjrt_c_api.h"
 
@@ -25,13 +26,15 @@ struct ClientOptions {
   // The engine devices this process runs on (local_device_ids: CUDA
   // ordinals, as CUDA_VISIBLE_DEVICES counts them); empty: all.
   std::vector<int64_t> visible_devices;
+  // Parsed from the same environment, so that a bad value fails the
+  // client's creation rather than a program deep in a job.
+  Settings settings;
 };
-
-using EnvLookup = std::function<const char*(const char*)>;
 
 // An explicit create option wins over MYPLUGIN_NUM_DEVICES. Unknown option
 // names, wrong types and out-of-range values are INVALID_ARGUMENT errors
-// that name the option and the accepted ones.
+// that name the option and the accepted ones; a malformed setting is one
+// that names the variable.
 StatusOr<ClientOptions> ParseClientOptions(const PJRT_NamedValue* values, size_t count,
                                            const EnvLookup& getenv);
 

@@ -65,7 +65,7 @@ PJRT_Error* CompileAcrossProcesses(Client* ours, PJRT_Client_Compile_Args* args,
     ScopedSwap<size_t> size(args->compile_options_size, local.compile_options.size());
     if (PJRT_Error* e = MYPLUGIN_CALL_ENGINE(PJRT_Client_Compile, args)) return e;
   }
-  if (spmd::LogCompiles()) {
+  if (ours->settings().spmd_log) {
     LogLine("myplugin: multi-process compile: local part compiled in " +
             std::to_string(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()) + " s");
   }

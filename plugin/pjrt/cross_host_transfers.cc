@@ -7,7 +7,7 @@
 #include <thread>
 #include <vector>
 
-#include "collectives/communicator_cache.h"
+#include "collectives/process_runtime.h"
 #include "coordination/runtime.h"
 #include "pjrt/client.h"
 #include "pjrt/device.h"
@@ -82,7 +82,7 @@ std::string KeyOf(uint64_t epoch, int64_t transfer_key, int32_t src, int32_t dst
 size_t PiecesOf(uint64_t bytes) { return static_cast<size_t>((bytes + kCrossHostPieceBytes - 1) / kCrossHostPieceBytes); }
 
 std::shared_ptr<coordination::CoordinationClient> Coordination() {
-  return coordination::DistributedRuntime::Get().client();
+  return collectives::ProcessRuntime::Get().distributed().client();
 }
 
 Status Await(PJRT_Event* event) {
@@ -307,7 +307,7 @@ PJRT_Error* ReceiveBuffers(CrossHostReceiveArgs* args) {
     return ToPjrtError(st);
   }
   auto receiver = std::make_unique<Receiver>(create.transfer_manager, std::move(expected), device->id(),
-                                             coordination->epoch(), collectives::CommunicatorCache::TimeoutSeconds(),
+                                             coordination->epoch(), client->settings().collective_timeout_s,
                                              coordination);
   for (size_t i = 0; i < args->num_shapes; ++i) {
     auto retrieve = Init<PJRT_AsyncHostToDeviceTransferManager_RetrieveBuffer_Args>();

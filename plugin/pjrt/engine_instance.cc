@@ -9,48 +9,41 @@
 #ifdef MYPLUGIN_HAVE_NCCL
 #include "collectives/nccl_ffi_handlers.h"
 #endif
+#include "collectives/process_runtime.h"
 #include "engine/library_choice.h"
 #include "pjrt/ffi_extension.h"
 
 namespace myplugin {
 namespace {
 
-struct LoadedEngine {
-  std::unique_ptr<EngineLibrary> library;
-  Status status;
-};
+using collectives::ProcessRuntime;
+using LoadedEngine = ProcessRuntime::LoadedEngine;
+using EngineRole = ProcessRuntime::EngineRole;
 
-// `path` loaded into a new LoadedEngine (leaked, like the engine), or the
-// reason it is not: `missing` when no path was chosen.
-LoadedEngine* LoadEngine(const std::string& path, const std::string& missing) {
-  auto* e = new LoadedEngine;
-  if (path.empty()) {
-    e->status = FailedPrecondition(missing);
-    return e;
-  }
+LibraryChoice Choice() { return ProcessRuntime::Get().library_choice(); }
+
+// `path` loaded, or the reason it is not.
+LoadedEngine LoadEngine(const std::string& path) {
+  LoadedEngine e;
   StatusOr<std::unique_ptr<EngineLibrary>> lib = EngineLibrary::Load(path);
   if (lib.ok()) {
-    e->library = lib.take();
+    e.library = lib.take();
   } else {
-    e->status = lib.status();
+    e.status = lib.status();
   }
   return e;
 }
 
-LoadedEngine& Instance() {
-  // Leaked on purpose: the engine outlives every static destructor that
-  // might still hold an engine object.
-  static LoadedEngine* engine = [] {
-    auto* e = new LoadedEngine;
-    StatusOr<std::unique_ptr<EngineLibrary>> lib = EngineLibrary::Load(CurrentLibraryChoice().engine_path);
-    if (lib.ok()) {
-      e->library = lib.take();
-    } else {
-      e->status = lib.status();
-    }
-    return e;
-  }();
-  return *engine;
+// The same, with `missing` as the reason when no path was chosen.
+LoadedEngine LoadChosenEngine(const std::string& path, const std::string& missing) {
+  if (path.empty()) return LoadedEngine{nullptr, FailedPrecondition(missing)};
+  return LoadEngine(path);
+}
+
+// The process runtime keeps the engines, loaded once, for the life of the
+// process (collectives/process_runtime.h says why).
+const LoadedEngine& Instance() {
+  return ProcessRuntime::Get().Engine(EngineRole::kMain, [] { return LoadEngine(Choice().engine_path); });
 }
 
 }  // namespace
@@ -59,21 +52,20 @@ Status EnsureEngineLoaded() { return Instance().status; }
 
 const EngineLibrary& Engine() { return *Instance().library; }
 
-EngineKind CurrentEngineKind() {
-  return CurrentLibraryChoice().engine_kind == "cuda" ? EngineKind::kCuda : EngineKind::kCpu;
-}
+EngineKind CurrentEngineKind() { return Choice().engine_kind == "cuda" ? EngineKind::kCuda : EngineKind::kCpu; }
 
 StatusOr<const EngineLibrary*> ShadowEngine() {
   if (CurrentEngineKind() == EngineKind::kCpu) {
     MYPLUGIN_RETURN_IF_ERROR(EnsureEngineLoaded());
     return &Engine();
   }
-  static LoadedEngine* shadow =
-      LoadEngine(CurrentLibraryChoice().shadow_engine_path,
-                 "multi-process programs on the CUDA engine are partitioned on XLA's CPU engine: install "
-                 "lammps-jax-pjrt-cpu (or set MYPLUGIN_SHADOW_ENGINE_PATH)");
-  if (!shadow->status.ok()) return shadow->status;
-  return shadow->library.get();
+  const LoadedEngine& shadow = ProcessRuntime::Get().Engine(EngineRole::kShadow, [] {
+    return LoadChosenEngine(Choice().shadow_engine_path,
+                            "multi-process programs on the CUDA engine are partitioned on XLA's CPU engine: "
+                            "install lammps-jax-pjrt-cpu (or set MYPLUGIN_SHADOW_ENGINE_PATH)");
+  });
+  if (!shadow.status.ok()) return shadow.status;
+  return shadow.library.get();
 }
 
 std::vector<std::pair<std::string, void*>> NcclHandlersForCompile() {
@@ -119,20 +111,20 @@ StatusOr<const EngineLibrary*> CompileEngine() {
     MYPLUGIN_RETURN_IF_ERROR(EnsureEngineLoaded());
     return &Engine();
   }
-  static LoadedEngine* compiler = [] {
-    LoadedEngine* e = LoadEngine(CurrentLibraryChoice().compile_engine_path,
-                                 "compiling for NVIDIA GPUs needs XLA's CUDA engine of the installed jaxlib's "
-                                 "release and the CUDA compiler pieces it runs (ptxas, libdevice): pip install "
-                                 "'myplugin[gpu-compile]'");
-    if (e->status.ok()) e->status = RegisterNcclHandlers(*e->library);
+  const LoadedEngine& compiler = ProcessRuntime::Get().Engine(EngineRole::kCompile, [] {
+    LoadedEngine e = LoadChosenEngine(Choice().compile_engine_path,
+                                      "compiling for NVIDIA GPUs needs XLA's CUDA engine of the installed jaxlib's "
+                                      "release and the CUDA compiler pieces it runs (ptxas, libdevice): pip install "
+                                      "'myplugin[gpu-compile]'");
+    if (e.status.ok()) e.status = RegisterNcclHandlers(*e.library);
     return e;
-  }();
-  if (!compiler->status.ok()) return compiler->status;
-  return compiler->library.get();
+  });
+  if (!compiler.status.ok()) return compiler.status;
+  return compiler.library.get();
 }
 
 int CompileEngineCudaMajor() {
-  const LibraryChoice choice = CurrentLibraryChoice();
+  const LibraryChoice choice = Choice();
   const std::string& path = CurrentEngineKind() == EngineKind::kCuda ? choice.engine_path : choice.compile_engine_path;
   return path.find("cuda12") != std::string::npos ? 12 : 13;
 }

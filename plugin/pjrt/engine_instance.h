@@ -1,7 +1,9 @@
 // The process's one engine library. Loaded on first need (plugin
 // initialization, client creation or FFI registration) from the library
 // jax_plugin chose (engine/library_choice.h), which it hands over before it
-// registers the plugin. A failed load is remembered and reported every time.
+// registers the plugin, and kept by the process runtime
+// (collectives/process_runtime.h). A failed load is remembered and reported
+// every time.
 #pragma once
 
 #include <string>

@@ -5,6 +5,7 @@
 #include <set>
 #include <unordered_set>
 
+#include "common/settings.h"
 #include "pjrt/build_id.h"
 #include "pjrt/client.h"
 #include "pjrt/device_assignment.h"
@@ -194,6 +195,9 @@ StatusOr<std::unique_ptr<Topology>> GpuCompileTarget::CreateTopology(const std::
   StatusOr<GpuTargetOptions> target = ParseGpuTargetOptions(topology_name, options, num_options,
                                                             CompileEngineCudaMajor());
   if (!target.ok()) return target.status();
+  // A compile-only topology is a start of its own: no client reads the settings for it.
+  StatusOr<Settings> settings = ParseSettings(ProcessEnvironment);
+  if (!settings.ok()) return settings.status();
   StatusOr<const EngineLibrary*> engine = CompileEngine();
   if (!engine.ok()) return engine.status();
   std::shared_ptr<GpuCompileTarget> t(new GpuCompileTarget(*engine.value(), target.take()));
@@ -219,7 +223,7 @@ StatusOr<std::unique_ptr<Topology>> GpuCompileTarget::CreateTopology(const std::
   // The partitioner of programs over several processes, with every device
   // of the topology (created on first need).
   t->partitioner_ = std::make_unique<spmd::MultiProcessCompiler>(&ShadowEngine, shape.devices(),
-                                                                 std::map<int64_t, int64_t>{});
+                                                                 std::map<int64_t, int64_t>{}, settings.value());
   // Another version than any client's: jax then compiles through this
   // topology, not through a client of the same platform.
   t->version_ = TargetWriter(t->engine_) + ", compile-only: " + shape.ToString() + " " + t->target_.id.ToString();

@@ -14,6 +14,7 @@
 #include "collectives/communicator_cache.h"
 #include "collectives/device_collectives.h"
 #include "collectives/dtype.h"
+#include "collectives/process_runtime.h"
 #include "coordination/runtime.h"
 #include "python/bindings.h"
 #include "python/status_exception.h"
@@ -38,7 +39,7 @@ struct DeviceLayout {
 };
 
 DeviceLayout Layout(size_t local_buffers) {
-  auto& rt = coord::DistributedRuntime::Get();
+  auto& rt = coll::ProcessRuntime::Get().distributed();
   if (!rt.initialized()) return {static_cast<int>(local_buffers), 0, 1};
   auto procs = rt.processes();
   return {procs[rt.process_id()].num_devices, rt.process_id(), rt.num_processes()};
@@ -87,7 +88,7 @@ void BindCollectives(nb::module_& m) {
         nb::arg("recv"), nb::arg("device_group"), nb::arg("pairs"));
   m.def("collective_barrier", [](std::vector<int> processes) {
     ThrowIfError(WithoutGil([&] {
-      auto comm = coll::CommunicatorCache::Get().ForProcessGroup(std::move(processes));
+      auto comm = coll::ProcessRuntime::Get().communicators().ForProcessGroup(std::move(processes));
       return comm.ok() ? comm.value()->Barrier() : comm.status();
     }));
   }, nb::arg("processes"));

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "collectives/flight_recorder.h"
+#include "collectives/process_runtime.h"
 #include "common/exit_guard.h"
 #include "common/printable.h"
 #include "coordination/runtime.h"
@@ -29,7 +30,7 @@ namespace coord = myplugin::coordination;
 using myplugin::collectives::RecordedBarrier;
 
 std::shared_ptr<coord::CoordinationClient> Client() {
-  auto client = coord::DistributedRuntime::Get().client();
+  auto client = collectives::ProcessRuntime::Get().distributed().client();
   if (!client) {
     throw StatusError(FailedPrecondition("myplugin's distributed runtime is not initialized "
                                          "(call jax_plugin.distributed.initialize() first)"));
@@ -57,12 +58,12 @@ void Initialize(std::vector<std::string> addresses, int num_processes, int proce
   o.local.pid = os_pid;
   o.advertise_address = advertise_address;
   o.network_interface = network_interface;
-  ThrowIfError(WithoutGil([&] { return coord::DistributedRuntime::Get().Initialize(o); }));
+  ThrowIfError(WithoutGil([&] { return collectives::ProcessRuntime::Get().distributed().Initialize(o); }));
 }
 
 nb::list GlobalProcesses() {
   nb::list out;
-  for (const auto& p : coord::DistributedRuntime::Get().processes()) {
+  for (const auto& p : collectives::ProcessRuntime::Get().distributed().processes()) {
     nb::dict d;
     d["hostname"] = p.hostname;
     d["num_devices"] = p.num_devices;
@@ -83,35 +84,35 @@ void BindMembership(nb::module_& m) {
   m.def("distributed_shutdown", [](double timeout) {
     ThrowIfError(WithoutGil([&] {
       RecordedBarrier recorded("the shutdown barrier");
-      Status st = coord::DistributedRuntime::Get().Shutdown(timeout);
+      Status st = collectives::ProcessRuntime::Get().distributed().Shutdown(timeout);
       if (!st.ok()) recorded.Fail(st.message());
       return st;
     }));
   });
-  m.def("distributed_is_initialized", [] { return coord::DistributedRuntime::Get().initialized(); });
-  m.def("process_id", [] { return coord::DistributedRuntime::Get().process_id(); });
-  m.def("num_processes", [] { return coord::DistributedRuntime::Get().num_processes(); });
+  m.def("distributed_is_initialized", [] { return collectives::ProcessRuntime::Get().distributed().initialized(); });
+  m.def("process_id", [] { return collectives::ProcessRuntime::Get().distributed().process_id(); });
+  m.def("num_processes", [] { return collectives::ProcessRuntime::Get().distributed().num_processes(); });
   m.def("global_processes", &GlobalProcesses);
-  m.def("member_ids", [] { return coord::DistributedRuntime::Get().member_ids(); });
-  m.def("member_incarnations", [] { return coord::DistributedRuntime::Get().member_incarnations(); });
-  m.def("epoch", [] { return coord::DistributedRuntime::Get().epoch(); });
+  m.def("member_ids", [] { return collectives::ProcessRuntime::Get().distributed().member_ids(); });
+  m.def("member_incarnations", [] { return collectives::ProcessRuntime::Get().distributed().member_incarnations(); });
+  m.def("epoch", [] { return collectives::ProcessRuntime::Get().distributed().epoch(); });
   m.def("distributed_agree", [](double timeout) {
     ThrowIfError(WithoutGil([&] {
       RecordedBarrier recorded("the membership agreement");
-      StatusOr<coord::msg::Membership> verdict = coord::DistributedRuntime::Get().Agree(timeout);
+      StatusOr<coord::msg::Membership> verdict = collectives::ProcessRuntime::Get().AgreeMembership(timeout);
       if (!verdict.ok()) recorded.Fail(verdict.status().message());
       return verdict.status();
     }));
   });
   m.def("failure", []() -> std::optional<std::string> {
-    auto client = coord::DistributedRuntime::Get().client();
+    auto client = collectives::ProcessRuntime::Get().distributed().client();
     if (!client) return std::nullopt;
     auto f = client->failure();
     if (!f) return std::nullopt;
     return PrintableUtf8(f->message());
   });
   m.def("report_error", [](const std::string& reason) {
-    auto client = coord::DistributedRuntime::Get().client();
+    auto client = collectives::ProcessRuntime::Get().distributed().client();
     if (!client) return;
     WithoutGil([&] { client->ReportError(reason); });
   });

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "engine/library_choice.h"
+#include "collectives/process_runtime.h"
 #include "python/bindings.h"
 
 namespace nb = nanobind;
@@ -20,14 +21,14 @@ void BindLibraryChoice(nb::module_& m) {
           if (engine_kind != "cpu" && engine_kind != "cuda") {
             throw nb::value_error(("engine_kind must be 'cpu' or 'cuda', got '" + engine_kind + "'").c_str());
           }
-          SetLibraryChoice(LibraryChoice{engine_path, engine_kind, shadow_engine_path, nccl_library, compile_engine_path});
+          collectives::ProcessRuntime::Get().SetLibraryChoice(LibraryChoice{engine_path, engine_kind, shadow_engine_path, nccl_library, compile_engine_path});
         },
         nb::arg("engine_path"), nb::arg("engine_kind"), nb::arg("shadow_engine_path"), nb::arg("nccl_library"),
         nb::arg("compile_engine_path") = "",
         "Which engine (and of which kind), shadow engine, libnccl and GPU compile engine this process loads ('' for "
         "none or the system's); call before the plugin is registered.");
   m.def("library_choice", [] {
-    LibraryChoice c = CurrentLibraryChoice();
+    LibraryChoice c = collectives::ProcessRuntime::Get().library_choice();
     nb::dict d;
     d["engine_path"] = c.engine_path;
     d["engine_kind"] = c.engine_kind;

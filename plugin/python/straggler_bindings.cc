@@ -8,6 +8,7 @@
 #include <string>
 
 #include "collectives/flight_recorder.h"
+#include "collectives/process_runtime.h"
 #include "collectives/straggler_watch.h"
 #include "python/bindings.h"
 #include "python/status_exception.h"
@@ -23,7 +24,9 @@ void BindStraggler(nb::module_& m) {
     coll::WatchOptions o{stack_signal, stack_fd, os_pid, host};
     ThrowIfError(WithoutGil([&] { return coll::StartWatch(o); }));
   }, nb::arg("stack_signal"), nb::arg("stack_fd"), nb::arg("os_pid"), nb::arg("host"));
-  m.def("straggler_settings_check", [] { ThrowIfError(coll::CheckWatchSettings()); });
+  // Where a job is joined, before the process joins (jax_plugin.straggler.check_settings):
+  // the settings, read and checked once for the process.
+  m.def("settings_load", [] { ThrowIfError(coll::ProcessRuntime::Get().LoadSettings().status()); });
   m.def("flight_recorder_dump", [](const std::string& reason) {
     return WithoutGil([&] { return coll::DumpFlightRecorder(reason); });
   });

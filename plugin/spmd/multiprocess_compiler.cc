@@ -11,10 +11,9 @@
 namespace myplugin::spmd {
 namespace {
 
-// A private directory for the shadow compile's dump.
-StatusOr<std::string> MakeTempDir() {
-  const char* base = std::getenv("TMPDIR");
-  std::string pattern = std::string(base && *base ? base : "/tmp") + "/myplugin-spmd-XXXXXX";
+// A private directory under `base` for the shadow compile's dump.
+StatusOr<std::string> MakeTempDir(const std::string& base) {
+  std::string pattern = base + "/myplugin-spmd-XXXXXX";
   std::vector<char> buf(pattern.begin(), pattern.end());
   buf.push_back('\0');
   if (mkdtemp(buf.data()) == nullptr) {
@@ -44,11 +43,6 @@ double Seconds(std::chrono::steady_clock::time_point since) {
 
 }  // namespace
 
-bool LogCompiles() {
-  const char* v = std::getenv("MYPLUGIN_SPMD_LOG");
-  return v != nullptr && *v != '\0' && std::strcmp(v, "0") != 0;
-}
-
 StatusOr<EngineClient*> MultiProcessCompiler::Shadow() {
   if (!shadow_) {
     StatusOr<const EngineLibrary*> library = shadow_engine_();
@@ -77,7 +71,7 @@ StatusOr<std::shared_ptr<const PartitionedProgram>> MultiProcessCompiler::Partit
   std::lock_guard<std::mutex> lock(mu_);
   auto hit = cache_.find(key);
   if (hit != cache_.end()) {
-    if (LogCompiles()) LogLine("myplugin: multi-process compile: partitioned program found in the cache");
+    if (log_) LogLine("myplugin: multi-process compile: partitioned program found in the cache");
     return hit->second;
   }
   // A program with a device here is answered for by its local executable,
@@ -160,7 +154,7 @@ StatusOr<MultiProcessCompiler::ShadowCompile> MultiProcessCompiler::PartitionOnS
 StatusOr<std::unique_ptr<EngineExecutable>> MultiProcessCompiler::CompileWholeProgram(
     const PartitionedProgram& program) {
   std::lock_guard<std::mutex> lock(mu_);
-  StatusOr<std::string> dir = MakeTempDir();
+  StatusOr<std::string> dir = MakeTempDir(temp_dir_);
   if (!dir.ok()) return dir.status();
   RemoveOnExit remove_dir(dir.value());
   StatusOr<ShadowCompile> compiled = CompileShadow(program.code, program.format, program.options, dir.value(), false);
@@ -185,7 +179,7 @@ StatusOr<std::vector<LocalProgram>> MultiProcessCompiler::PartitionForProcesses(
   // As in PartitionUncached: first the shortened partition, then, if the
   // stop mark itself was the trouble, the full one.
   for (bool stop_early : {true, false}) {
-    StatusOr<std::string> dir = MakeTempDir();
+    StatusOr<std::string> dir = MakeTempDir(temp_dir_);
     if (!dir.ok()) return dir.status();
     RemoveOnExit remove_dir(dir.value());
     StatusOr<ShadowCompile> compiled = PartitionOnShadow(code, format, options, dir.value(), stop_early);
@@ -217,7 +211,7 @@ StatusOr<std::shared_ptr<const PartitionedProgram>> MultiProcessCompiler::Partit
                               "(its multi-process compile hooks are not installed)");
   }
   auto start = std::chrono::steady_clock::now();
-  StatusOr<std::string> dir = MakeTempDir();
+  StatusOr<std::string> dir = MakeTempDir(temp_dir_);
   if (!dir.ok()) return dir.status();
   RemoveOnExit remove_dir(dir.value());
   auto result = std::make_shared<PartitionedProgram>();
@@ -238,7 +232,7 @@ StatusOr<std::shared_ptr<const PartitionedProgram>> MultiProcessCompiler::Partit
     // The compile ended before the dump was written: the mark that stops it
     // may itself be what this program cannot take. Partition it whole.
     // (UNIMPLEMENTED is the rewrite's verdict on the program, not this.)
-    if (LogCompiles()) {
+    if (log_) {
       LogLine("myplugin: multi-process compile: the shortened partition failed (" +
               compiled.value().status.message() + "; " + local.status().message() + "); partitioning again in full");
     }
@@ -246,7 +240,7 @@ StatusOr<std::shared_ptr<const PartitionedProgram>> MultiProcessCompiler::Partit
   }
   if (!local.ok()) return local.status();
   result->local = local.take();
-  if (LogCompiles()) {
+  if (log_) {
     LogLine("myplugin: multi-process compile: partitioned for " + std::to_string(num_devices_) + " devices in " +
             std::to_string(shadow_seconds) + " s" + (stopped ? " (stopped after the HLO passes)" : "") +
             ", rewritten in " + std::to_string(Seconds(start) - shadow_seconds) + " s");

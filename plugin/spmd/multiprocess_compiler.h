@@ -20,6 +20,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/settings.h"
 #include "common/status.h"
 #include "engine/engine_client.h"
 #include "engine/engine_executable.h"
@@ -45,11 +46,15 @@ class MultiProcessCompiler {
  public:
   // `shadow_engine` gives the (CPU) engine library that partitions, loaded
   // on first need.
+  // `settings`: where the shadow's dumps go (temp_dir) and whether each
+  // step is logged (spmd_log).
   MultiProcessCompiler(std::function<StatusOr<const EngineLibrary*>()> shadow_engine, int num_devices,
-                       std::map<int64_t, int64_t> local_engine_ids)
+                       std::map<int64_t, int64_t> local_engine_ids, const Settings& settings)
       : shadow_engine_(std::move(shadow_engine)),
         num_devices_(num_devices),
-        local_engine_ids_(std::move(local_engine_ids)) {}
+        local_engine_ids_(std::move(local_engine_ids)),
+        log_(settings.spmd_log),
+        temp_dir_(settings.temp_dir) {}
 
   // `assignment` is [replica][partition] global device ids; `cache_key`
   // identifies the options (equal options, equal key).
@@ -103,13 +108,11 @@ class MultiProcessCompiler {
   const EngineLibrary* engine_ = nullptr;  // the shadow's, once loaded
   const int num_devices_;
   const std::map<int64_t, int64_t> local_engine_ids_;
+  const bool log_;
+  const std::string temp_dir_;
   std::mutex mu_;  // one partition at a time: they share the shadow client and the cache
   std::unique_ptr<EngineClient> shadow_;
   std::unordered_map<std::string, std::shared_ptr<const PartitionedProgram>> cache_;
 };
-
-// Whether MYPLUGIN_SPMD_LOG asks for a line per step of a multi-process
-// compile (partition, rewrite, local compile) with its time.
-bool LogCompiles();
 
 }  // namespace myplugin::spmd

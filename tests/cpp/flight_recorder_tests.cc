@@ -8,6 +8,7 @@
 
 #include "check.h"
 #include "collectives/flight_recorder.h"
+#include "collectives/process_runtime.h"
 
 using myplugin::collectives::CallRecord;
 using myplugin::collectives::CallState;
@@ -130,7 +131,7 @@ void TestFunctionNamesAndBarrierMembers() {
 // Uses of a barrier are numbered per name and members.
 void TestBarrierUses() {
   using myplugin::collectives::RecordedBarrier;
-  auto& rec = FlightRecorder::Get();
+  auto& rec = myplugin::collectives::ProcessRuntime::Get().flight_recorder();
   uint64_t a0 = RecordedBarrier::Begin("unit/a", {});
   RecordedBarrier::End(a0, true, "");
   uint64_t a1 = RecordedBarrier::Begin("unit/a", {});

@@ -9,6 +9,7 @@
 
 #include "check.h"
 #include "collectives/local_rendezvous.h"
+#include "collectives/process_runtime.h"
 
 namespace {
 
@@ -27,7 +28,7 @@ void TestDevicesMeet() {
     threads.emplace_back([&, d] {
       for (int call = 0; call < kCalls; ++call) {
         send[d] = call * 10 + d;
-        Status st = LocalRendezvous::Get().Join(
+        Status st = myplugin::collectives::ProcessRuntime::Get().local_rendezvous().Join(
             group, d, kDevices, &send[d], &recv[d],
             [&](const DeviceBuffers& b) {
               ++runs;
@@ -55,7 +56,7 @@ void TestEveryDeviceGetsTheStatus() {
   std::vector<std::thread> threads;
   for (int d = 0; d < 2; ++d) {
     threads.emplace_back([&, d] {
-      got[d] = LocalRendezvous::Get().Join(
+      got[d] = myplugin::collectives::ProcessRuntime::Get().local_rendezvous().Join(
           group, d, 2, &x[d], &y[d], [](const DeviceBuffers&) { return Status(Code::kAborted, "peer gone"); }, 30);
     });
   }
@@ -65,7 +66,7 @@ void TestEveryDeviceGetsTheStatus() {
 
 void TestOneDeviceRunsAlone() {
   int x = 3, y = 0;
-  Status st = LocalRendezvous::Get().Join({300}, 0, 1, &x, &y, [](const DeviceBuffers& b) {
+  Status st = myplugin::collectives::ProcessRuntime::Get().local_rendezvous().Join({300}, 0, 1, &x, &y, [](const DeviceBuffers& b) {
     *static_cast<int*>(b.recv[0]) = *static_cast<const int*>(b.send[0]) * 2;
     return myplugin::OkStatus();
   }, 1);
@@ -75,7 +76,7 @@ void TestOneDeviceRunsAlone() {
 void TestMissingDeviceTimesOut() {
   int x = 0, y = 0;
   bool ran = false;
-  Status st = LocalRendezvous::Get().Join({400, 401, 402}, 0, 3, &x, &y, [&](const DeviceBuffers&) {
+  Status st = myplugin::collectives::ProcessRuntime::Get().local_rendezvous().Join({400, 401, 402}, 0, 3, &x, &y, [&](const DeviceBuffers&) {
     ran = true;
     return myplugin::OkStatus();
   }, 0.2);

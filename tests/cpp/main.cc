@@ -7,6 +7,8 @@
 
 int main() {
   RunClientOptionsTests();
+  RunSettingsTests();
+  RunProcessRuntimeTests();
   RunWireTests();
   RunProcessInfoTests();
   RunSocketTests();

@@ -23,5 +23,7 @@ void RunDeviceAssignmentTests();
 void RunStreamingCopyTests();
 void RunFfiApiVersionTests();
 void RunCollectiveTableTests();
+void RunSettingsTests();
+void RunProcessRuntimeTests();
 // False when the NCCL backend is not built.
 bool RunNcclTests();

@@ -1,0 +1,75 @@
+#include "collectives/process_runtime.h"
+
+#include <utility>
+
+namespace myplugin::collectives {
+
+ProcessRuntime& ProcessRuntime::Get() {
+  // Never destroyed: process_runtime.h says why, and what ends instead.
+  static ProcessRuntime* runtime = new ProcessRuntime;
+  return *runtime;
+}
+
+ProcessRuntime::ProcessRuntime() : settings_(std::make_shared<const Settings>()) {}
+
+std::shared_ptr<const Settings> ProcessRuntime::settings() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return settings_;
+}
+
+void ProcessRuntime::UseSettings(const Settings& settings) {
+  auto s = std::make_shared<const Settings>(settings);
+  std::lock_guard<std::mutex> lock(mu_);
+  settings_ = std::move(s);
+}
+
+StatusOr<Settings> ProcessRuntime::LoadSettings() {
+  StatusOr<Settings> s = ParseSettings(ProcessEnvironment);
+  if (s.ok()) UseSettings(s.value());
+  return s;
+}
+
+LibraryChoice ProcessRuntime::library_choice() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return library_choice_;
+}
+
+void ProcessRuntime::SetLibraryChoice(LibraryChoice choice) {
+  std::lock_guard<std::mutex> lock(mu_);
+  library_choice_ = std::move(choice);
+}
+
+std::shared_ptr<WatchState> ProcessRuntime::watch() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return watch_;
+}
+
+void ProcessRuntime::set_watch(std::shared_ptr<WatchState> watch) {
+  std::lock_guard<std::mutex> lock(mu_);
+  watch_ = std::move(watch);
+}
+
+FlightRecorder& ProcessRuntime::flight_recorder() {
+  // Sized by the settings of the first use: the job's join (StartWatch
+  // asks for it then), else the client's creation.
+  std::call_once(recorder_once_, [this] { recorder_ = std::make_unique<FlightRecorder>(settings()->trace_buffer); });
+  return *recorder_;
+}
+
+StatusOr<coordination::msg::Membership> ProcessRuntime::AgreeMembership(double timeout_s) {
+  const uint64_t before = distributed_.epoch();
+  StatusOr<coordination::msg::Membership> verdict = distributed_.Agree(timeout_s);
+  // An unchanged membership keeps its communicators: their rendezvous keys
+  // (under the epoch) are spent, so they could not be made again.
+  if (verdict.ok() && distributed_.epoch() != before) communicators_.Drop();
+  return verdict;
+}
+
+const ProcessRuntime::LoadedEngine& ProcessRuntime::Engine(EngineRole role,
+                                                           const std::function<LoadedEngine()>& load) {
+  const int i = static_cast<int>(role);
+  std::call_once(engine_once_[i], [&] { engines_[i] = load(); });
+  return engines_[i];
+}
+
+}  // namespace myplugin::collectives

@@ -1,0 +1,140 @@
+// The process's runtime: the one owner of the state that lives once per process,
+// shared by the PJRT library and the Python module (they link one libmyplugin_runtime.so).
+//
+// What it owns, made with it in this order (the flight recorder and the
+// engines on their first use):
+//   settings           parsed where a client is created or a job joined (common/settings.h)
+//   library choice     the engine, shadow engine, NCCL that jax_plugin chose (engine/library_choice.h)
+//   distributed        the job: coordination client, membership, topology (coordination/runtime.h)
+//   flight recorder    this process's recent calls, sized by the settings of its first use;
+//                      beside it the compiles in progress and each barrier's uses
+//   local rendezvous   where this process's devices meet for a collective
+//   device ids         the global id of each local device ordinal, set by the client
+//   communicators      one per process group and membership epoch
+//   straggler watch    the current job's watch state (its threads hold it too)
+//   engines            the engine libraries the PJRT library loads: main, shadow, compile
+//
+// Lifetime: the runtime, and all it owns, is made on first use and never
+// destroyed. Engine threads, the coordination client's threads and the
+// straggler watch's detached threads may still run a collective, record a
+// call or read the membership while static destructors run at exit, and an
+// engine library cannot be unloaded under objects jax still holds; a
+// destructor at exit would pull these out from under them. So teardown is
+// not destruction but these steps, in this order, while the process lives:
+//   1. a failure that the service reports aborts the communicators' calls in
+//      flight (each communicator's failure callback);
+//   2. a membership agreement that changes the members (AgreeMembership,
+//      in-place recovery) drops the communicators of the old membership;
+//      they are rebuilt for the new epoch on their next use, and the
+//      straggler watch follows the new epoch;
+//   3. the job's end (distributed().Shutdown) lets go of the coordination
+//      client: the communicators made on it are dropped when the next job
+//      asks for one, and the straggler watch's threads end;
+//   4. the flight recorder, the local rendezvous, the settings, the library
+//      choice and the engines stay until the process exits.
+//
+// Not reached through here, each with the same lifetime (made once, never
+// destroyed) unless said: the PJRT library's own tables, a floor above
+// (pjrt/: the engine-object map of client.cc, the live compile targets of
+// gpu_compile.cc, the cost-analysis table, the executables' origins, the
+// FFI and cross-host-transfer extension structs); the Python steps' hook
+// slots (spmd/program_hooks.cc, spmd/cost_analysis_hook.cc), a floor above;
+// the NCCL device groups and the packed buffers of combined calls
+// (nccl_ffi_handlers.cc, ffi_handlers.cc); the FFI handler adapters
+// (engine/ffi_handler_adapter.cc), bound to trampolines fixed at compile
+// time; the SIGUSR1 pipe of the straggler watch (two ints, all a signal
+// handler may touch); and tables that never change once made (the known
+// GPUs, the FFI version pairs, the settings' names).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <mutex>
+
+#include "collectives/communicator_cache.h"
+#include "collectives/device_ids.h"
+#include "collectives/flight_recorder.h"
+#include "collectives/local_rendezvous.h"
+#include "common/settings.h"
+#include "common/status.h"
+#include "coordination/runtime.h"
+#include "engine/library_choice.h"
+
+namespace myplugin {
+class EngineLibrary;
+}
+
+namespace myplugin::collectives {
+
+struct WatchState;
+
+class ProcessRuntime {
+ public:
+  static ProcessRuntime& Get();
+
+  // The settings of the process's collectives, straggler watch and flight
+  // recorder: parsed where a client is created or a job joined (the
+  // environment can only be wrong there), the defaults before either.
+  std::shared_ptr<const Settings> settings();
+  void UseSettings(const Settings& settings);
+  // ParseSettings(ProcessEnvironment), then UseSettings; the parse error
+  // (INVALID_ARGUMENT naming the variable) when a value is malformed.
+  StatusOr<Settings> LoadSettings();
+
+  // jax_plugin's choice, handed over before it registers the PJRT library;
+  // the default one (no engine, CPU, the system's NCCL) before. Replacing it
+  // leaves libraries already loaded as they are.
+  LibraryChoice library_choice();
+  void SetLibraryChoice(LibraryChoice choice);
+
+  coordination::DistributedRuntime& distributed() { return distributed_; }
+  FlightRecorder& flight_recorder();
+  LocalRendezvous& local_rendezvous() { return local_rendezvous_; }
+  LocalDeviceIds& device_ids() { return device_ids_; }
+  CompileStarts& compile_starts() { return compile_starts_; }
+  BarrierUses& barrier_uses() { return barrier_uses_; }
+  CommunicatorCache& communicators() { return communicators_; }
+  // The straggler watch of the current job (straggler_watch.h); null before
+  // the first StartWatch.
+  std::shared_ptr<WatchState> watch();
+  void set_watch(std::shared_ptr<WatchState> watch);
+
+  // In-place recovery: the membership agreement (DistributedRuntime::Agree),
+  // then, on a verdict that changes the membership (a new epoch), the
+  // communicators of the old one dropped, so that every collective from now
+  // on rendezvouses anew among the members.
+  StatusOr<coordination::msg::Membership> AgreeMembership(double timeout_s);
+
+  // An engine library the PJRT library loaded (engine/engine_library.h,
+  // made and deleted by that library's code), or why it is not there.
+  struct LoadedEngine {
+    std::shared_ptr<const EngineLibrary> library;
+    Status status;
+  };
+  enum class EngineRole { kMain, kShadow, kCompile, kCount };
+  // The engine of `role`, loaded by `load` the first time it is asked for;
+  // a failed load is kept and reported every time.
+  const LoadedEngine& Engine(EngineRole role, const std::function<LoadedEngine()>& load);
+
+ private:
+  ProcessRuntime();
+  ProcessRuntime(const ProcessRuntime&) = delete;
+  ProcessRuntime& operator=(const ProcessRuntime&) = delete;
+
+  std::mutex mu_;
+  std::shared_ptr<const Settings> settings_;  // under mu_
+  LibraryChoice library_choice_;             // under mu_
+  coordination::DistributedRuntime distributed_;
+  std::once_flag recorder_once_;
+  std::unique_ptr<FlightRecorder> recorder_;
+  CompileStarts compile_starts_;
+  BarrierUses barrier_uses_;
+  LocalRendezvous local_rendezvous_;
+  LocalDeviceIds device_ids_;
+  CommunicatorCache communicators_;
+  std::shared_ptr<WatchState> watch_;  // under mu_
+  std::once_flag engine_once_[static_cast<int>(EngineRole::kCount)];
+  LoadedEngine engines_[static_cast<int>(EngineRole::kCount)];
+};
+
+}  // namespace myplugin::collectives
