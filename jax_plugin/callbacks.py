@@ -73,7 +73,7 @@ class HostCallback:
 
   def __init__(self, fn, operand_avals):
     self.fn = fn
-    self.operands = [(tuple(a.shape), np.dtype(a.dtype)) for a in operand_avals]
+    self.operands = [(tuple(a.shape), np.dtype(a.dtype), _packed_bits(a.dtype)) for a in operand_avals]
     self.id = next(_ids)
     key = self.id
 
@@ -91,13 +91,48 @@ class HostCallback:
     for r in raw:
       if r is None:
         continue  # a token: ordering only, nothing to pass
-      shape, dtype = next(operands)
+      shape, dtype, bits = next(operands)
       if 0 in shape:
         args.append(np.zeros(shape, dtype))
+      elif bits:
+        args.append(_unpack(r, bits, int(np.prod(shape))).view(dtype).reshape(shape))
       else:
         args.append(np.frombuffer(r, dtype=dtype).reshape(shape))
     outs = self.fn(*args)
-    return [np.ascontiguousarray(o).reshape(-1).view(np.uint8) for o in outs]
+    return [_pack(o, bits) if (bits := _packed_bits(np.asarray(o).dtype)) else
+            np.ascontiguousarray(o).reshape(-1).view(np.uint8) for o in outs]
+
+
+# Sub-byte types (int4, uint4, int2, uint2, float4): the engine packs 8 / bits
+# elements into each byte of its buffer, the first in the lowest bits, in a
+# buffer of one byte per element (the rest unused); numpy (ml_dtypes) keeps
+# one element per byte, in its low bits. As jaxlib's own CPU callback does,
+# operands are unpacked and results packed. Without this the callback saw
+# and returned wrong numbers, silently.
+def _packed_bits(dtype) -> int:
+  """Bits per element of a type the engine packs, else 0."""
+  from jax._src import dtypes
+  bits = dtypes.itemsize_bits(np.dtype(dtype))
+  return bits if bits < 8 and np.dtype(dtype) != np.bool_ else 0
+
+
+def _unpack(raw, bits: int, count: int) -> np.ndarray:
+  per = 8 // bits
+  packed = np.frombuffer(raw, np.uint8, count=-(-count // per))
+  shifts = np.arange(per, dtype=np.uint8) * np.uint8(bits)
+  return ((packed[:, None] >> shifts) & np.uint8((1 << bits) - 1)).reshape(-1)[:count]
+
+
+def _pack(out, bits: int) -> np.ndarray:
+  per = 8 // bits
+  values = np.ascontiguousarray(out).reshape(-1).view(np.uint8) & np.uint8((1 << bits) - 1)
+  padded = np.zeros(-(-values.size // per) * per, np.uint8)
+  padded[:values.size] = values
+  shifts = np.arange(per, dtype=np.uint8) * np.uint8(bits)
+  packed = np.bitwise_or.reduce(padded.reshape(-1, per) << shifts, axis=1).astype(np.uint8)
+  buffer = np.zeros(values.size, np.uint8)  # the engine's buffer: one byte per element
+  buffer[:packed.size] = packed
+  return buffer
 
 
 def _dispatch(callback_id, raw):

@@ -102,6 +102,32 @@ def test_pure_callback_dtypes_and_shapes(capsys, dtype, shape):
   assert ours[0].dtype == np.dtype(dtype)
 
 
+@pytest.mark.parametrize("dtype", [ml_dtypes.int4, ml_dtypes.uint4, ml_dtypes.int2, ml_dtypes.uint2,
+                                   ml_dtypes.float4_e2m1fn])
+@pytest.mark.parametrize("shape", [(), (7,), (3, 5)])
+def test_sub_byte_operands_and_results(capsys, dtype, shape):
+  """The engine packs sub-byte elements several to a byte; the callback sees
+  and returns them one per element, as on jax's CPU backend (odd counts
+  leave part of the last byte unused). Each element's value is printed
+  from inside the callback, and a result computed there comes back."""
+  def program(devices):
+    count = int(np.prod(shape))
+    values = np.array([0, 1, 2, 3, 1, 0, 2, 3, 3, 1, 0, 2, 1, 3, 2][:count], np.float32) - (
+        2.0 if np.dtype(dtype).kind in "if" else 0.0)
+    x = values.reshape(shape).astype(dtype)
+
+    def host(a):
+      a = np.asarray(a)
+      assert a.dtype == np.dtype(dtype) and a.shape == shape
+      print("callback saw", a.astype(np.float32).reshape(-1).tolist())
+      return a, np.flip(a).copy()
+
+    types = (jax.ShapeDtypeStruct(shape, dtype), jax.ShapeDtypeStruct(shape, dtype))
+    return jax.jit(lambda v: jax.pure_callback(host, types, v))(x)
+  ours, lines = run_both(program, capsys)
+  assert ours[0].dtype == np.dtype(dtype) and len(lines) == 1
+
+
 def test_pure_callback_pytrees_and_several_outputs(capsys):
   def program(devices):
     def host(tree):
