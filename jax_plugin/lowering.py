@@ -38,8 +38,49 @@ def install_lowering_rules(engine_kind: str = "cpu") -> None:
     raise RuntimeError("this jax keeps no per-platform lowering rules; myplugin cannot lower for its engine")
   for prim in list(rules.get(engine_kind, {})):
     rules[PLATFORM].setdefault(prim, _for_target(prim, engine_kind))
+  _install_platform_branches(engine_kind)
   from jax_plugin import callbacks
   callbacks.install(engine_kind)
+
+
+def _with_myplugin_beside(branches_platforms, platform: str):
+  """`lax.platform_dependent`'s branches (a tuple of platform-name tuples,
+  None for the default) with myplugin beside `platform`, the engine's, unless
+  a branch names myplugin itself."""
+  if branches_platforms is None or any(ps is not None and PLATFORM in ps for ps in branches_platforms):
+    return branches_platforms
+  return tuple(ps if ps is None or platform not in ps else (*ps, PLATFORM) for ps in branches_platforms)
+
+
+def _install_platform_branches(engine_kind: str) -> None:
+  """`lax.platform_dependent(x, cpu=f, default=g)` (jax's own code uses it
+  too) picks its branch by the lowering platform's name, and myplugin's is
+  not "cpu": g would run where jax's CPU backend runs f. On myplugin the
+  engine's platform's branch is taken, unless the program gives myplugin a
+  branch of its own. Both of jax's rules that read the branches (the index,
+  and the conditional that keeps the chosen branch) see the same names."""
+  from jax._src.interpreters import mlir
+  from jax._src.lax.control_flow import conditionals
+
+  index_p = getattr(conditionals, "platform_index_p", None)
+  if index_p is None or index_p not in mlir._lowerings or conditionals.cond_p not in mlir._lowerings:
+    raise RuntimeError("this jax has no platform_index primitive; myplugin cannot lower lax.platform_dependent")
+  index_rule = mlir._lowerings[index_p].rule
+  cond_rule = mlir._lowerings[conditionals.cond_p].rule
+
+  def platform(ctx) -> str:
+    return "cuda" if _lowers_for_gpu_target(ctx) else engine_kind
+
+  def index(ctx, *args, platforms, **params):
+    return index_rule(ctx, *args, platforms=_with_myplugin_beside(platforms, platform(ctx)), **params)
+
+  def cond(ctx, *args, **params):
+    if params.get("branches_platforms") is not None:
+      params["branches_platforms"] = _with_myplugin_beside(params["branches_platforms"], platform(ctx))
+    return cond_rule(ctx, *args, **params)
+
+  mlir.register_lowering(index_p, index, platform=PLATFORM)
+  mlir.register_lowering(conditionals.cond_p, cond, platform=PLATFORM)
 
 
 def register_collective_targets(engine_kind: str = "cpu") -> None:

@@ -35,3 +35,27 @@ def test_host_callbacks_still_work_on_cpu():
   x = jax.device_put(np.float32(0.5), jax.devices("cpu")[0])
   out = jax.jit(lambda v: jax.pure_callback(np.sin, jax.ShapeDtypeStruct(v.shape, v.dtype), v))(x)
   np.testing.assert_allclose(np.asarray(out), np.sin(0.5), rtol=1e-6)
+
+
+@pytest.mark.parametrize("transform", ["eager", "jit", "vmap", "grad"])
+def test_platform_dependent_takes_the_engines_branch(transform):
+  """lax.platform_dependent picks a branch by platform name: on myplugin,
+  the branch of its engine's platform (cpu), as on jax's CPU backend, unless
+  the program gives myplugin one of its own."""
+  def program(x):
+    return jax.lax.platform_dependent(x, cpu=lambda v: jnp.sin(v) * 2.0, default=lambda v: v + 100.0)
+
+  def own_branch(x):
+    return jax.lax.platform_dependent(x, cpu=jnp.sin, myplugin=jnp.cos, default=lambda v: v + 100.0)
+
+  run = {"eager": lambda f, x: f(x), "jit": lambda f, x: jax.jit(f)(x),
+         "vmap": lambda f, x: jax.jit(jax.vmap(f))(x),
+         "grad": lambda f, x: jax.jit(jax.vmap(jax.grad(f)))(x)}[transform]
+  x = np.linspace(0.1, 1.0, 4, dtype=np.float32)
+  results = {}
+  for platform in ("myplugin", "cpu"):
+    with jax.default_device(jax.devices(platform)[0]):
+      results[platform] = np.asarray(run(program, x)), np.asarray(run(own_branch, x))
+  np.testing.assert_allclose(results["myplugin"][0], results["cpu"][0], rtol=1e-6)
+  want = np.cos(x) if transform != "grad" else -np.sin(x)
+  np.testing.assert_allclose(results["myplugin"][1], want, rtol=1e-6)
