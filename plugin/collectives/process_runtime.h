@@ -51,6 +51,7 @@
 #include <memory>
 #include <mutex>
 
+#include "collectives/attachments.h"
 #include "collectives/communicator_cache.h"
 #include "collectives/device_ids.h"
 #include "collectives/flight_recorder.h"
@@ -116,6 +117,15 @@ class ProcessRuntime {
   // a failed load is kept and reported every time.
   const LoadedEngine& Engine(EngineRole role, const std::function<LoadedEngine()>& load);
 
+  // The one T of the process, for a floor above this one (pjrt/, spmd/),
+  // whose types the owner cannot name: made (default-constructed) on its
+  // first use from any thread, then the same object on every call, with
+  // the runtime's lifetime (never destroyed). attachments.h.
+  template <class T>
+  T& Attached() {
+    return attachments_.Get<T>();
+  }
+
  private:
   ProcessRuntime();
   ProcessRuntime(const ProcessRuntime&) = delete;
@@ -135,6 +145,7 @@ class ProcessRuntime {
   std::shared_ptr<WatchState> watch_;  // under mu_
   std::once_flag engine_once_[static_cast<int>(EngineRole::kCount)];
   LoadedEngine engines_[static_cast<int>(EngineRole::kCount)];
+  Attachments attachments_;
 };
 
 }  // namespace myplugin::collectives

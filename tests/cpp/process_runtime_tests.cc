@@ -1,7 +1,13 @@
 // ProcessRuntime (collectives/process_runtime.h): one owner per process,
 // engines loaded once per role with a failed load kept, settings replaced
-// whole, and an agreement outside a job refused without touching anything.
+// whole, an agreement outside a job refused without touching anything, and
+// the attachments of the floors above: one object per type, the same on
+// every call, made once when eight threads ask for it first at once.
+#include <atomic>
+#include <chrono>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "check.h"
 #include "collectives/process_runtime.h"
@@ -54,6 +60,63 @@ void TestAgreementOutsideAJob() {
   CHECK(!verdict.ok() && verdict.status().code() == Code::kFailedPrecondition);
 }
 
+// Types that no other test attaches, each counting its constructions.
+std::atomic<int> first_made{0}, second_made{0}, raced_made{0}, outer_made{0};
+struct First {
+  First() { ++first_made; }
+  int value = 1;
+};
+struct Second {
+  Second() { ++second_made; }
+  int value = 2;
+};
+struct Raced {
+  // Slow to make, so that the other threads' first uses arrive while it is.
+  Raced() {
+    ++raced_made;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+};
+struct Outer {
+  // A constructor that attaches another type (as a table holding another might).
+  Outer() : second(&ProcessRuntime::Get().Attached<Second>()) { ++outer_made; }
+  Second* second;
+};
+
+void TestOneAttachmentPerType() {
+  ProcessRuntime& p = ProcessRuntime::Get();
+  First& first = p.Attached<First>();
+  Second& second = p.Attached<Second>();
+  CHECK(first_made == 1 && second_made == 1);
+  CHECK(static_cast<void*>(&first) != static_cast<void*>(&second));
+  CHECK(first.value == 1 && second.value == 2);
+  first.value = 10;
+  // The same object on every call, through any reference to the owner.
+  CHECK(&ProcessRuntime::Get().Attached<First>() == &first);
+  CHECK(ProcessRuntime::Get().Attached<First>().value == 10);
+  CHECK(&p.Attached<Second>() == &second);
+  CHECK(first_made == 1 && second_made == 1);
+  Outer& outer = p.Attached<Outer>();
+  CHECK(outer.second == &second && outer_made == 1 && second_made == 1);
+}
+
+void TestAttachedOnceUnderEightThreads() {
+  constexpr int kThreads = 8;
+  std::atomic<int> ready{0};
+  std::vector<Raced*> seen(kThreads, nullptr);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kThreads; ++i) {
+    threads.emplace_back([&, i] {
+      ++ready;
+      while (ready < kThreads) std::this_thread::yield();
+      seen[i] = &ProcessRuntime::Get().Attached<Raced>();
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  CHECK(raced_made == 1);
+  for (Raced* r : seen) CHECK(r != nullptr && r == seen[0]);
+}
+
 }  // namespace
 
 void RunProcessRuntimeTests() {
@@ -61,4 +124,6 @@ void RunProcessRuntimeTests() {
   TestEngineLoadedOncePerRole();
   TestSettingsReplacedWhole();
   TestAgreementOutsideAJob();
+  TestOneAttachmentPerType();
+  TestAttachedOnceUnderEightThreads();
 }
