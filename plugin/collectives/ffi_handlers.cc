@@ -1,7 +1,6 @@
 #include "collectives/ffi_handlers.h"
 
 #include <cstring>
-#include <map>
 #include <mutex>
 #include <string_view>
 #include <vector>
@@ -11,6 +10,8 @@
 #include "collectives/ffi_binding.h"
 #include "collectives/ffi_common.h"
 #include "collectives/flight_recorder.h"
+#include "collectives/pack_buffers.h"
+#include "collectives/process_runtime.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace ffi = xla::ffi;
@@ -33,22 +34,6 @@ ffi::Error Grouped(int32_t ordinal, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer
                                 [&](DeviceCollectives& dc, const DeviceBuffers& b) {
                                   return op(dc, b, count, c.type, c.reduction, 0);
                                 }));
-}
-
-// Pack buffers kept per device between calls: fresh ones of a bucket's
-// megabytes would cost page faults on every step, and per device (not per
-// engine thread, any of which may run a call) they stay bounded. A call that
-// finds its device's in use (two executions at once) packs into its own.
-struct PackBuffers {
-  std::mutex mu;
-  std::vector<char> send, recv;
-};
-
-PackBuffers& KeptBuffers(int32_t ordinal) {
-  static std::mutex mu;
-  static auto* kept = new std::map<int32_t, PackBuffers>();  // never destroyed: engine threads outlive statics
-  std::lock_guard<std::mutex> lock(mu);
-  return (*kept)[ordinal];
 }
 
 // A collective that the rewrite may have combined (one result per operand;
@@ -74,7 +59,9 @@ ffi::Error Combinable(CollectiveOp kind, int32_t ordinal, const ffi::RemainingAr
       CombinedOperands::Make(kind, operands.take(), static_cast<int>(c.device_group.size()));
   if (!combined.ok()) return ToFfi(combined.status());
   const CombinedOperands& plan = combined.value();
-  PackBuffers& kept = KeptBuffers(ordinal);
+  // A call that finds its device's kept buffers in use (two executions at
+  // once) packs into its own.
+  PackBuffers& kept = ProcessRuntime::Get().pack_buffers().ForDevice(ordinal);
   std::unique_lock<std::mutex> hold(kept.mu, std::try_to_lock);
   PackBuffers own;
   PackBuffers& buffers = hold.owns_lock() ? kept : own;

@@ -1,8 +1,6 @@
 #include "collectives/nccl_ffi_handlers.h"
 
-#include <condition_variable>
 #include <cstdlib>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <string_view>
@@ -25,25 +23,12 @@ namespace myplugin::collectives {
 // Communicators: one NCCL rank per device, per device group.
 
 BootstrapStore InProcessStore() {
-  struct Shared {
-    std::mutex mu;
-    std::condition_variable cv;
-    std::map<std::string, std::string> values;
-  };
-  static Shared* shared = new Shared;
   BootstrapStore store;
   store.set = [](const std::string& key, const std::string& value) {
-    std::lock_guard<std::mutex> lock(shared->mu);
-    shared->values[key] = value;
-    shared->cv.notify_all();
-    return OkStatus();
+    return ProcessRuntime::Get().in_process_key_values().Set(key, value);
   };
-  store.get = [](const std::string& key, double timeout_s) -> StatusOr<std::string> {
-    std::unique_lock<std::mutex> lock(shared->mu);
-    bool found = shared->cv.wait_for(lock, Millis(timeout_s),
-                                     [&] { return shared->values.count(key) > 0; });
-    if (!found) return Status(Code::kDeadlineExceeded, "no value for '" + key + "'");
-    return shared->values[key];
+  store.get = [](const std::string& key, double timeout_s) {
+    return ProcessRuntime::Get().in_process_key_values().Get(key, timeout_s);
   };
   return store;
 }
@@ -91,29 +76,22 @@ namespace {
 // key-value store (or in memory for a job of one process), and every
 // communicator aborted when the coordination service reports a failure.
 StatusOr<NcclDeviceGroups*> DeviceGroups() {
-  static std::once_flag once;
-  static NcclDeviceGroups* device_groups = nullptr;
-  static Status* error = new Status();
-  std::call_once(once, [] {
+  return ProcessRuntime::Get().nccl_device_groups([]() -> StatusOr<NcclDeviceGroups*> {
     const std::string path = ProcessRuntime::Get().library_choice().nccl_library;
     StatusOr<NcclApi> api = NcclApi::Load(path.empty() ? "libnccl.so.2" : path);
-    if (!api.ok()) {
-      *error = api.status();
-      return;
-    }
+    if (!api.ok()) return api.status();
     auto& runtime = ProcessRuntime::Get().distributed();
     BootstrapStore store = InProcessStore();
+    const double timeout_s = ProcessRuntime::Get().settings()->collective_timeout_s;
     if (auto client = runtime.client()) {
       store.set = [client](const std::string& k, const std::string& v) { return client->KeyValueSet(k, v); };
       store.get = [client](const std::string& k, double t) { return client->KeyValueGet(k, t); };
-      device_groups = new NcclDeviceGroups(api.take(), std::move(store), ProcessRuntime::Get().settings()->collective_timeout_s);
-      client->AddFailureCallback([](const Status& why) { device_groups->AbortAll(why); });
-    } else {
-      device_groups = new NcclDeviceGroups(api.take(), std::move(store), ProcessRuntime::Get().settings()->collective_timeout_s);
+      auto* device_groups = new NcclDeviceGroups(api.take(), std::move(store), timeout_s);
+      client->AddFailureCallback([device_groups](const Status& why) { device_groups->AbortAll(why); });
+      return device_groups;
     }
+    return new NcclDeviceGroups(api.take(), std::move(store), timeout_s);
   });
-  if (device_groups == nullptr) return *error;
-  return device_groups;
 }
 
 }  // namespace

@@ -72,4 +72,18 @@ const ProcessRuntime::LoadedEngine& ProcessRuntime::Engine(EngineRole role,
   return engines_[i];
 }
 
+StatusOr<NcclDeviceGroups*> ProcessRuntime::nccl_device_groups(
+    const std::function<StatusOr<NcclDeviceGroups*>()>& make) {
+  std::call_once(nccl_once_, [&] {
+    StatusOr<NcclDeviceGroups*> made = make();
+    if (made.ok()) {
+      nccl_device_groups_ = made.value();
+    } else {
+      nccl_error_ = made.status();
+    }
+  });
+  if (nccl_device_groups_ == nullptr) return nccl_error_;
+  return nccl_device_groups_;
+}
+
 }  // namespace myplugin::collectives

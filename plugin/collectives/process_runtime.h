@@ -55,7 +55,9 @@
 #include "collectives/communicator_cache.h"
 #include "collectives/device_ids.h"
 #include "collectives/flight_recorder.h"
+#include "collectives/in_process_key_values.h"
 #include "collectives/local_rendezvous.h"
+#include "collectives/pack_buffers.h"
 #include "common/settings.h"
 #include "common/status.h"
 #include "coordination/runtime.h"
@@ -68,6 +70,7 @@ class EngineLibrary;
 namespace myplugin::collectives {
 
 struct WatchState;
+class NcclDeviceGroups;
 
 class ProcessRuntime {
  public:
@@ -95,6 +98,12 @@ class ProcessRuntime {
   CompileStarts& compile_starts() { return compile_starts_; }
   BarrierUses& barrier_uses() { return barrier_uses_; }
   CommunicatorCache& communicators() { return communicators_; }
+  KeptPackBuffers& pack_buffers() { return pack_buffers_; }
+  InProcessKeyValues& in_process_key_values() { return in_process_key_values_; }
+  // NCCL's device groups (nccl_ffi_handlers.h, built where NCCL's headers
+  // are): made by `make` the first time they are asked for; a failure is
+  // kept and reported every time.
+  StatusOr<NcclDeviceGroups*> nccl_device_groups(const std::function<StatusOr<NcclDeviceGroups*>()>& make);
   // The straggler watch of the current job (straggler_watch.h); null before
   // the first StartWatch.
   std::shared_ptr<WatchState> watch();
@@ -145,6 +154,11 @@ class ProcessRuntime {
   std::shared_ptr<WatchState> watch_;  // under mu_
   std::once_flag engine_once_[static_cast<int>(EngineRole::kCount)];
   LoadedEngine engines_[static_cast<int>(EngineRole::kCount)];
+  KeptPackBuffers pack_buffers_;
+  InProcessKeyValues in_process_key_values_;
+  std::once_flag nccl_once_;
+  NcclDeviceGroups* nccl_device_groups_ = nullptr;  // never deleted, as the runtime is not
+  Status nccl_error_;
   Attachments attachments_;
 };
 
