@@ -13,6 +13,20 @@
 //   communicators      one per process group and membership epoch
 //   straggler watch    the current job's watch state (its threads hold it too)
 //   engines            the engine libraries the PJRT library loads: main, shadow, compile
+//   pack buffers       the combined calls' buffers, kept per device (pack_buffers.h)
+//   NCCL               the device groups (their communicators), made on first
+//                      use, and the in-process key-value store that a job of
+//                      one process bootstraps them through (nccl_ffi_handlers.h)
+//   attachments        the floors above, one object per type, made on first
+//                      use (Attached<T>, attachments.h): pjrt/'s engine-object
+//                      map (client.cc), live compile targets (gpu_compile.cc),
+//                      cost-analysis table, executables' origins
+//                      (executable.cc), the running engine's FFI probe
+//                      (ffi_extension.cc); spmd/'s hook slots (program_hooks.cc,
+//                      cost_analysis_hook.cc)
+// The floors above reach theirs through Attached<T>, keyed by type: the owner
+// names none of their types, so no include runs up a floor, and each is held
+// here with the runtime's lifetime and teardown order.
 //
 // Lifetime: the runtime, and all it owns, is made on first use and never
 // destroyed. Engine threads, the coordination client's threads and the
@@ -22,29 +36,33 @@
 // destructor at exit would pull these out from under them. So teardown is
 // not destruction but these steps, in this order, while the process lives:
 //   1. a failure that the service reports aborts the communicators' calls in
-//      flight (each communicator's failure callback);
+//      flight (each communicator's failure callback, and the NCCL device
+//      groups' for theirs);
 //   2. a membership agreement that changes the members (AgreeMembership,
 //      in-place recovery) drops the communicators of the old membership;
-//      they are rebuilt for the new epoch on their next use, and the
-//      straggler watch follows the new epoch;
+//      they are rebuilt for the new epoch on their next use (the NCCL device
+//      groups drop theirs when they see the new epoch), and the straggler
+//      watch follows the new epoch;
 //   3. the job's end (distributed().Shutdown) lets go of the coordination
 //      client: the communicators made on it are dropped when the next job
 //      asks for one, and the straggler watch's threads end;
 //   4. the flight recorder, the local rendezvous, the settings, the library
-//      choice and the engines stay until the process exits.
+//      choice, the engines, the pack buffers, the in-process key-value store
+//      and the attachments stay until the process exits (a PJRT object's
+//      entry in an attachment goes when jax destroys the object).
 //
-// Not reached through here, each with the same lifetime (made once, never
-// destroyed) unless said: the PJRT library's own tables, a floor above
-// (pjrt/: the engine-object map of client.cc, the live compile targets of
-// gpu_compile.cc, the cost-analysis table, the executables' origins, the
-// FFI and cross-host-transfer extension structs); the Python steps' hook
-// slots (spmd/program_hooks.cc, spmd/cost_analysis_hook.cc), a floor above;
-// the NCCL device groups and the packed buffers of combined calls
-// (nccl_ffi_handlers.cc, ffi_handlers.cc); the FFI handler adapters
-// (engine/ffi_handler_adapter.cc), bound to trampolines fixed at compile
-// time; the SIGUSR1 pipe of the straggler watch (two ints, all a signal
-// handler may touch); and tables that never change once made (the known
-// GPUs, the FFI version pairs, the settings' names).
+// Not held here, each made once and never destroyed, for the reason given:
+//   the FFI handler adapters' slots (engine/ffi_handler_adapter.cc), a floor
+//     below the owner: trampolines fixed at compile time read them with no
+//     context to find an owner by; a slot, once given, never changes.
+// and these, which hold no state that changes once made:
+//   the PJRT_Api table and its extension chain (FFI, cross-host transfers;
+//     api_table.cc, ffi_extension.cc, cross_host_transfers.cc): function
+//     pointers filled once;
+//   the SIGUSR1 pipe of the straggler watch (straggler_watch.cc): two ints,
+//     made once, all a signal handler may touch;
+//   the known GPUs (engine/gpu_target.cc), the FFI version pairs, the
+//     settings' names (common/settings.cc): constant tables.
 #pragma once
 
 #include <functional>

@@ -25,10 +25,7 @@ struct EngineObjectMap {
   std::unordered_map<PJRT_Memory*, Memory*> memories;
 };
 
-EngineObjectMap& ObjectMap() {
-  static EngineObjectMap* map = new EngineObjectMap;
-  return *map;
-}
+EngineObjectMap& ObjectMap() { return collectives::ProcessRuntime::Get().Attached<EngineObjectMap>(); }
 
 }  // namespace
 

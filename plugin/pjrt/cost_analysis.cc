@@ -7,6 +7,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "collectives/process_runtime.h"
 #include "engine/engine_executable.h"
 #include "pjrt/executable.h"
 #include "pjrt/forwarding.h"
@@ -22,11 +23,12 @@ struct Properties {
 };
 
 // Keyed by the engine's PJRT_Executable, which jax destroys through us.
-std::mutex mu;
-std::unordered_map<PJRT_Executable*, std::unique_ptr<Properties>>& Table() {
-  static auto* table = new std::unordered_map<PJRT_Executable*, std::unique_ptr<Properties>>();
-  return *table;
-}
+struct PropertiesTable {
+  std::mutex mu;
+  std::unordered_map<PJRT_Executable*, std::unique_ptr<Properties>> of;
+};
+
+PropertiesTable& Table() { return collectives::ProcessRuntime::Get().Attached<PropertiesTable>(); }
 
 bool ReadVarint(const std::string& s, size_t& pos, uint64_t& out) {
   out = 0;
@@ -129,9 +131,10 @@ StatusOr<std::unique_ptr<Properties>> Analyze(const EngineLibrary& engine, PJRT_
 
 PJRT_Error* ExecutableGetCostAnalysis(PJRT_Executable_GetCostAnalysis_Args* args) {
   {
-    std::lock_guard<std::mutex> lock(mu);
-    auto it = Table().find(args->executable);
-    if (it != Table().end()) {
+    PropertiesTable& table = Table();
+    std::lock_guard<std::mutex> lock(table.mu);
+    auto it = table.of.find(args->executable);
+    if (it != table.of.end()) {
       args->num_properties = it->second->values.size();
       args->properties = it->second->values.data();
       return nullptr;
@@ -157,8 +160,9 @@ PJRT_Error* ExecutableGetCostAnalysis(PJRT_Executable_GetCostAnalysis_Args* args
         v.name = out->names[i].data();
         out->values.push_back(v);
       }
-      std::lock_guard<std::mutex> lock(mu);
-      auto& slot = Table()[args->executable];
+      PropertiesTable& table = Table();
+      std::lock_guard<std::mutex> lock(table.mu);
+      auto& slot = table.of[args->executable];
       if (!slot) slot = std::move(out);
       args->num_properties = slot->values.size();
       args->properties = slot->values.data();
@@ -170,8 +174,9 @@ PJRT_Error* ExecutableGetCostAnalysis(PJRT_Executable_GetCostAnalysis_Args* args
   // it may be waiting for this lock.
   StatusOr<std::unique_ptr<Properties>> props = Analyze(engine, engine_executable);
   if (!props.ok()) return ToPjrtError(props.status());
-  std::lock_guard<std::mutex> lock(mu);
-  auto& slot = Table()[args->executable];
+  PropertiesTable& table = Table();
+  std::lock_guard<std::mutex> lock(table.mu);
+  auto& slot = table.of[args->executable];
   if (!slot) slot = props.take();
   args->num_properties = slot->values.size();
   args->properties = slot->values.data();
@@ -179,8 +184,9 @@ PJRT_Error* ExecutableGetCostAnalysis(PJRT_Executable_GetCostAnalysis_Args* args
 }
 
 void ForgetCostAnalysis(PJRT_Executable* engine_executable) {
-  std::lock_guard<std::mutex> lock(mu);
-  Table().erase(engine_executable);
+  PropertiesTable& table = Table();
+  std::lock_guard<std::mutex> lock(table.mu);
+  table.of.erase(engine_executable);
 }
 
 }  // namespace myplugin

@@ -4,6 +4,7 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "collectives/process_runtime.h"
 #include "pjrt/client.h"
 #include "pjrt/device_assignment.h"
 #include "pjrt/forwarding.h"
@@ -22,10 +23,7 @@ struct ExecutableOrigins {
   std::unordered_map<const PJRT_Executable*, const LoadedExecutable*> of;
 };
 
-ExecutableOrigins& Origins() {
-  static ExecutableOrigins* origins = new ExecutableOrigins;
-  return *origins;
-}
+ExecutableOrigins& Origins() { return collectives::ProcessRuntime::Get().Attached<ExecutableOrigins>(); }
 
 }  // namespace
 

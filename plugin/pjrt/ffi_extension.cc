@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "collectives/process_runtime.h"
 #include "common/log.h"
 #include "engine/ffi_api_version.h"
 #include "engine/ffi_handler_adapter.h"
@@ -68,6 +69,11 @@ StatusOr<void*> VersionCheckedHandler(const EngineLibrary& engine, const FfiExte
 
 namespace {
 
+// The running engine's FFI, probed on the first registration.
+struct RunningEngineProbe {
+  EngineFfiProbe probe;
+};
+
 PJRT_Error* RegisterHandler(FfiRegisterHandlerArgs* args) {
   if (args->struct_size < kFfiRegisterHandlerArgsSize) {
     return ToPjrtError(InvalidArgument("PJRT_FFI_Register_Handler_Args is too small (" +
@@ -84,7 +90,7 @@ PJRT_Error* RegisterHandler(FfiRegisterHandlerArgs* args) {
   engine_args.struct_size = kFfiRegisterHandlerArgsSize;
   engine_args.platform_name = platform.data();
   engine_args.platform_name_size = platform.size();
-  static EngineFfiProbe probe;
+  EngineFfiProbe& probe = collectives::ProcessRuntime::Get().Attached<RunningEngineProbe>().probe;
   const bool first = !probe.tried;
   StatusOr<void*> handler = VersionCheckedHandler(Engine(), ffi.value(), probe, engine_args);
   if (first) RecordRunningEngineFfi(probe.seen);

@@ -5,6 +5,7 @@
 #include <set>
 #include <unordered_set>
 
+#include "collectives/process_runtime.h"
 #include "common/settings.h"
 #include "pjrt/build_id.h"
 #include "pjrt/client.h"
@@ -22,10 +23,7 @@ struct LiveTargets {
   std::unordered_set<const void*> of;
 };
 
-LiveTargets& Live() {
-  static LiveTargets* live = new LiveTargets;
-  return *live;
-}
+LiveTargets& Live() { return collectives::ProcessRuntime::Get().Attached<LiveTargets>(); }
 
 StatusOr<PJRT_TopologyDescription*> EngineTopology(const EngineLibrary& engine, const std::string& shape,
                                                    const std::string& target_config) {
@@ -108,19 +106,22 @@ StatusOr<std::string> UnloadedExecutable::Serialize() const {
 
 TargetExecutable::TargetExecutable(const EngineLibrary& engine, GpuTargetOptions target, std::string writer)
     : engine_(engine), target_(std::move(target)), writer_(std::move(writer)) {
-  std::lock_guard<std::mutex> lock(Live().mu);
-  Live().of.insert(this);
+  LiveTargets& live = Live();
+  std::lock_guard<std::mutex> lock(live.mu);
+  live.of.insert(this);
 }
 
 TargetExecutable::~TargetExecutable() {
-  std::lock_guard<std::mutex> lock(Live().mu);
-  Live().of.erase(this);
+  LiveTargets& live = Live();
+  std::lock_guard<std::mutex> lock(live.mu);
+  live.of.erase(this);
 }
 
 TargetExecutable* TargetExecutableOf(const PJRT_Executable* executable) {
-  std::lock_guard<std::mutex> lock(Live().mu);
-  auto it = Live().of.find(executable);
-  return it == Live().of.end() ? nullptr : static_cast<TargetExecutable*>(const_cast<void*>(*it));
+  LiveTargets& live = Live();
+  std::lock_guard<std::mutex> lock(live.mu);
+  auto it = live.of.find(executable);
+  return it == live.of.end() ? nullptr : static_cast<TargetExecutable*>(const_cast<void*>(*it));
 }
 
 PJRT_Executable* TargetExecutable::primary() const {

@@ -1,13 +1,11 @@
 #include "spmd/cost_analysis_hook.h"
 
+#include "collectives/process_runtime.h"
 #include "common/hook_slot.h"
 
 namespace myplugin::spmd {
 namespace {
-HookSlot<CostAnalysisHook>& Slot() {
-  static auto* slot = new HookSlot<CostAnalysisHook>();
-  return *slot;
-}
+HookSlot<CostAnalysisHook>& Slot() { return collectives::ProcessRuntime::Get().Attached<HookSlot<CostAnalysisHook>>(); }
 }  // namespace
 
 void SetCostAnalysisHook(CostAnalysisHook hook) { Slot().Set(std::move(hook)); }

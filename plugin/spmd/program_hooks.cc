@@ -1,13 +1,11 @@
 #include "spmd/program_hooks.h"
 
+#include "collectives/process_runtime.h"
 #include "common/hook_slot.h"
 
 namespace myplugin::spmd {
 namespace {
-HookSlot<ProgramHooks>& Slot() {
-  static auto* slot = new HookSlot<ProgramHooks>();
-  return *slot;
-}
+HookSlot<ProgramHooks>& Slot() { return collectives::ProcessRuntime::Get().Attached<HookSlot<ProgramHooks>>(); }
 }  // namespace
 
 void SetProgramHooks(ProgramHooks hooks) { Slot().Set(std::move(hooks)); }
