@@ -25,7 +25,12 @@ struct EngineObjectMap {
   std::unordered_map<PJRT_Memory*, Memory*> memories;
 };
 
-EngineObjectMap& ObjectMap() { return collectives::ProcessRuntime::Get().Attached<EngineObjectMap>(); }
+// Looked up once: the owner never replaces nor destroys what it holds, and
+// this map is read on every call that crosses into the engine.
+EngineObjectMap& ObjectMap() {
+  static EngineObjectMap& map = collectives::ProcessRuntime::Get().Attached<EngineObjectMap>();
+  return map;
+}
 
 }  // namespace
 

@@ -28,7 +28,10 @@ struct PropertiesTable {
   std::unordered_map<PJRT_Executable*, std::unique_ptr<Properties>> of;
 };
 
-PropertiesTable& Table() { return collectives::ProcessRuntime::Get().Attached<PropertiesTable>(); }
+PropertiesTable& Table() {
+  static PropertiesTable& table = collectives::ProcessRuntime::Get().Attached<PropertiesTable>();  // once: the owner never replaces what it holds
+  return table;
+}
 
 bool ReadVarint(const std::string& s, size_t& pos, uint64_t& out) {
   out = 0;

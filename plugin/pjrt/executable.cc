@@ -23,7 +23,10 @@ struct ExecutableOrigins {
   std::unordered_map<const PJRT_Executable*, const LoadedExecutable*> of;
 };
 
-ExecutableOrigins& Origins() { return collectives::ProcessRuntime::Get().Attached<ExecutableOrigins>(); }
+ExecutableOrigins& Origins() {
+  static ExecutableOrigins& origins = collectives::ProcessRuntime::Get().Attached<ExecutableOrigins>();  // once: the owner never replaces what it holds
+  return origins;
+}
 
 }  // namespace
 
