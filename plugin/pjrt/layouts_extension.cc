@@ -4,6 +4,7 @@
 
 #include "pjrt/client.h"
 #include "pjrt/engine_instance.h"
+#include "pjrt/entry_point.h"
 #include "pjrt/error.h"
 #include "pjrt/forwarding.h"
 #include "pjrt/gpu_compile.h"
@@ -27,25 +28,36 @@ Fn EngineEntry(Fn LayoutsExtension::*field) {
   return engine.base.struct_size >= end ? engine.*field : nullptr;
 }
 
+// The gate of pjrt/entry_point.h: the struct present and as large as the
+// ABI's before a field is read.
+template <typename Args>
+PJRT_Error* CheckArgs(Args* args, const char* name) {
+  return CheckArgsSize(name, args, args ? args->struct_size : 0, sizeof(Args));
+}
+
 template <typename Args>
 PJRT_Error* CallEngine(PJRT_Error* (*LayoutsExtension::*field)(Args*), Args* args, const char* name) {
   return CallLibrary(Engine(), EngineEntry(field), args, name);
 }
 
 PJRT_Error* MemoryLayoutDestroy(LayoutsMemoryLayoutDestroyArgs* args) {
+  if (PJRT_Error* e = CheckArgs(args, "PJRT_Layouts_MemoryLayout_Destroy")) return e;
   return CallEngine(&LayoutsExtension::memory_layout_destroy, args, "PJRT_Layouts_MemoryLayout_Destroy");
 }
 
 PJRT_Error* MemoryLayoutSerialize(LayoutsMemoryLayoutSerializeArgs* args) {
+  if (PJRT_Error* e = CheckArgs(args, "PJRT_Layouts_MemoryLayout_Serialize")) return e;
   return CallEngine(&LayoutsExtension::memory_layout_serialize, args, "PJRT_Layouts_MemoryLayout_Serialize");
 }
 
 PJRT_Error* BufferMemoryLayout(LayoutsBufferMemoryLayoutArgs* args) {
+  if (PJRT_Error* e = CheckArgs(args, "PJRT_Layouts_PJRT_Buffer_MemoryLayout")) return e;
   return CallEngine(&LayoutsExtension::buffer_memory_layout, args, "PJRT_Layouts_PJRT_Buffer_MemoryLayout");
 }
 
 PJRT_Error* ClientDefaultLayout(LayoutsClientDefaultLayoutArgs* args) {
-  ScopedSwap<PJRT_Client*> client(args->client, FromC(args->client)->engine_client().get());
+  if (PJRT_Error* e = CheckArgs(args, "PJRT_Layouts_PJRT_Client_GetDefaultLayout")) return e;
+  ScopedSwap<PJRT_Client*> client(args->of, FromC(args->of)->engine_client().get());
   return CallEngine(&LayoutsExtension::client_default_layout, args, "PJRT_Layouts_PJRT_Client_GetDefaultLayout");
 }
 
@@ -53,14 +65,15 @@ PJRT_Error* ClientDefaultLayout(LayoutsClientDefaultLayoutArgs* args) {
 // engine client (the same layouts). A compile-only one belongs to an engine
 // whose layout objects our table cannot hand on.
 PJRT_Error* TopologyDefaultLayout(LayoutsTopologyDefaultLayoutArgs* args) {
-  Client* owner = FromC(args->topology_description)->owner();
+  if (PJRT_Error* e = CheckArgs(args, "PJRT_Layouts_PJRT_Topology_GetDefaultLayout")) return e;
+  Client* owner = FromC(args->of)->owner();
   if (owner == nullptr) {
     return ToPjrtError(Unimplemented(
         "myplugin answers default layouts only for a client's topology, not for a compile-only or deserialized one"));
   }
   LayoutsClientDefaultLayoutArgs c{};
   c.struct_size = sizeof(c);
-  c.client = owner->engine_client().get();
+  c.of = owner->engine_client().get();
   c.type = args->type;
   c.dims = args->dims;
   c.num_dims = args->num_dims;
@@ -75,6 +88,7 @@ PJRT_Error* TopologyDefaultLayout(LayoutsTopologyDefaultLayoutArgs* args) {
 // engine's) must not be handed; jax then goes without them.
 template <typename Fn>
 PJRT_Error* ExecutableLayouts(LayoutsExecutableLayoutsArgs* args, Fn fn, const char* name) {
+  if (PJRT_Error* e = CheckArgs(args, name)) return e;
   if (TargetExecutable* target = TargetExecutableOf(args->executable)) {
     if (&target->engine() != &Engine()) {
       return ToPjrtError(Unimplemented(std::string(name) + " of a program compiled for a GPU target through another "

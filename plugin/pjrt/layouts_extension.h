@@ -47,26 +47,20 @@ struct LayoutsBufferMemoryLayoutArgs {
   PJRT_Layouts_MemoryLayout* layout;  // out, freed with MemoryLayout_Destroy
 };
 
-struct LayoutsClientDefaultLayoutArgs {
+// A client's or a topology's default layout for a type and dims.
+template <typename Of>
+struct LayoutsDefaultLayoutArgs {
   size_t struct_size;
   PJRT_Extension_Base* extension_start;
-  PJRT_Client* client;
+  Of* of;  // the client, or the topology description
   PJRT_Buffer_Type type;
   const int64_t* dims;
   size_t num_dims;
   PJRT_Layouts_MemoryLayout* layout;  // out
 };
+using LayoutsClientDefaultLayoutArgs = LayoutsDefaultLayoutArgs<PJRT_Client>;
+using LayoutsTopologyDefaultLayoutArgs = LayoutsDefaultLayoutArgs<PJRT_TopologyDescription>;
 static_assert(sizeof(LayoutsClientDefaultLayoutArgs) == 0x38, "the ABI's size");
-
-struct LayoutsTopologyDefaultLayoutArgs {
-  size_t struct_size;
-  PJRT_Extension_Base* extension_start;
-  PJRT_TopologyDescription* topology_description;
-  PJRT_Buffer_Type type;
-  const int64_t* dims;
-  size_t num_dims;
-  PJRT_Layouts_MemoryLayout* layout;  // out
-};
 static_assert(sizeof(LayoutsTopologyDefaultLayoutArgs) == 0x38, "the ABI's size");
 
 // Output and parameter layouts: the executable owns the layouts it returns.
