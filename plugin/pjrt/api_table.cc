@@ -2,6 +2,10 @@
 // engine's (through forwarding.cc) where it is the engine's. The table is
 // built against the header we compile with, so it reports that header's
 // version and size; jaxlib then calls nothing beyond it.
+#include "pjrt/api_table.h"
+
+#include <mutex>
+
 #include "pjrt/client.h"
 #include "pjrt/cross_host_transfers.h"
 #include "pjrt/device.h"
@@ -10,6 +14,7 @@
 #include "pjrt/executable.h"
 #include "pjrt/ffi_extension.h"
 #include "pjrt/forwarding.h"
+#include "pjrt/layouts_extension.h"
 #include "pjrt/topology.h"
 
 namespace myplugin {
@@ -19,7 +24,8 @@ PJRT_Api BuildApi() {
   PJRT_Api api{};
   api.struct_size = PJRT_Api_STRUCT_SIZE;
   // Our extensions: the FFI's, and cross-host transfers (whose presence
-  // tells jaxlib that jax.device_put may cross processes).
+  // tells jaxlib that jax.device_put may cross processes). The layouts'
+  // joins them once the engine is known (ChainEngineExtensions).
   api.extension_start = OurCrossHostTransfersExtension(OurFfiExtension());
   api.pjrt_api_version.struct_size = PJRT_Api_Version_STRUCT_SIZE;
   api.pjrt_api_version.major_version = PJRT_API_MAJOR;
@@ -88,10 +94,21 @@ PJRT_Api BuildApi() {
   return api;
 }
 
+PJRT_Api& TheApi() {
+  static PJRT_Api api = BuildApi();
+  return api;
+}
+
 }  // namespace
+
+void ChainEngineExtensions() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    PJRT_Api& api = TheApi();
+    api.extension_start = OurLayoutsExtension(api.extension_start);
+  });
+}
+
 }  // namespace myplugin
 
-extern "C" __attribute__((visibility("default"))) const PJRT_Api* GetPjrtApi() {
-  static const PJRT_Api api = myplugin::BuildApi();
-  return &api;
-}
+extern "C" __attribute__((visibility("default"))) const PJRT_Api* GetPjrtApi() { return &myplugin::TheApi(); }

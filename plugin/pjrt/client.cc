@@ -11,6 +11,7 @@
 #include "collectives/device_ids.h"
 #include "collectives/process_runtime.h"
 #include "coordination/runtime.h"
+#include "pjrt/api_table.h"
 #include "pjrt/build_id.h"
 #include "pjrt/engine_instance.h"
 #include "pjrt/error.h"
@@ -143,6 +144,7 @@ Status Client::BuildDevices(const std::vector<coordination::ProcessInfo>& proces
                       engine.platform_name() + "' " + engine.platform_version() + " (PJRT C API " +
                       Engine().ApiVersionString() + ")";
   topology_ = std::make_unique<Topology>(kPlatformName, platform_version_, std::move(descriptions));
+  topology_->set_owner(this);
 
   // Our collectives' handlers learn a device's global id from its ordinal.
   std::vector<std::pair<int, int>> ordinals;
@@ -301,6 +303,7 @@ PJRT_Error* PjrtClientCreate(PJRT_Client_Create_Args* args) {
   collectives::ProcessRuntime::Get().UseSettings(options.value().settings);
   StatusOr<std::unique_ptr<Client>> client = Client::Create(options.value());
   if (!client.ok()) return ToPjrtError(client.status());
+  ChainEngineExtensions();  // for a jaxlib that made no PJRT_Plugin_Initialize call
   args->client = ToC(client.take().release());
   return nullptr;
 }

@@ -1,5 +1,6 @@
 #include "pjrt/forwarding.h"
 
+#include "pjrt/api_table.h"
 #include "pjrt/client.h"
 #include "pjrt/cost_analysis.h"
 #include "pjrt/device.h"
@@ -12,7 +13,11 @@ namespace {
 
 // ---- Plugin ----
 
-PJRT_Error* PluginInitialize(PJRT_Plugin_Initialize_Args* args) { return ToPjrtError(EnsureEngineLoaded()); }
+PJRT_Error* PluginInitialize(PJRT_Plugin_Initialize_Args* args) {
+  if (Status st = EnsureEngineLoaded(); !st.ok()) return ToPjrtError(st);
+  ChainEngineExtensions();
+  return nullptr;
+}
 
 // The engine's attributes (stablehlo versions among them) tell jax which
 // StableHLO it may send; the engine is the one that parses it.

@@ -10,6 +10,7 @@
 
 namespace myplugin {
 
+class Client;            // pjrt/client.h
 class GpuCompileTarget;  // pjrt/gpu_compile.h
 
 class Topology {
@@ -28,12 +29,17 @@ class Topology {
   // which jax owns and destroys; null for a client's.
   const std::shared_ptr<const GpuCompileTarget>& compile_target() const { return compile_target_; }
   void set_compile_target(std::shared_ptr<const GpuCompileTarget> target) { compile_target_ = std::move(target); }
+  // The client whose topology this is (it answers default layouts); null
+  // for a detached one.
+  Client* owner() const { return owner_; }
+  void set_owner(Client* owner) { owner_ = owner; }
 
  private:
   std::string platform_name_;
   std::string platform_version_;
   std::vector<PJRT_DeviceDescription*> descriptions_;
   std::shared_ptr<const GpuCompileTarget> compile_target_;
+  Client* owner_ = nullptr;
 };
 
 inline PJRT_TopologyDescription* ToC(Topology* t) { return reinterpret_cast<PJRT_TopologyDescription*>(t); }
