@@ -3,7 +3,7 @@
 #
 # usage: ci/gpu_tests.sh [--leg single|multi] [--cuda 12|13] [--out DIR] [--dry-run]
 #        ci/gpu_tests.sh --prepare DIR                 (networked machine: gather the kit)
-#        ci/gpu_tests.sh --offline DIR [--part gpu|collectives] [--bench-args ARGS] [--out DIR]
+#        ci/gpu_tests.sh --offline DIR [--part gpu|collectives|multiprocess] [--bench-args ARGS] [--out DIR]
 #                                                      (GPU machine, no network: install the kit, run)
 #
 # Default (a GPU machine with network): build with CUDA's headers, record
@@ -15,10 +15,10 @@
 # a machine lacks: the Debian packages of the libraries the wheel links
 # outside the system's (libgloo and its own), pytest's wheels, and the raw
 # Gloo baseline of bench/collectives.py (bin/raw_gloo_allreduce, its
-# libraries among those .debs). Not the
-# CPU engine (lammps-jax-pjrt-cpu, ~200 MB): single-GPU tests never
-# partition on it; only multi-process programs (tests/gpu/test_nccl_multiprocess.py,
-# two GPUs) need it.
+# libraries among those .debs). The wheel leaves out the CPU engine
+# (lammps-jax-pjrt-cpu, ~200 MB, 63 MB as its wheel packs it): single-GPU
+# tests never partition on it; multi-process programs do, so the kit
+# carries it xz-compressed (engine/) for --part multiprocess alone.
 #
 # --offline DIR installs that kit without any network (pip --no-index into
 # a private folder on PYTHONPATH, the .debs unpacked with dpkg -x into a
@@ -33,6 +33,11 @@
 #     (issue 16's 2 and 4 processes on one host), under a hard timeout,
 #     --bench-args after its own (later ones win: --bench-args '--rounds 2').
 #     It needs no XLA engine: the collectives are the plugin's runtime alone.
+#   --part multiprocess (4 files): issue 39's 2 and 4 processes sharing GPU 0
+#     (myplugin-run --share-gpu, NCCL between them): pytest -m gpu
+#     tests/gpu/test_nccl_shared_gpu.py with MYPLUGIN_ENGINE=cuda, the CPU
+#     engine from engine/ as the partitioner (MYPLUGIN_SHADOW_ENGINE_PATH),
+#     the kit's 1x2x1 and 1x4x1 executables (MYPLUGIN_GPU_KIT_AOT).
 #
 # --dry-run runs everything that needs no GPU (argument checks, tool
 # checks, the CUDA engines' availability on the package index, test
@@ -51,6 +56,13 @@ AOT_GPUS=h100,h200
 # which installing the kit takes ~20 s).
 COLLECTIVES_BENCH=(--processes 2,4 --rounds 5 --max-mb 64)
 COLLECTIVES_TIMEOUT_S=480
+# The topologies of the kit's executables: one GPU, and issue 39's 2 and 4
+# processes of one GPU each (as processes sharing one GPU are).
+AOT_TOPOLOGIES=1x1x1,1x2x1,1x4x1
+# --part multiprocess's hard limits: its tests in all (inside issue 39's 6
+# minutes of GPU time with the kit's install), and each one.
+MULTIPROCESS_TIMEOUT_S=320
+MULTIPROCESS_TEST_TIMEOUT_S=150
 
 leg=single
 cuda=13
@@ -60,7 +72,7 @@ mode=online
 kit=""
 part=""
 bench_args=""
-usage="usage: $0 [--leg single|multi] [--cuda 12|13] [--out DIR] [--dry-run] | --prepare DIR | --offline DIR [--part gpu|collectives] [--bench-args ARGS] [--out DIR]"
+usage="usage: $0 [--leg single|multi] [--cuda 12|13] [--out DIR] [--dry-run] | --prepare DIR | --offline DIR [--part gpu|collectives|multiprocess] [--bench-args ARGS] [--out DIR]"
 while [ $# -gt 0 ]; do
   case "$1" in
     --leg) leg="$2"; shift 2 ;;
@@ -69,14 +81,14 @@ while [ $# -gt 0 ]; do
     --dry-run) dry=1; shift ;;
     --prepare) mode=prepare; kit="${2:?--prepare needs a folder}"; shift 2 ;;
     --offline) mode=offline; kit="${2:?--offline needs a folder}"; shift 2 ;;
-    --part) part="${2:?--part needs gpu or collectives}"; shift 2 ;;
+    --part) part="${2:?--part needs gpu, collectives or multiprocess}"; shift 2 ;;
     --bench-args) bench_args="${2?--bench-args needs the arguments}"; shift 2 ;;
     *) echo "$usage" >&2; exit 2 ;;
   esac
 done
 case "$leg" in single|multi) ;; *) echo "--leg must be single or multi, not '$leg'" >&2; exit 2 ;; esac
 case "$cuda" in 12|13) ;; *) echo "--cuda must be 12 or 13, not '$cuda'" >&2; exit 2 ;; esac
-case "${part:-gpu}" in gpu|collectives) ;; *) echo "--part must be gpu or collectives, not '$part'" >&2; exit 2 ;; esac
+case "${part:-gpu}" in gpu|collectives|multiprocess) ;; *) echo "--part must be gpu, collectives or multiprocess, not '$part'" >&2; exit 2 ;; esac
 if [ -n "$part" ] && [ "$mode" != offline ]; then echo "--part goes with --offline" >&2; exit 2; fi
 part="${part:-gpu}"
 if [ -n "$bench_args" ] && [ "$part" != collectives ]; then echo "--bench-args goes with --part collectives" >&2; exit 2; fi
@@ -132,7 +144,15 @@ if [ "$mode" = prepare ]; then
   "$vpy" -m pip install -q --no-deps "$wheel"
   "$vpy" -m pip install -q "jax[cuda13-local]==$GPU_JAX" "${compile_pieces[@]}"
   (cd "$work" && JAX_PLATFORMS=myplugin timeout 600 "$vpy" "$repo/tests/programs/gpu_aot_artifacts.py" build "$kit/aot" \
-     --gpus "$AOT_GPUS")
+     --gpus "$AOT_GPUS" --topologies "$AOT_TOPOLOGIES")
+  # The CPU engine that partitions multi-process programs on the GPU
+  # machine (--part multiprocess), the build requirements' release, packed
+  # with xz (Python's lzma unpacks it there).
+  engine_so="$("$vpy" -c "import lammps_jax_pjrt_cpu as p; print(p.PLUGIN_PATH)")"
+  mkdir "$kit/engine"
+  xz -9 -T0 -c "$engine_so" >"$kit/engine/$(basename "$engine_so").xz"
+  "$vpy" -c "import importlib.metadata as m; print('lammps-jax-pjrt-cpu', m.version('lammps-jax-pjrt-cpu'))" \
+    >"$kit/engine/RELEASE"
   # The collectives benchmark's baseline, built as the wheel is (its CMake
   # build type, this venv's compiler flags and Gloo).
   raw_gloo="$(PATH="$work/venv/bin:$PATH" "$vpy" bench/collectives.py --build-raw-gloo "$work/bench-build")"
@@ -223,8 +243,13 @@ PY
     else
       echo "nvidia-smi is not on PATH" >"$out/nvidia-smi.txt"
     fi
-  elif [ ! -x "$kit/bin/raw_gloo_allreduce" ]; then
+  elif [ "$part" = collectives ] && [ ! -x "$kit/bin/raw_gloo_allreduce" ]; then
     note "FAILED: the kit has no bin/raw_gloo_allreduce (prepared by an older gpu_tests.sh: --prepare it again)"; exit 1
+  elif [ "$part" = multiprocess ]; then
+    grep -h "^MISSING" "$out/environment.txt" >>"$summary" || true
+    engine_xz="$(ls "$kit"/engine/*.so.xz 2>/dev/null | head -n 1)"
+    [ -n "$engine_xz" ] ||
+      { note "FAILED: the kit has no engine/ (prepared by an older gpu_tests.sh: --prepare it again)"; exit 1; }
   fi
 
   site="$(mktemp -d)/site"
@@ -249,6 +274,32 @@ PY
   fi
   cd "$(mktemp -d)"  # away from the checkout: imports must find the installed jax_plugin
   root="$OLDPWD"
+  if [ "$part" = multiprocess ]; then
+    # The partitioner of multi-process programs: the kit's CPU engine,
+    # unpacked with Python's lzma (no xz needed there).
+    shadow="$(mktemp -d)/$(basename "${engine_xz%.xz}")"
+    python3 -c "import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], 'wb'))" \
+      "$engine_xz" "$shadow"
+    has_nccl_backend "$site/jax_plugin/libmyplugin_runtime.so" || failed="$failed nccl-backend"
+    [ -d "$kit/aot" ] || note "the kit has no aot/: the compiled-elsewhere executables are skipped"
+    set +e
+    start=$SECONDS
+    # tests/proc.py gives the children none of the parent's MYPLUGIN_*
+    # variables: the tests pass these two on themselves.
+    MYPLUGIN_ENGINE=cuda MYPLUGIN_SHADOW_ENGINE_PATH="$shadow" MYPLUGIN_GPU_KIT_AOT="$kit/aot" \
+      timeout -k 15 "$MULTIPROCESS_TIMEOUT_S" pytest -v -p no:cacheprovider --timeout "$MULTIPROCESS_TEST_TIMEOUT_S" \
+      -m gpu "$root/tests/gpu/test_nccl_shared_gpu.py" --junitxml="$out/multiprocess-tests.xml" -o junit_family=xunit2 \
+      >"$out/multiprocess-tests.log" 2>&1
+    rc=$?
+    set -e
+    tail -n 60 "$out/multiprocess-tests.log"
+    note "pytest: $(grep -Eo '[0-9]+ (passed|failed|skipped|error)[^=]*' "$out/multiprocess-tests.log" | tail -n 1) in $((SECONDS - start)) s"
+    grep -E "^(FAILED|ERROR) " "$out/multiprocess-tests.log" >>"$summary" || true
+    [ $rc = 0 ] || failed="$failed multiprocess-tests(rc=$rc$([ $rc != 124 ] || echo ": over ${MULTIPROCESS_TIMEOUT_S} s"))"
+    if [ -n "$failed" ]; then note "FAILED:$failed"; exit 1; fi
+    note "gpu_tests.sh --offline --part multiprocess: all passed (results in $out)"
+    exit 0
+  fi
   if [ "$part" = collectives ]; then
     # The ranks run on the CPU: no engine, GPU or NCCL is involved.
     set +e
@@ -265,7 +316,8 @@ PY
   fi
   has_nccl_backend "$site/jax_plugin/libmyplugin_runtime.so" || failed="$failed nccl-backend"
   set +e
-  MYPLUGIN_ENGINE=cuda timeout 330 pytest -v -p no:cacheprovider --timeout 150 -m gpu "$root/tests/gpu" -k 'not multiprocess' \
+  MYPLUGIN_ENGINE=cuda timeout 330 pytest -v -p no:cacheprovider --timeout 150 -m gpu "$root/tests/gpu" \
+    -k 'not multiprocess and not shared_gpu' \
     --junitxml="$out/gpu-tests.xml" -o junit_family=xunit2 >"$out/gpu-tests.log" 2>&1
   rc=$?
   tail -n 40 "$out/gpu-tests.log"
@@ -331,7 +383,12 @@ gpu bash -c "nvidia-smi --query-gpu=name,memory.total,driver_version --format=cs
 # The tests marked gpu: they must be collected here, GPU or not.
 always pytest -q --collect-only -m gpu tests/gpu >"$out/collected.txt"
 grep -q "test_" "$out/collected.txt" || { echo "no GPU test was collected" >&2; exit 1; }
-gpu bash -c "MYPLUGIN_ENGINE=cuda pytest -v -m gpu tests/gpu -k 'not multiprocess' --junitxml='$out/gpu-tests.xml' 2>&1 | tee '$out/gpu-tests.log'"
+# Issue 39's processes sharing one GPU (--offline --part multiprocess there).
+grep -q "test_nccl_shared_gpu.py::test_every_collective_through_shard_map_pmap_and_jit\[4\]" "$out/collected.txt" ||
+  { echo "the shared-GPU tests (tests/gpu/test_nccl_shared_gpu.py) were not collected with the gpu marker" >&2; exit 1; }
+always python3 tests/programs/gpu_aot_artifacts.py --help >/dev/null
+gpu bash -c "MYPLUGIN_ENGINE=cuda pytest -v -m gpu tests/gpu -k 'not multiprocess and not shared_gpu' --junitxml='$out/gpu-tests.xml' 2>&1 | tee '$out/gpu-tests.log'"
+gpu bash -c "MYPLUGIN_ENGINE=cuda timeout $MULTIPROCESS_TIMEOUT_S pytest -v --timeout $MULTIPROCESS_TEST_TIMEOUT_S -m gpu tests/gpu/test_nccl_shared_gpu.py --junitxml='$out/multiprocess-tests.xml' 2>&1 | tee '$out/multiprocess-tests.log'"
 if [ "$leg" = multi ]; then
   gpu bash -c "MYPLUGIN_ENGINE=cuda pytest -v -m gpu tests/gpu -k multiprocess --junitxml='$out/nccl-tests.xml' 2>&1 | tee '$out/nccl-tests.log'"
 fi

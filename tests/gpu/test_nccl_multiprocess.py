@@ -1,6 +1,7 @@
 """NCCL collectives across processes, one process per GPU, launched with
 myplugin-run: the collectives example against jax's CPU backend, and the
-all-reduce bus bandwidth (printed, never asserted)."""
+all-reduce bus bandwidth (printed, never asserted). Needs 2 GPUs (skipped
+below that); processes sharing one GPU are test_nccl_shared_gpu.py's."""
 import os
 import re
 import sys
@@ -16,12 +17,15 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 pytestmark = pytest.mark.skipif(gpu_count() < 2, reason="needs 2 GPUs (one process per GPU)")
 
 
-def launch(program, *args, timeout=900):
+def launch(program, *args, timeout=300):
   # Each rank sees one GPU: local_device_ids through MYPLUGIN_VISIBLE_DEVICES.
   wrapper = ("import os, runpy, sys; os.environ['MYPLUGIN_VISIBLE_DEVICES'] = os.environ['MYPLUGIN_PROCESS_ID']; "
              "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')")
-  r = run_python(["-m", "jax_plugin.launcher", "-n", "2", "--devices-per-process", "1", "--", sys.executable, "-c",
-                  wrapper, program, *args], child_env(MYPLUGIN_ENGINE="cuda"), timeout=timeout)
+  # The launcher ends the job before the test's own deadline, naming the rank that hung.
+  r = run_python(["-m", "jax_plugin.launcher", "-n", "2", "--devices-per-process", "1", "--timeout", str(timeout - 30),
+                  "--", sys.executable, "-c", wrapper, program, *args],
+                 child_env(MYPLUGIN_ENGINE="cuda", **{k: os.environ[k] for k in ("MYPLUGIN_SHADOW_ENGINE_PATH",)
+                                                      if os.environ.get(k)}), timeout=timeout)
   assert r.returncode == 0, r.output
   return r
 
