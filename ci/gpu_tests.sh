@@ -247,7 +247,8 @@ PY
     note "FAILED: the kit has no bin/raw_gloo_allreduce (prepared by an older gpu_tests.sh: --prepare it again)"; exit 1
   elif [ "$part" = multiprocess ]; then
     grep -h "^MISSING" "$out/environment.txt" >>"$summary" || true
-    engine_xz="$(ls "$kit"/engine/*.so.xz 2>/dev/null | head -n 1)"
+    engine_xz=""
+    for f in "$kit"/engine/*.so.xz; do [ ! -f "$f" ] || engine_xz="$f"; done
     [ -n "$engine_xz" ] ||
       { note "FAILED: the kit has no engine/ (prepared by an older gpu_tests.sh: --prepare it again)"; exit 1; }
   fi

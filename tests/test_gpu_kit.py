@@ -83,7 +83,14 @@ def test_kit_script_refuses_bad_arguments(tmp_path):
   assert (tmp_path / "precious" / "notes.txt").read_text() == "keep"
   # The collectives part: --part and --bench-args only where they mean something.
   r = kit("--offline", str(tmp_path / "no-kit"), "--part", "nccl")
-  assert r.returncode == 2 and "--part must be gpu or collectives, not 'nccl'" in r.stderr, r.stderr
+  assert r.returncode == 2 and "--part must be gpu, collectives or multiprocess, not 'nccl'" in r.stderr, r.stderr
+  r = kit("--part", "multiprocess", "--dry-run")
+  assert r.returncode == 2 and "--part goes with --offline" in r.stderr, r.stderr
+  # A kit of an older gpu_tests.sh: the multiprocess part says what it lacks.
+  (tmp_path / "old-kit").mkdir()
+  r = kit("--offline", str(tmp_path / "old-kit"), "--part", "multiprocess", "--out", str(tmp_path / "out"))
+  assert r.returncode == 1 and "the kit has no engine/" in r.stdout, r.output
+  assert "the kit has no engine/" in (tmp_path / "out" / "summary.txt").read_text()
   r = kit("--part", "collectives", "--dry-run")
   assert r.returncode == 2 and "--part goes with --offline" in r.stderr, r.stderr
   r = kit("--offline", str(tmp_path / "no-kit"), "--bench-args", "--rounds 1")
@@ -118,3 +125,61 @@ def test_collectives_bench_arguments_and_goal_line(tmp_path):
   assert "5.19x at worst (64 MB), met" in line and "39.7%, NOT met" in line and "11 us, met" in line, line
   line = collectives.goal(4, {4 << 20: 3.64, 64 << 20: 2.98}, 0.139, 46e-6)
   assert "2.98x at worst (64 MB), NOT met" in line and "46 us, NOT met" in line, line
+
+
+# Issue 39's processes sharing one GPU (tests/gpu/test_nccl_shared_gpu.py):
+# the same programs and checks on the CPU engine, 2 processes of one device.
+import shared_gpu  # noqa: E402
+
+SHARE = shared_gpu.sharing_available()  # myplugin-run --share-gpu where this jax_plugin has it
+
+
+def test_shared_gpu_collectives_and_their_checks_on_the_cpu_engine(tmp_path):
+  shared_gpu.check_collectives(2, str(tmp_path), share_gpu=SHARE)
+  # The checks fail on one wrong element, a missing block, a missing collective call.
+  want = dict(np.load(tmp_path / "every_collective-cpu-2.npz"))
+  got = {rank: dict(np.load(tmp_path / f"every_collective-2.{rank}.npz")) for rank in range(2)}
+  assert shared_gpu.compare_blocks(got, want) == []
+  got[1]["jit_reduce_scatter.1"] = got[1]["jit_reduce_scatter.1"].copy()
+  got[1]["jit_reduce_scatter.1"].flat[3] += 0.5
+  del got[0]["pmap_all_to_all.0"]
+  assert shared_gpu.compare_blocks(got, want) == ["rank 1: jit_reduce_scatter.1 differs by 0.5",
+                                                  "pmap_all_to_all.0: no rank holds it"]
+  got[1]["jit_reduce_scatter.1"].flat[3] -= 0.5 - 2 * shared_gpu.TOLERANCE * np.abs(want["jit_reduce_scatter.1"]).max()
+  assert [p.split(" differs")[0] for p in shared_gpu.compare_blocks(got, want)][:1] == ["rank 1: jit_reduce_scatter.1"]
+  calls = shared_gpu.rewritten_calls(str(tmp_path / "dump-2"), "")
+  assert len(calls) >= 2 and all(shared_gpu.COLLECTIVE_TARGETS <= set(c) for c in calls), calls
+  assert shared_gpu.rewritten_calls(str(tmp_path / "dump-2"), "no_such_module") == [{}] * len(calls)
+
+
+def test_shared_gpu_training_step_on_the_cpu_engine(tmp_path):
+  shared_gpu.check_training(2, str(tmp_path), share_gpu=SHARE)
+  text = "[0] step   0  loss 0.5\n[1] step   0  loss 0.25\n"
+  assert shared_gpu.losses(text, 1) == [0.25] and shared_gpu.losses("step   3  loss 1.5") == [1.5]
+
+
+def test_shared_gpu_faults_on_the_cpu_engine(tmp_path):
+  shared_gpu.check_sigkill(2, share_gpu=SHARE)
+  shared_gpu.check_mismatch(2, str(tmp_path), share_gpu=SHARE)
+  shared_gpu.check_sigstop(2, str(tmp_path), share_gpu=SHARE)
+  shared_gpu.check_recovery(2, share_gpu=SHARE)
+
+
+def test_multiprocess_aot_references_on_the_cpu(tmp_path):
+  """The 1x2x1 executables' programs on jax's CPU backend with 2 devices,
+  as --prepare makes their references, and process counts of topologies."""
+  program = os.path.join(ROOT, "tests", "programs", "gpu_aot_artifacts.py")
+  r = run_python([program, "reference", str(tmp_path / "ref.pkl"), "--processes", "2"],
+                 child_env(JAX_PLATFORMS="cpu", JAX_NUM_CPU_DEVICES="2"), timeout=180)
+  assert r.returncode == 0, r.output
+  import pickle
+  with open(tmp_path / "ref.pkl", "rb") as f:
+    want = pickle.load(f)
+  v = np.asarray((np.arange(16, dtype=np.float32).reshape(2, 8) * 7 % 11) - 5)
+  psum, gathered, scattered, permuted, _ = want["collectives"]
+  np.testing.assert_array_equal(psum, np.concatenate([v.sum(0, keepdims=True)] * 2))
+  np.testing.assert_array_equal(gathered, np.concatenate([v] * 2))
+  np.testing.assert_array_equal(permuted, v[::-1])
+  assert scattered.shape == (2, 4) and len(want["train_step"]) == 5
+  r = run_python([program, "build", str(tmp_path / "aot"), "--topologies", "1x2x2"], child_env(), timeout=60)
+  assert r.returncode != 0 and "only one GPU per process" in r.output, r.output
