@@ -61,7 +61,7 @@ COLLECTIVES_TIMEOUT_S=480
 AOT_TOPOLOGIES=1x1x1,1x2x1,1x4x1
 # --part multiprocess's hard limits: its tests in all (inside issue 39's 6
 # minutes of GPU time with the kit's install), and each one.
-MULTIPROCESS_TIMEOUT_S=320
+MULTIPROCESS_TIMEOUT_S=300
 MULTIPROCESS_TEST_TIMEOUT_S=150
 
 leg=single
@@ -288,7 +288,7 @@ PY
     # tests/proc.py gives the children none of the parent's MYPLUGIN_*
     # variables: the tests pass these two on themselves.
     MYPLUGIN_ENGINE=cuda MYPLUGIN_SHADOW_ENGINE_PATH="$shadow" MYPLUGIN_GPU_KIT_AOT="$kit/aot" \
-      timeout -k 15 "$MULTIPROCESS_TIMEOUT_S" pytest -v -p no:cacheprovider --timeout "$MULTIPROCESS_TEST_TIMEOUT_S" \
+      timeout -s INT -k 20 "$MULTIPROCESS_TIMEOUT_S" pytest -v -p no:cacheprovider --timeout "$MULTIPROCESS_TEST_TIMEOUT_S" \
       -m gpu "$root/tests/gpu/test_nccl_shared_gpu.py" --junitxml="$out/multiprocess-tests.xml" -o junit_family=xunit2 \
       >"$out/multiprocess-tests.log" 2>&1
     rc=$?
@@ -296,7 +296,8 @@ PY
     tail -n 60 "$out/multiprocess-tests.log"
     note "pytest: $(grep -Eo '[0-9]+ (passed|failed|skipped|error)[^=]*' "$out/multiprocess-tests.log" | tail -n 1) in $((SECONDS - start)) s"
     grep -E "^(FAILED|ERROR) " "$out/multiprocess-tests.log" >>"$summary" || true
-    [ $rc = 0 ] || failed="$failed multiprocess-tests(rc=$rc$([ $rc != 124 ] || echo ": over ${MULTIPROCESS_TIMEOUT_S} s"))"
+    # SIGINT at the limit: pytest stops, and still writes its XML and summary.
+    [ $rc = 0 ] || failed="$failed multiprocess-tests(rc=$rc$([ $rc != 124 ] && [ $rc != 2 ] || echo ": over ${MULTIPROCESS_TIMEOUT_S} s?"))"
     if [ -n "$failed" ]; then note "FAILED:$failed"; exit 1; fi
     note "gpu_tests.sh --offline --part multiprocess: all passed (results in $out)"
     exit 0

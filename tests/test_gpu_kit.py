@@ -135,18 +135,20 @@ SHARE = shared_gpu.sharing_available()  # myplugin-run --share-gpu where this ja
 
 
 def test_shared_gpu_collectives_and_their_checks_on_the_cpu_engine(tmp_path):
-  shared_gpu.check_collectives(2, str(tmp_path), share_gpu=SHARE)
+  # every_collective.py alone (its pmap emits each of the five calls); the
+  # shard_map example runs on 2 processes in tests/test_multiprocess_programs.py.
+  shared_gpu.check_collectives(2, str(tmp_path), share_gpu=SHARE, programs=("every_collective",))
   # The checks fail on one wrong element, a missing block, a missing collective call.
   want = dict(np.load(tmp_path / "every_collective-cpu-2.npz"))
   got = {rank: dict(np.load(tmp_path / f"every_collective-2.{rank}.npz")) for rank in range(2)}
   assert shared_gpu.compare_blocks(got, want) == []
-  got[1]["jit_reduce_scatter.1"] = got[1]["jit_reduce_scatter.1"].copy()
-  got[1]["jit_reduce_scatter.1"].flat[3] += 0.5
+  got[1]["jit_contract_sharded.1"] = got[1]["jit_contract_sharded.1"].copy()
+  got[1]["jit_contract_sharded.1"].flat[3] += 0.5
   del got[0]["pmap_all_to_all.0"]
-  assert shared_gpu.compare_blocks(got, want) == ["rank 1: jit_reduce_scatter.1 differs by 0.5",
+  assert shared_gpu.compare_blocks(got, want) == ["rank 1: jit_contract_sharded.1 differs by 0.5",
                                                   "pmap_all_to_all.0: no rank holds it"]
-  got[1]["jit_reduce_scatter.1"].flat[3] -= 0.5 - 2 * shared_gpu.TOLERANCE * np.abs(want["jit_reduce_scatter.1"]).max()
-  assert [p.split(" differs")[0] for p in shared_gpu.compare_blocks(got, want)][:1] == ["rank 1: jit_reduce_scatter.1"]
+  got[1]["jit_contract_sharded.1"].flat[3] -= 0.5 - 2 * shared_gpu.TOLERANCE * np.abs(want["jit_contract_sharded.1"]).max()
+  assert [p.split(" differs")[0] for p in shared_gpu.compare_blocks(got, want)][:1] == ["rank 1: jit_contract_sharded.1"]
   calls = shared_gpu.rewritten_calls(str(tmp_path / "dump-2"), "")
   assert len(calls) >= 2 and all(shared_gpu.COLLECTIVE_TARGETS <= set(c) for c in calls), calls
   assert shared_gpu.rewritten_calls(str(tmp_path / "dump-2"), "no_such_module") == [{}] * len(calls)
@@ -159,10 +161,17 @@ def test_shared_gpu_training_step_on_the_cpu_engine(tmp_path):
 
 
 def test_shared_gpu_faults_on_the_cpu_engine(tmp_path):
-  shared_gpu.check_sigkill(2, share_gpu=SHARE)
-  shared_gpu.check_mismatch(2, str(tmp_path), share_gpu=SHARE)
-  shared_gpu.check_sigstop(2, str(tmp_path), share_gpu=SHARE)
-  shared_gpu.check_recovery(2, share_gpu=SHARE)
+  """The four fault jobs at once (independent jobs; each check has its deadlines)."""
+  import concurrent.futures
+  checks = [lambda: shared_gpu.check_sigkill(2, share_gpu=SHARE),
+            lambda: shared_gpu.check_mismatch(2, str(tmp_path / "mismatch"), share_gpu=SHARE),
+            lambda: shared_gpu.check_sigstop(2, str(tmp_path / "sigstop"), share_gpu=SHARE),
+            lambda: shared_gpu.check_recovery(2, share_gpu=SHARE)]
+  (tmp_path / "mismatch").mkdir()
+  (tmp_path / "sigstop").mkdir()
+  with concurrent.futures.ThreadPoolExecutor(len(checks)) as pool:
+    for done in [pool.submit(check) for check in checks]:
+      done.result()
 
 
 def test_multiprocess_aot_references_on_the_cpu(tmp_path):

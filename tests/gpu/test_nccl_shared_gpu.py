@@ -21,20 +21,23 @@ from proc import child_env, run_python
 # kit's partitioner engine and a NCCL library named by the caller go explicitly.
 GPU = {"MYPLUGIN_ENGINE": "cuda", **{k: os.environ[k] for k in ("MYPLUGIN_SHADOW_ENGINE_PATH", "MYPLUGIN_NCCL_PATH")
                                      if os.environ.get(k)}}
-COUNTS = pytest.mark.parametrize("n", shared_gpu.PROCESS_COUNTS)
 
 
-@COUNTS
+@pytest.fixture(scope="module", params=shared_gpu.PROCESS_COUNTS)
+def n(request):
+  """The process count: a module-wide parameter, so that every test runs
+  with 2 processes before any runs with 4 (what a cut-short run keeps)."""
+  return request.param
+
+
 def test_every_collective_through_shard_map_pmap_and_jit(tmp_path, n):
   shared_gpu.check_collectives(n, str(tmp_path), share_gpu=True, **GPU)
 
 
-@COUNTS
 def test_training_step_and_combined_calls(tmp_path, n):
   shared_gpu.check_training(n, str(tmp_path), share_gpu=True, **GPU)
 
 
-@COUNTS
 def test_executables_compiled_without_a_gpu(n):
   folder = os.environ.get("MYPLUGIN_GPU_KIT_AOT")
   if not folder:
@@ -45,22 +48,18 @@ def test_executables_compiled_without_a_gpu(n):
   assert r.returncode == 0, r.output
 
 
-@COUNTS
 def test_sigkill_of_one_rank_ends_the_others_naming_it(n):
   shared_gpu.check_sigkill(n, share_gpu=True, **GPU)
 
 
-@COUNTS
 def test_sigstop_gives_the_straggler_report_then_the_deadline(tmp_path, n):
   shared_gpu.check_sigstop(n, str(tmp_path), share_gpu=True, **GPU)
 
 
-@COUNTS
 def test_mismatched_collective_is_an_error_on_every_rank(tmp_path, n):
   shared_gpu.check_mismatch(n, str(tmp_path), share_gpu=True, **GPU)
 
 
-@COUNTS
 def test_recovery_rebuilds_the_communicators(n):
   shared_gpu.check_recovery(n, share_gpu=True, **GPU)
 

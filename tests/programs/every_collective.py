@@ -1,7 +1,8 @@
 """Each collective that the multi-process rewrite emits (all-reduce,
-all-gather, reduce-scatter, all-to-all, collective-permute) through pmap
-and through jit with shardings alone (XLA's partitioner picks the
-collective), over every device of every process. Knows nothing of
+all-gather, reduce-scatter, all-to-all, collective-permute) through pmap,
+and through jit with shardings alone those that XLA's partitioner picks
+(all but reduce-scatter: it makes a sharded contraction an all-reduce and
+a slice), over every device of every process. Knows nothing of
 myplugin: run it in one process (JAX_PLATFORMS=cpu, JAX_NUM_CPU_DEVICES=N)
 for the reference, or under myplugin-run. (shard_map: examples/shard_map_collectives.py.)
 
@@ -53,8 +54,9 @@ x = jax.make_array_from_callback(host.shape, by_rows, lambda i: host[i])
 xc = jax.make_array_from_callback(host.shape, by_cols, lambda i: host[i])
 keep("jit_all_reduce", jax.jit(lambda v: jnp.sum(v, axis=0), out_shardings=whole)(x))
 keep("jit_all_gather", jax.jit(lambda v: v * 2, out_shardings=whole)(x))
-# Contraction over the sharded dimension, result by rows: a reduce-scatter.
-keep("jit_reduce_scatter", jax.jit(lambda a, b: a @ b.T, out_shardings=by_rows)(xc, xc))
+# Contraction over the sharded dimension, result by rows (the partitioner
+# makes an all-reduce and a slice of it; pmap's psum_scatter is the reduce-scatter).
+keep("jit_contract_sharded", jax.jit(lambda a, b: a @ b.T, out_shardings=by_rows)(xc, xc))
 keep("jit_all_to_all", jax.jit(lambda v: v + 1, out_shardings=by_cols)(x))
 keep("jit_collective_permute", jax.jit(lambda v: jnp.roll(v, 1, axis=0), out_shardings=by_rows)(x))
 
