@@ -176,7 +176,8 @@ def test_shared_gpu_faults_on_the_cpu_engine(tmp_path):
 
 def test_multiprocess_aot_references_on_the_cpu(tmp_path):
   """The 1x2x1 executables' programs on jax's CPU backend with 2 devices,
-  as --prepare makes their references, and process counts of topologies."""
+  as --prepare makes their references; the check of such executables in a
+  2-process job; process counts of topologies."""
   program = os.path.join(ROOT, "tests", "programs", "gpu_aot_artifacts.py")
   r = run_python([program, "reference", str(tmp_path / "ref.pkl"), "--processes", "2"],
                  child_env(JAX_PLATFORMS="cpu", JAX_NUM_CPU_DEVICES="2"), timeout=180)
@@ -190,5 +191,13 @@ def test_multiprocess_aot_references_on_the_cpu(tmp_path):
   np.testing.assert_array_equal(gathered, np.concatenate([v] * 2))
   np.testing.assert_array_equal(permuted, v[::-1])
   assert scattered.shape == (2, 4) and len(want["train_step"]) == 5
+  # check's multi-process path in a 2-process job of the CPU engine: the
+  # programs compiled and serialized there load and match, and one wrong
+  # reference value fails.
+  r = shared_gpu.launch(2, program, "selftest", str(tmp_path / "here"), "--reference", str(tmp_path / "ref.pkl"),
+                        share_gpu=SHARE)
+  assert r.returncode == 0, r.output
+  assert "SELFTEST check on the right values: 0; with one output off by 1: 1" in r.stdout, r.output
+  assert r.stdout.count("ok   collectives-here-1x2x1.pkl") == 2 and "FAIL collectives-here-1x2x1.pkl" in r.stdout
   r = run_python([program, "build", str(tmp_path / "aot"), "--topologies", "1x2x2"], child_env(), timeout=60)
   assert r.returncode != 0 and "only one GPU per process" in r.output, r.output

@@ -217,16 +217,23 @@ def worst(got: np.ndarray, want: np.ndarray) -> float:
   return float(np.max(np.abs(got - want))) / scale if want.size else 0.0
 
 
-def arguments(e: dict) -> list:
+def arguments(e: dict, loaded) -> list:
   """The artifact's inputs: as they are in one process; over N processes,
-  global arrays of which this process holds its blocks."""
+  global arrays of which this process holds its blocks, laid out as the
+  loaded executable takes them (else by the specs over every device)."""
   if e.get("processes", 1) == 1:
     return e["args"]
   import jax
   from jax.sharding import Mesh, NamedSharding
-  mesh = Mesh(np.array(jax.devices()), ("d",))
-  return [jax.make_array_from_callback(a.shape, NamedSharding(mesh, s), lambda i, a=a: a[i])
-          for a, s in zip(e["args"], e["specs"])]
+  try:
+    shardings = jax.tree.leaves(loaded.input_shardings[0])
+  except Exception:  # noqa: BLE001: an older jax's loaded executable: the specs' layout
+    shardings = []
+  if len(shardings) != len(e["args"]):
+    mesh = Mesh(np.array(jax.devices()), ("d",))
+    shardings = [NamedSharding(mesh, s) for s in e["specs"]]
+  return [jax.make_array_from_callback(a.shape, sharding, lambda i, a=a: a[i])
+          for a, sharding in zip(e["args"], shardings)]
 
 
 def outputs(out, e: dict) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -271,7 +278,7 @@ def check(folder: str) -> int:
       print(f"FAIL {file}: compiled for {e['device_kind']}, but loaded on {device.device_kind}", flush=True)
       continue
     ran += 1
-    args = arguments(e)
+    args = arguments(e, loaded)
     start = time.perf_counter()
     out = jax.block_until_ready(loaded(*args))
     first_s = time.perf_counter() - start
@@ -295,17 +302,58 @@ def check(folder: str) -> int:
   return 1 if failed or ran == 0 else 0
 
 
+def selftest(folder: str, reference_path: str) -> int:
+  """The multi-process check where no GPU is (tests/test_gpu_kit.py): in
+  each process of an N-process job on this platform, the multi-process
+  programs compiled for this job's devices and serialized as `build` does,
+  with jax's CPU backend's outputs (REFERENCE, `reference --processes N`);
+  `check` must pass on them, and fail once one reference value is off.
+  Returns 0 when both hold."""
+  import jax
+  from jax.experimental.serialize_executable import serialize
+  from jax.sharding import Mesh, NamedSharding
+
+  processes = jax.process_count()
+  folder = os.path.join(folder, str(jax.process_index()))
+  os.makedirs(folder, exist_ok=True)
+  with open(reference_path, "rb") as f:
+    want = pickle.load(f)
+  mesh = Mesh(np.array(jax.devices()), ("d",))
+  for name, (make, specs, kinds) in multiprocess_programs().items():
+    args = multiprocess_inputs(processes)[name]
+    shapes = [jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=NamedSharding(mesh, s)) for a, s in zip(args, specs)]
+    blob, in_tree, out_tree = serialize(jax.jit(make(mesh)).lower(*shapes).compile())
+    with open(os.path.join(folder, f"{name}-here-1x{processes}x1.pkl"), "wb") as f:
+      pickle.dump({"gpu": "here", "device_kind": jax.devices()[0].device_kind, "topology": f"1x{processes}x1",
+                   "processes": processes, "specs": specs, "blob": blob, "in_tree": in_tree, "out_tree": out_tree,
+                   "args": args, "want": want[name], "kinds": kinds, "compile_seconds": 0.0,
+                   "jax": jax.__version__}, f)
+  passed = check(folder)
+  path = os.path.join(folder, f"collectives-here-1x{processes}x1.pkl")
+  with open(path, "rb") as f:
+    e = pickle.load(f)
+  e["want"][0] = e["want"][0] + np.float32(1)
+  with open(path, "wb") as f:
+    pickle.dump(e, f)
+  failed = check(folder)
+  print(f"SELFTEST check on the right values: {passed}; with one output off by 1: {failed}", flush=True)
+  return 0 if (passed, failed) == (0, 1) else 1
+
+
 def main() -> int:
   parser = argparse.ArgumentParser()
-  parser.add_argument("mode", choices=["build", "check", "reference"])
+  parser.add_argument("mode", choices=["build", "check", "reference", "selftest"])
   parser.add_argument("folder")
   parser.add_argument("--gpus", default="h100,h200", help="build: the GPUs to compile for")
   parser.add_argument("--topologies", default="1x1x1", help="build: 1x1x1 and/or 1xNx1 (N processes of one GPU)")
   parser.add_argument("--processes", type=int, default=1, help="reference: the process count of the programs")
+  parser.add_argument("--reference", help="selftest: the pickle of `reference --processes N`")
   args = parser.parse_args()
   if args.mode == "reference":
     reference(args.folder, args.processes)
     return 0
+  if args.mode == "selftest":
+    return selftest(args.folder, args.reference)
   if args.mode == "build":
     build(args.folder, [g for g in args.gpus.split(",") if g], [t for t in args.topologies.split(",") if t])
     return 0
