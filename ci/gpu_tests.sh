@@ -296,6 +296,8 @@ PY
     tail -n 60 "$out/multiprocess-tests.log"
     note "pytest: $(grep -Eo '[0-9]+ (passed|failed|skipped|error)[^=]*' "$out/multiprocess-tests.log" | tail -n 1) in $((SECONDS - start)) s"
     grep -E "^(FAILED|ERROR) " "$out/multiprocess-tests.log" >>"$summary" || true
+    # All skipped is no result (no GPU or CUDA engine found: the log says which).
+    grep -Eq "[0-9]+ passed" "$out/multiprocess-tests.log" || failed="$failed no-test-passed"
     # SIGINT at the limit: pytest stops, and still writes its XML and summary.
     [ $rc = 0 ] || failed="$failed multiprocess-tests(rc=$rc$([ $rc != 124 ] && [ $rc != 2 ] || echo ": over ${MULTIPROCESS_TIMEOUT_S} s?"))"
     if [ -n "$failed" ]; then note "FAILED:$failed"; exit 1; fi
