@@ -109,6 +109,7 @@ StatusOr<std::unique_ptr<Client>> Client::Create(const ClientOptions& options) {
   engine_options.num_devices = job.value().processes[job.value().process_index].num_devices;
   engine_options.cpu = CurrentEngineKind() == EngineKind::kCpu;
   engine_options.visible_devices = options.visible_devices;  // local_device_ids, on GPUs
+  engine_options.gpu_memory = options.settings.gpu_memory;
   // One process on GPUs, no count asked for: every GPU the engine sees.
   const bool engine_decides = !engine_options.cpu && job.value().processes.size() == 1 && !options.num_devices_given;
   if (engine_decides) engine_options.num_devices = 0;

@@ -8,6 +8,7 @@
 int main() {
   RunClientOptionsTests();
   RunSettingsTests();
+  RunEngineClientTests();
   RunProcessRuntimeTests();
   RunWireTests();
   RunProcessInfoTests();

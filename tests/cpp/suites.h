@@ -24,6 +24,7 @@ void RunStreamingCopyTests();
 void RunFfiApiVersionTests();
 void RunCollectiveTableTests();
 void RunSettingsTests();
+void RunEngineClientTests();
 void RunProcessRuntimeTests();
 // False when the NCCL backend is not built.
 bool RunNcclTests();
