@@ -3,7 +3,8 @@ against jax's own CUDA backend, N processes sharing GPU 0 in both jobs.
 
 Every rank of both jobs gets `rank_environment(rank, N)` (GPU 0 as its only
 device, its own NCCL_HOSTID, NCCL_SOCKET_IFNAME=lo, its share of the GPU's
-memory). myplugin's job joins through MYPLUGIN_* variables, as myplugin-run
+memory: both jobs live at once, so the benchmark sets XLA_CLIENT_MEM_FRACTION
+to 0.6 / 2N itself rather than take the default for one job). myplugin's job joins through MYPLUGIN_* variables, as myplugin-run
 starts one; jax's runs JAX_PLATFORMS=cuda and jax.distributed.initialize(
 coordinator, N, rank, local_device_ids=[0]) in each process. Both jobs are
 long-lived (bench/gpu_multiprocess_worker.py: start-up and compiles are
@@ -35,9 +36,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import queue
+import re
 import statistics
 import subprocess
 import sys
@@ -80,10 +81,20 @@ DRY_MODEL = {"widths": [16, 32, 32, 32, 32, 32, 1], "batch": 64, "step_reps": 5,
 GOAL_STEP = 1.05  # myplugin's step time at most this times jax's
 GOAL_BUSBW = 0.95  # myplugin's bus bandwidth at least this times jax's ...
 GOAL_BUSBW_FROM = 1 << 20  # ... from this size
+# The device memory that all processes on it at once take in all: each
+# engine preallocates its share, and each process's CUDA context and NCCL's
+# buffers come on top (the benchmark needs well under 2 GB a process).
+MEMORY_SHARE = 0.6
+WORKER_GRACE_S = 15  # the workers' deadline after the driver's
+ERROR_WORDS = re.compile(r"Error|error:|ERROR|RET_CHECK|INTERNAL|INVALID_ARGUMENT|Fatal|ncclInvalid|failed")
 
 
 class JobFailed(RuntimeError):
   pass
+
+
+class OutOfTime(JobFailed):
+  """The run's --timeout came first."""
 
 
 class Job:
@@ -100,7 +111,10 @@ class Job:
             and not (k.startswith("MYPLUGIN_") and k not in ("MYPLUGIN_ENGINE", "MYPLUGIN_NCCL_PATH"))}
     base["XLA_CLIENT_MEM_FRACTION"] = f"{memory_fraction:.4g}"
     base["BENCH_BACKEND"] = "myplugin" if backend == "myplugin" else "jax"
-    base["BENCH_DEADLINE_S"] = f"{max(deadline - time.monotonic(), 1):.0f}"
+    # The workers' own deadline comes a little after the driver's, which
+    # reports it first.
+    self.deadline = deadline
+    base["BENCH_DEADLINE_S"] = f"{max(deadline - time.monotonic(), 1) + WORKER_GRACE_S:.0f}"
     if backend == "myplugin":
       base["JAX_PLATFORMS"] = "myplugin"
       base.setdefault("MYPLUGIN_ENGINE", platform)  # the engine of jax's platform: cuda or cpu
@@ -135,11 +149,13 @@ class Job:
   def _collect(self, token: str, timeout: float) -> list[str]:
     """Waits until every rank printed a line starting with `token`; returns
     rank 0's lines before it. A rank that ends first, or the timeout, fails."""
-    seen, lines, end = set(), [], time.monotonic() + timeout
+    seen, lines, end = set(), [], min(time.monotonic() + timeout, self.deadline)
     while len(seen) < self.n:
       try:
         rank, line = self.lines.get(timeout=max(end - time.monotonic(), 0.01))
       except queue.Empty:
+        if end == self.deadline:
+          raise OutOfTime(f"{self.name}: the run's --timeout came before '{token}'") from None
         raise JobFailed(f"{self.name}: no '{token}' within {timeout:.0f} s\n{self.stderr_tails()}") from None
       if line is None:
         try:
@@ -172,12 +188,18 @@ class Job:
         res["step"] = (float(parts[2]), float(parts[3]))
     return res
 
-  def stderr_tails(self, lines: int = 12) -> str:
+  def stderr_tails(self, lines: int = 15) -> str:
+    """Each rank's exit and the end of its stderr, after the first line that
+    names an error (the cause, before the traceback that follows it)."""
     out = []
     for rank, path in enumerate(self.stderr_paths):
       with open(path, errors="replace") as f:
-        tail = [l.rstrip() for l in f.read().splitlines() if l.strip()][-lines:]
-      out.append(f"  rank {rank} (exit {self.procs[rank].poll()}) stderr:\n" + "\n".join("    " + l for l in tail))
+        text = [l.rstrip() for l in f.read().splitlines() if l.strip()]
+      code = self.procs[rank].poll()
+      first = next((l for l in text if ERROR_WORDS.search(l)), None)
+      out.append(f"  rank {rank} ({'still running' if code is None else f'exit {code}'})"
+                 + (f", first error line: {first.strip()}" if first else "")
+                 + (":\n" + "\n".join("    " + l for l in text[-lines:]) if text else ": no stderr"))
     return "\n".join(out)
 
   def stop(self) -> None:
@@ -216,26 +238,25 @@ def run_processes(n: int, args, sizes: list[int], model: dict, logdir: str, dead
   argv = [",".join(map(str, sizes)), ",".join(map(str, model["widths"])), str(model["batch"]),
           str(model["step_reps"]), str(model["psum_bytes"])]
   alive = 1 if args.fresh_jobs else 2  # jobs on the device at once share its memory
-  fraction = args.memory_fraction or 0.9 / (n * alive)
+  fraction = args.memory_fraction or MEMORY_SHARE / (n * alive)
   specs = {"myplugin": (n, argv), "jax": (n, argv)}
   report = {"processes": n, "platform": platform, "memory_fraction": fraction, "devices": {}, "errors": {},
-            "fallback": None, "rounds": {"myplugin": [], "jax": []}}
+            "fallback": None, "cut": None, "rounds": {"myplugin": [], "jax": []}}
   jobs: dict[str, Job] = {}
 
-  def start(backend):
+  def launch(backend):
     count, job_argv = specs[backend]
     jobs[backend] = Job(backend, platform, count, job_argv, fraction, deadline, logdir)
-    report["devices"][backend] = jobs[backend].ready(args.start_timeout)
 
-  def start_or_fall_back(backend) -> bool:
-    """Starts a job; myplugin's failure ends the run, jax's falls back once
-    to what it can run, then leaves jax out (False)."""
+  def ready_or_fall_back(backend) -> bool:
+    """Waits for a launched job; myplugin's failure ends the run, jax's falls
+    back once to what it can run, then leaves jax out (False)."""
     try:
-      start(backend)
+      report["devices"][backend] = jobs[backend].ready(args.start_timeout)
       return True
     except JobFailed as e:
       jobs.pop(backend).stop()
-      if backend == "myplugin":
+      if backend == "myplugin" or isinstance(e, OutOfTime):
         raise
       if report["fallback"]:
         report["errors"]["jax (fallback)"] = str(e)
@@ -246,39 +267,53 @@ def run_processes(n: int, args, sizes: list[int], model: dict, logdir: str, dead
             "falling back to jax in one process (the training step only)", flush=True)
       report["fallback"] = "1 process, the whole batch on one device (the training step only)"
       specs["jax"] = (1, ["", *argv[1:]])
-      return start_or_fall_back(backend)
+      launch(backend)
+      return ready_or_fall_back(backend)
 
   try:
-    dropped = set()
-    if not args.fresh_jobs:
-      # Started together (not timed).
-      for backend in ("myplugin", "jax"):
-        if not start_or_fall_back(backend):
-          dropped.add(backend)
-    for i in range(args.rounds):
-      order = ("myplugin", "jax") if i % 2 == 0 else ("jax", "myplugin")
-      for backend in order:
-        if backend in dropped:
-          continue
-        if args.fresh_jobs and not start_or_fall_back(backend):
-          dropped.add(backend)
-          continue
-        try:
-          report["rounds"][backend].append(jobs[backend].round(args.round_timeout))
-        except JobFailed as e:
-          jobs.pop(backend).stop()
-          if backend == "myplugin":
-            raise
-          report["errors"][backend] = str(e)
-          print(f"round {i + 1}: {e}", flush=True)
-          dropped.add(backend)
-          continue
-        if args.fresh_jobs:
-          jobs.pop(backend).stop()
+    run_rounds(args, jobs, report, launch, ready_or_fall_back)
+  except OutOfTime as e:
+    if not report["rounds"]["myplugin"]:
+      raise
+    report["cut"] = str(e)  # what was measured before it is reported
   finally:
     for job in jobs.values():
       job.stop()
   return report
+
+
+def run_rounds(args, jobs, report, launch, ready_or_fall_back) -> None:
+  """Starts the jobs (or each job for each round, with --fresh-jobs) and runs the rounds, interleaved."""
+  dropped = set()
+  if not args.fresh_jobs:
+    # Started together (start-up is not timed), then awaited.
+    for backend in ("myplugin", "jax"):
+      launch(backend)
+    for backend in ("myplugin", "jax"):
+      if not ready_or_fall_back(backend):
+        dropped.add(backend)
+  for i in range(args.rounds):
+    order = ("myplugin", "jax") if i % 2 == 0 else ("jax", "myplugin")
+    for backend in order:
+      if backend in dropped:
+        continue
+      if args.fresh_jobs:
+        launch(backend)
+        if not ready_or_fall_back(backend):
+          dropped.add(backend)
+          continue
+      try:
+        report["rounds"][backend].append(jobs[backend].round(args.round_timeout))
+      except JobFailed as e:
+        jobs.pop(backend).stop()
+        if backend == "myplugin" or isinstance(e, OutOfTime):
+          raise
+        report["errors"][backend] = str(e)
+        print(f"round {i + 1}: {e}", flush=True)
+        dropped.add(backend)
+        continue
+      if args.fresh_jobs:
+        jobs.pop(backend).stop()
 
 
 def print_report(report: dict, sizes: list[int], args) -> dict:
@@ -297,6 +332,9 @@ def print_report(report: dict, sizes: list[int], args) -> dict:
     _, plat, kind, count, loss = line.split()
     losses[backend] = float(loss)
     print(f"{backend}: platform {plat}, {count} x {kind.replace('_', ' ')}; the training step's first loss {loss}")
+  if report["cut"]:
+    print(f"cut short by --timeout: {report['cut']} (myplugin {len(report['rounds']['myplugin'])} rounds, jax "
+          f"{len(report['rounds']['jax'])})")
   if report["fallback"]:
     print(f"jax: {report['fallback']}; its error in {n} processes was:\n{report['errors']['jax']}")
   elif "jax" in report["errors"]:
@@ -360,7 +398,7 @@ def parse(argv=None):
   parser.add_argument("--min-bytes", type=int, default=4 << 10)
   parser.add_argument("--max-bytes", type=int, default=256 << 20)
   parser.add_argument("--memory-fraction", type=float,
-                      help="XLA_CLIENT_MEM_FRACTION of every process (default 0.9 / processes on the device at once)")
+                      help=f"XLA_CLIENT_MEM_FRACTION of every process (default {MEMORY_SHARE} / processes on the device at once)")
   parser.add_argument("--fresh-jobs", action="store_true",
                       help="start each job anew for each of its rounds, one job on the device at a time")
   parser.add_argument("--timeout", type=float, default=540, help="the whole run's hard deadline, seconds")
@@ -401,19 +439,27 @@ def main(argv=None) -> int:
   summaries, failed = [], False
   with tempfile.TemporaryDirectory(prefix="bench-gpu-mp-") as logdir:
     for n in args.processes:
+      if time.monotonic() >= deadline:
+        print(f"\n## {n} processes: not run, the run's --timeout ({args.timeout:.0f} s) was reached", flush=True)
+        summaries.append({"processes": n, "errors": {"run": "not run: --timeout reached"}})
+        failed = True
+        continue
       try:
         report = run_processes(n, args, sizes, args.model, logdir, deadline)
+        summaries.append(print_report(report, sizes, args))
+      except OutOfTime as e:
+        print(f"\n## {n} processes: no round of myplugin before the run's --timeout\n{e}", flush=True)
+        summaries.append({"processes": n, "errors": {"run": str(e)}})
+        failed = True
       except JobFailed as e:
         print(f"\n## {n} processes: myplugin's job failed, no comparison\n{e}", flush=True)
         summaries.append({"processes": n, "errors": {"myplugin": str(e)}})
         failed = True
-        continue
-      summaries.append(print_report(report, sizes, args))
       sys.stdout.flush()
-  if args.json:
-    with open(args.json, "w") as f:
-      json.dump({"platforms": args.platforms, "rounds": args.rounds, "rank_environment": RANK_ENVIRONMENT,
-                 "runs": summaries}, f, indent=1)
+      if args.json:  # after each process count, so that a run cut short keeps what it measured
+        with open(args.json, "w") as f:
+          json.dump({"platforms": args.platforms, "rounds": args.rounds, "rank_environment": RANK_ENVIRONMENT,
+                     "runs": summaries}, f, indent=1)
   return 1 if failed else 0
 
 
