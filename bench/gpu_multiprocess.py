@@ -122,7 +122,7 @@ class Job:
       base["JAX_PLATFORMS"] = platform
       if platform == "cpu":
         base["JAX_NUM_CPU_DEVICES"] = "1"
-    self.procs, self.stderr_paths = [], []
+    self.procs, self.stderr_paths, self.idle = [], [], False
     self.lines: queue.Queue = queue.Queue()
     for rank in range(n):
       env = dict(base, **rank_environment(rank, n, 0, base))
@@ -173,14 +173,18 @@ class Job:
 
   def ready(self, timeout: float) -> str:
     self._collect("READY", timeout)
+    self.idle = True
     return self.ready_line
 
   def round(self, timeout: float) -> dict:
+    self.idle = False
     for p in self.procs:
       p.stdin.write("round\n")
       p.stdin.flush()
     res = {"psum": {}}
-    for line in self._collect("DONE", timeout):
+    lines = self._collect("DONE", timeout)
+    self.idle = True
+    for line in lines:
       parts = line.split()
       if line.startswith("RESULT psum"):
         res["psum"][int(parts[2])] = (float(parts[3]), float(parts[4]))
@@ -203,13 +207,15 @@ class Job:
     return "\n".join(out)
 
   def stop(self) -> None:
+    """Ends the workers: a job between rounds is told to quit and given a
+    few seconds; any other (starting, failed, late) is killed at once."""
     for p in self.procs:
       try:
         p.stdin.write("quit\n")
         p.stdin.close()
       except (BrokenPipeError, ValueError, OSError):
         pass
-    end = time.monotonic() + 10
+    end = time.monotonic() + (5 if self.idle and time.monotonic() < self.deadline else 0)
     for p in self.procs:
       try:
         p.wait(timeout=max(end - time.monotonic(), 0.1))
@@ -391,12 +397,12 @@ def print_report(report: dict, sizes: list[int], args) -> dict:
 
 def parse(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--processes", default="2,4", help="comma-separated process counts (each >= 2)")
-  parser.add_argument("--rounds", type=int, default=3)
-  parser.add_argument("--platforms", default="myplugin,cuda",
-                      help="myplugin,cuda (a GPU) or myplugin,cpu (myplugin's CPU engine vs jax's CPU backend)")
+  parser.add_argument("--processes", help="comma-separated process counts, each >= 2 (default 2,4)")
+  parser.add_argument("--rounds", type=int, help="default 3")
+  parser.add_argument("--platforms", help="myplugin,cuda (a GPU; the default) or myplugin,cpu (myplugin's CPU "
+                      "engine against jax's CPU backend)")
   parser.add_argument("--min-bytes", type=int, default=4 << 10)
-  parser.add_argument("--max-bytes", type=int, default=256 << 20)
+  parser.add_argument("--max-bytes", type=int, help="default 256 MB")
   parser.add_argument("--memory-fraction", type=float,
                       help=f"XLA_CLIENT_MEM_FRACTION of every process (default {MEMORY_SHARE} / processes on the device at once)")
   parser.add_argument("--fresh-jobs", action="store_true",
@@ -406,10 +412,13 @@ def parse(argv=None):
   parser.add_argument("--round-timeout", type=float, default=180, help="seconds for one round of one job")
   parser.add_argument("--json", help="also write the summaries here")
   parser.add_argument("--dry-run", action="store_true",
-                      help="on this CPU: --platforms myplugin,cpu --processes 2 --rounds 2 --max-bytes 1M, a tiny model")
+                      help="on this CPU: the defaults become --platforms myplugin,cpu --processes 2 --rounds 2 "
+                      "--max-bytes 1048576")
   args = parser.parse_args(argv)
-  if args.dry_run:
-    args.platforms, args.processes, args.rounds, args.max_bytes = "myplugin,cpu", "2", 2, 1 << 20
+  defaults = (("myplugin,cpu", "2", 2, 1 << 20) if args.dry_run else ("myplugin,cuda", "2,4", 3, 256 << 20))
+  for name, value in zip(("platforms", "processes", "rounds", "max_bytes"), defaults):
+    if getattr(args, name) is None:
+      setattr(args, name, value)
   try:
     args.processes = [int(p) for p in args.processes.split(",") if p]
   except ValueError:
@@ -439,12 +448,9 @@ def main(argv=None) -> int:
   summaries, failed = [], False
   with tempfile.TemporaryDirectory(prefix="bench-gpu-mp-") as logdir:
     for n in args.processes:
-      if time.monotonic() >= deadline:
-        print(f"\n## {n} processes: not run, the run's --timeout ({args.timeout:.0f} s) was reached", flush=True)
-        summaries.append({"processes": n, "errors": {"run": "not run: --timeout reached"}})
-        failed = True
-        continue
       try:
+        if time.monotonic() >= deadline:
+          raise OutOfTime(f"not started: the run's --timeout ({args.timeout:.0f} s) was reached")
         report = run_processes(n, args, sizes, args.model, logdir, deadline)
         summaries.append(print_report(report, sizes, args))
       except OutOfTime as e:
