@@ -24,10 +24,8 @@ Process 0 prints, per round:
   RESULT step BEST_S MEDIAN_S
 """
 import os
-import statistics
 import sys
 import threading
-import time
 
 _deadline = threading.Timer(float(os.environ["BENCH_DEADLINE_S"]), lambda: os._exit(124))
 _deadline.daemon = True
@@ -45,6 +43,7 @@ import numpy as np  # noqa: E402
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # noqa: E402
 
 import training_step  # noqa: E402  (bench/, the script's own folder)
+from timing import timed  # noqa: E402
 
 sizes = [int(s) for s in sys.argv[1].split(",") if s]
 widths = [int(w) for w in sys.argv[2].split(",")]
@@ -53,16 +52,6 @@ me = jax.process_index()
 devices = jax.devices()
 mesh = Mesh(np.array(devices), ("d",))
 n = len(devices)
-
-
-def timed(fn, reps):
-  fn()  # warm up: every process reaches the collective before the clock starts
-  times = []
-  for _ in range(reps):
-    t0 = time.perf_counter()
-    fn()
-    times.append(time.perf_counter() - t0)
-  return min(times), statistics.median(times)
 
 
 psum = jax.jit(jax.shard_map(lambda v: jax.lax.psum(v, "d"), mesh=mesh, in_specs=P("d"), out_specs=P("d")))
