@@ -133,10 +133,14 @@ class Job:
         env.update(BENCH_JAX_COORDINATOR=f"127.0.0.1:{port}", BENCH_NUM_PROCESSES=str(n),
                    BENCH_PROCESS_ID=str(rank))
       path = os.path.join(logdir, f"{backend}-{platform}-{n}-rank{rank}.log")
-      with open(path, "w") as err:
-        proc = subprocess.Popen([sys.executable, os.path.join(HERE, "gpu_multiprocess_worker.py"), *argv], env=env,
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True,
-                                start_new_session=True)
+      try:
+        with open(path, "w") as err:
+          proc = subprocess.Popen([sys.executable, os.path.join(HERE, "gpu_multiprocess_worker.py"), *argv],
+                                  env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True,
+                                  start_new_session=True)
+      except OSError:
+        kill_groups(self.procs)
+        raise
       self.procs.append(proc)
       self.stderr_paths.append(path)
       threading.Thread(target=self._pump, args=(rank, proc), daemon=True).start()
@@ -178,9 +182,13 @@ class Job:
 
   def round(self, timeout: float) -> dict:
     self.idle = False
-    for p in self.procs:
-      p.stdin.write("round\n")
-      p.stdin.flush()
+    for rank, p in enumerate(self.procs):
+      try:
+        p.stdin.write("round\n")
+        p.stdin.flush()
+      except OSError:  # it is gone: say how it ended
+        time.sleep(0.5)
+        raise JobFailed(f"{self.name}: rank {rank} is gone before a round\n{self.stderr_tails()}") from None
     res = {"psum": {}}
     lines = self._collect("DONE", timeout)
     self.idle = True
@@ -329,9 +337,12 @@ def print_report(report: dict, sizes: list[int], args) -> dict:
   theirs = summarize(report["rounds"]["jax"]) if report["rounds"]["jax"] else None
   factor = 2 * (n - 1) / n
   bw = lambda b, t: b / t * factor / 1e9
+  counts = {k: len(v) for k, v in report["rounds"].items()}
+  rounds = (f"{counts['myplugin']} rounds" if counts["myplugin"] == counts["jax"] else
+            f"rounds: myplugin {counts['myplugin']}, jax {counts['jax']},")
   print(f"\n## {n} processes{' sharing one GPU' if platform == 'cuda' else ', one CPU device each'}: myplugin "
-        f"(engine {platform}) vs jax's own {platform} backend, {args.rounds} rounds interleaved (order swapped "
-        "every round); best / median over rounds of each round's best and median call")
+        f"(engine {platform}) vs jax's own {platform} backend, {rounds} interleaved (order swapped every round); "
+        "best / median over rounds of each round's best and median call")
   print(f"rank environment: {RANK_ENVIRONMENT}; memory fraction per process {report['memory_fraction']:.4g}")
   losses = {}
   for backend, line in report["devices"].items():
