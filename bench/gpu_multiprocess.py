@@ -110,14 +110,16 @@ class Job:
             if k not in _JOB_VARIABLES and not k.startswith("BENCH_")
             and not (k.startswith("MYPLUGIN_") and k not in ("MYPLUGIN_ENGINE", "MYPLUGIN_NCCL_PATH"))}
     base["XLA_CLIENT_MEM_FRACTION"] = f"{memory_fraction:.4g}"
-    base["BENCH_BACKEND"] = "myplugin" if backend == "myplugin" else "jax"
+    base["BENCH_BACKEND"] = backend
     # The workers' own deadline comes a little after the driver's, which
     # reports it first.
     self.deadline = deadline
     base["BENCH_DEADLINE_S"] = f"{max(deadline - time.monotonic(), 1) + WORKER_GRACE_S:.0f}"
     if backend == "myplugin":
       base["JAX_PLATFORMS"] = "myplugin"
-      base.setdefault("MYPLUGIN_ENGINE", platform)  # the engine of jax's platform: cuda or cpu
+      # The engine of jax's platform; on a GPU the caller may name a CUDA engine's library.
+      if platform == "cpu" or "MYPLUGIN_ENGINE" not in base:
+        base["MYPLUGIN_ENGINE"] = platform
     else:
       base["JAX_PLATFORMS"] = platform
       if platform == "cpu":
