@@ -50,24 +50,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from procs import free_port, kill_groups  # noqa: E402
 
-try:
-  from jax_plugin.gpu_sharing import rank_environment
-  RANK_ENVIRONMENT = "jax_plugin.gpu_sharing.rank_environment"
-except ImportError:
-  # Stand-in until jax_plugin.gpu_sharing lands (same signature and
-  # variables as myplugin-run --share-gpu); delete it then.
-  RANK_ENVIRONMENT = "bench stand-in (jax_plugin.gpu_sharing absent)"
+from jax_plugin.gpu_sharing import rank_environment  # noqa: E402  (myplugin-run --share-gpu's variables)
 
-  def rank_environment(rank: int, num_processes: int, gpu: int = 0, environ=None) -> dict[str, str]:
-    """The variables that let rank `rank` of `num_processes` share GPU `gpu`."""
-    environ = os.environ if environ is None else environ
-    if num_processes < 1 or not 0 <= rank < num_processes or gpu < 0:
-      raise ValueError(f"rank {rank} of {num_processes} processes on GPU {gpu}: need 0 <= rank < num_processes, "
-                       "gpu >= 0")
-    return {"MYPLUGIN_VISIBLE_DEVICES": str(gpu), "MYPLUGIN_NUM_DEVICES": "1",
-            "NCCL_HOSTID": f"myplugin-gpu{gpu}-rank{rank}", "NCCL_SOCKET_IFNAME": "lo",
-            "XLA_CLIENT_MEM_FRACTION": environ.get("XLA_CLIENT_MEM_FRACTION") or f"{0.9 / num_processes:.4g}"}
-
+RANK_ENVIRONMENT = "jax_plugin.gpu_sharing.rank_environment"
 
 # What a job's processes must not inherit from the caller: they get their own.
 _JOB_VARIABLES = ("JAX_PLATFORMS", "JAX_NUM_CPU_DEVICES", "JAX_COORDINATOR_ADDRESS", "JAX_LOCAL_DEVICE_IDS",
