@@ -1,6 +1,6 @@
 // The NCCL backend's logic against a fake NCCL: bootstrap through the key-
 // value store, type and reduction mapping, the calls each collective makes,
-// abort, and error reporting. No GPU, no libnccl.
+// abort, error reporting and the version check. No GPU, no libnccl.
 #include "check.h"
 
 #ifndef MYPLUGIN_HAVE_NCCL
@@ -8,6 +8,8 @@ bool RunNcclTests() { return false; }
 #else
 
 #include <algorithm>
+#include <array>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -87,9 +89,16 @@ ncclResult_t FakeRecv(void*, size_t, ncclDataType_t, int peer, ncclComm_t, cudaS
 }
 ncclResult_t FakeGroupStart() { fake.calls.push_back("GroupStart"); return ncclSuccess; }
 ncclResult_t FakeGroupEnd() { fake.calls.push_back("GroupEnd"); return ncclSuccess; }
+int fake_version = 0;
+ncclResult_t FakeGetVersion(int* v) {
+  if (fake_version < 0) return ncclSystemError;
+  *v = fake_version;
+  return ncclSuccess;
+}
 
 coll::NcclApi FakeApi() {
   coll::NcclApi api;
+  api.GetVersion = FakeGetVersion;
   api.GetUniqueId = FakeGetUniqueId;
   api.CommInitRank = FakeCommInitRank;
   api.CommDestroy = FakeCommDestroy;
@@ -216,11 +225,83 @@ void TestCalls() {
   CHECK(fake.calls.empty());
 }
 
+bool Has(const myplugin::Status& st, const std::string& text) {
+  return st.message().find(text) != std::string::npos;
+}
+
 void TestLoadErrors() {
   auto missing = coll::NcclApi::Load("/nonexistent/libnccl.so.2");
-  CHECK(!missing.ok() && missing.status().message().find("nvidia-nccl-cu12") != std::string::npos);
+  CHECK(!missing.ok() && Has(missing.status(), "nvidia-nccl-cu12"));
   auto not_nccl = coll::NcclApi::Load("libm.so.6");
-  CHECK(!not_nccl.ok() && not_nccl.status().message().find("has no ncclGetUniqueId") != std::string::npos);
+  CHECK(!not_nccl.ok() && Has(not_nccl.status(), "libm.so.6 has no ncclGetVersion"));
+  // A whole library (tests/cpp/fake_libnccl.cc): too old is refused as it
+  // loads, naming the file, its version and the minimum; new enough loads.
+  auto old_nccl = coll::NcclApi::Load(MYPLUGIN_FAKE_NCCL_OLD);
+  CHECK(!old_nccl.ok() && old_nccl.status().code() == myplugin::Code::kFailedPrecondition);
+  CHECK(!old_nccl.ok() && Has(old_nccl.status(), std::string(MYPLUGIN_FAKE_NCCL_OLD) + " is NCCL 2.5.6; myplugin "
+                                                 "needs NCCL 2.18.0 or newer"));
+  auto new_nccl = coll::NcclApi::Load(MYPLUGIN_FAKE_NCCL_NEW);
+  CHECK(new_nccl.ok());
+  int code = 0;
+  CHECK(new_nccl.ok() && new_nccl.value().GetVersion(&code) == ncclSuccess && code == 21801);
+}
+
+// Version codes, against NCCL's own macro, and the check on a fake ncclGetVersion.
+void TestVersionCheck() {
+  for (auto [major, minor, patch] : {std::array<int, 3>{2, 5, 6}, {2, 8, 4}, {2, 9, 6}, {2, 18, 0}, {2, 28, 9},
+                                     {2, 32, 3}, {3, 0, 1}}) {
+    const int code = NCCL_VERSION(major, minor, patch);
+    CHECK(coll::NcclVersionCode(major, minor, patch) == code);
+    CHECK(coll::NcclVersionName(code) == std::to_string(major) + "." + std::to_string(minor) + "." +
+                                             std::to_string(patch));
+  }
+  coll::NcclApi api = FakeApi();
+  const std::string path = "/opt/nccl/libnccl.so.2";
+  for (int code : {2506, 2804, 21701}) {  // 2.5.6 (before the 2.9 encoding), 2.8.4, 2.17.1
+    fake_version = code;
+    myplugin::Status st = api.CheckVersion(path);
+    CHECK(st.code() == myplugin::Code::kFailedPrecondition);
+    CHECK(Has(st, path + " is NCCL " + coll::NcclVersionName(code) + "; myplugin needs NCCL 2.18.0 or newer"));
+  }
+  for (int code : {21800, 21803, 22809, 30001}) {
+    fake_version = code;
+    CHECK(api.CheckVersion(path).ok());
+  }
+  fake_version = -1;  // ncclGetVersion itself fails
+  myplugin::Status broken = api.CheckVersion(path);
+  CHECK(!broken.ok() && Has(broken, "ncclGetVersion failed: unhandled system error"));
+}
+
+// NCCL's answer to two ranks on one GPU with one host identity: the error
+// says what it usually means, which rank and device, and what to set.
+ncclResult_t FakeInitDuplicate(ncclComm_t*, int, ncclUniqueId, int) { return ncclInvalidUsage; }
+ncclResult_t FakeInitSystemError(ncclComm_t*, int, ncclUniqueId, int) { return ncclSystemError; }
+
+void TestDuplicateGpu() {
+  coll::NcclApi api = FakeApi();
+  api.CommInitRank = FakeInitDuplicate;
+  kv.clear();
+  // Device 3 is rank 0 of this group: it makes the id, so nothing waits.
+  coll::NcclDeviceGroups device_groups(api, Store(), 1.0);
+  ::unsetenv("NCCL_HOSTID");
+  auto dup = device_groups.ForDevice({3, 1, 2, 0}, 3);
+  CHECK(!dup.ok() && dup.status().code() == myplugin::Code::kInvalidArgument);
+  CHECK(!dup.ok() && Has(dup.status(), "the NCCL communicator of device 3 (rank 0) in device group [3, 1, 2, 0]: "
+                                       "ncclCommInitRank failed: other (NCCL error 5) for rank 0 of 4: this usually "
+                                       "means that several ranks of the communicator are on the same GPU with the "
+                                       "same host identity"));
+  CHECK(!dup.ok() && Has(dup.status(), "needs its own NCCL_HOSTID (myplugin-run --share-gpu sets one per process)"));
+  CHECK(!dup.ok() && Has(dup.status(), "this process has no NCCL_HOSTID"));
+  ::setenv("NCCL_HOSTID", "job-7-rank-3", 1);
+  auto with_id = device_groups.ForDevice({3, 1, 2, 0}, 3);  // a failed making is tried again
+  ::unsetenv("NCCL_HOSTID");
+  CHECK(!with_id.ok() && Has(with_id.status(), "this process has NCCL_HOSTID=job-7-rank-3"));
+  // Other failures of the init say only what NCCL said.
+  api.CommInitRank = FakeInitSystemError;
+  coll::NcclDeviceGroups other(api, Store(), 1.0);
+  auto sys = other.ForDevice({3, 1, 2, 0}, 3);
+  CHECK(!sys.ok() && Has(sys.status(), "ncclCommInitRank failed: unhandled system error"));
+  CHECK(!sys.ok() && !Has(sys.status(), "NCCL_HOSTID"));
 }
 
 // The handlers' call path: two devices of one process, each on its own
@@ -293,6 +374,8 @@ bool RunNcclTests() {
   TestMapping();
   TestCalls();
   TestLoadErrors();
+  TestVersionCheck();
+  TestDuplicateGpu();
   TestFfiCallPath();
   return true;
 }
