@@ -105,6 +105,9 @@ StatusOr<std::unique_ptr<Client>> Client::Create(const ClientOptions& options) {
   MYPLUGIN_RETURN_IF_ERROR(EnsureEngineLoaded());
   StatusOr<JobView> job = ViewOfJob(options);
   if (!job.ok()) return job.status();
+  // After ViewOfJob: a job of several processes has joined the coordination
+  // service, whose key-values bootstrap NCCL's communicators.
+  MYPLUGIN_RETURN_IF_ERROR(EnsureNcclForEngine());
   EngineClientOptions engine_options;
   engine_options.num_devices = job.value().processes[job.value().process_index].num_devices;
   engine_options.cpu = CurrentEngineKind() == EngineKind::kCpu;
