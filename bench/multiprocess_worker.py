@@ -15,7 +15,6 @@ after its warm-up:
   RESULT deep_step BEST_S MEDIAN_S
 """
 import os
-import statistics
 import sys
 import time
 
@@ -31,21 +30,12 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # noqa: E402
 
 import tensor_parallel_step  # noqa: E402  (bench/, the script's own folder)
 import training_step  # noqa: E402
+from timing import timed  # noqa: E402
 
 sizes = [int(s) for s in sys.argv[1].split(",") if s]
 me = jax.process_index()
 mesh = Mesh(np.array(jax.devices()), ("d",))
 n = len(jax.devices())
-
-
-def timed(fn, reps):
-  fn()  # warm up (and compile)
-  times = []
-  for _ in range(reps):
-    t0 = time.perf_counter()
-    fn()
-    times.append(time.perf_counter() - t0)
-  return min(times), statistics.median(times)
 
 
 if sys.argv[2:3] and sys.argv[2].startswith("deep"):

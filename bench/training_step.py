@@ -40,15 +40,17 @@ def inputs(mesh):
 
 # A deeper MLP for the collective-combining benchmark (bench/multiprocess.py
 # --combine): 6 layers of 128, so 12 parameter arrays, each with a gradient
-# all-reduce of its own unless the rewrite combines them.
+# all-reduce of its own unless the rewrite combines them. Other widths
+# (bench/gpu_multiprocess.py) give 2 arrays per layer likewise.
 DEEP = [64, 128, 128, 128, 128, 128, 1]
 
 
 def deep_loss_fn(p, x, y):
   h = x
-  for i in range(len(DEEP) - 1):
+  layers = len(p) // 2
+  for i in range(layers):
     h = h @ p[f"w{i}"] + p[f"b{i}"]
-    if i < len(DEEP) - 2:
+    if i < layers - 1:
       h = jax.nn.gelu(h)
   return jnp.mean((h - y) ** 2)
 
@@ -56,13 +58,14 @@ def deep_loss_fn(p, x, y):
 deep_step = sgd_step(deep_loss_fn)
 
 
-def deep_inputs(mesh, batch=1024):
-  """(params replicated, xs and ys sharded by batch) of the deep MLP on `mesh`."""
+def deep_inputs(mesh, batch=1024, widths=DEEP):
+  """(params replicated, xs and ys sharded by batch) of the deep MLP of
+  `widths` (input, hidden..., output) on `mesh`."""
   rng = np.random.default_rng(0)
-  xb = rng.normal(size=(batch, DEEP[0])).astype(np.float32)
-  yb = np.sin(xb[:, :1]).astype(np.float32)
+  xb = rng.normal(size=(batch, widths[0])).astype(np.float32)
+  yb = np.sin(xb[:, :widths[-1]]).astype(np.float32)
   params = {}
-  for i, (a, b) in enumerate(zip(DEEP[:-1], DEEP[1:])):
+  for i, (a, b) in enumerate(zip(widths[:-1], widths[1:])):
     params[f"w{i}"] = (rng.normal(size=(a, b)) / np.sqrt(a)).astype(np.float32)
     params[f"b{i}"] = np.zeros(b, np.float32)
   params = jax.device_put(params, NamedSharding(mesh, P()))

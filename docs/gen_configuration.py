@@ -135,6 +135,20 @@ ROWS = [
    "unset: only programs that name another process's device"),
   ("`MYPLUGIN_DUMP_REWRITTEN=DIR`", "append every rewritten module (HLO text) to `DIR/rewritten.PID.txt`",
    "unset"),
+  ("`XLA_PYTHON_CLIENT_ALLOCATOR`",
+   "jax's GPU allocator (`default`, `platform`, `bfc`, `cuda_async`, `vmm`, `address`), given to the CUDA "
+   "engine as jax's CUDA backend gives it; see [jax's GPU memory settings](gpus.md#jaxs-gpu-memory-settings)",
+   "`default` (the engine's BFC allocator)"),
+  ("`XLA_CLIENT_MEM_FRACTION` (or the older `XLA_PYTHON_CLIENT_MEM_FRACTION`; not both)",
+   "the share of each GPU's memory the CUDA engine may take, above 0 and at most 1; `myplugin-run --share-gpu` "
+   "sets 0.9/N", "the engine's: 0.75"),
+  ("`XLA_PYTHON_CLIENT_PREALLOCATE`", "take that share at start (`false`, `False` or `0`: grow as needed)",
+   "the engine's: preallocate"),
+  ("`XLA_PYTHON_CLIENT_COLLECTIVE_MEM_SIZE_MB`", "memory the CUDA engine sets aside for XLA's own collectives (MiB)",
+   "the engine's"),
+  ("client options `allocator`, `memory_fraction`, `preallocate`, `collective_memory_size`",
+   "the same, via `jax_pjrt_client_create_options` (`collective_memory_size` in bytes); win over the variables",
+   ""),
 ]
 
 HEADER = """\

@@ -1,7 +1,7 @@
 """myplugin-run: start a multi-process job on this host.
 
   myplugin-run -n 4 [--devices-per-process 2] [--timeout S] [--max-restarts K [--min-processes M]]
-               [--recover R [--rejoin-wait]] [--cpu-bind] -- python train.py args
+               [--recover R [--rejoin-wait]] [--cpu-bind] [--share-gpu [GPU]] -- python train.py args
 
 It hosts the coordination service itself, starts the processes with the
 MYPLUGIN_* variables set (JAX_PLATFORMS=myplugin unless set), prefixes each
@@ -31,6 +31,10 @@ The job's exit code is 0 when every rank's last process exited 0.
 
 With --cpu-bind each rank runs on its own share of the launcher's CPUs
 (cpu_binding.py), a rank started again on its rank's share.
+
+With --share-gpu [GPU] every rank runs on the same GPU (CUDA ordinal, 0 by
+default), one device each, with its own NCCL host identity and its share of
+the GPU's memory (gpu_sharing.py): an N-way job on one GPU.
 """
 
 from __future__ import annotations
@@ -45,7 +49,7 @@ import sys
 import threading
 import time
 
-from jax_plugin import cpu_binding
+from jax_plugin import cpu_binding, gpu_sharing
 
 EXIT_TIMEOUT = 124
 EXIT_INTERRUPTED = 130
@@ -117,6 +121,10 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument("--cpu-bind", action="store_true",
                       help="run each rank on its own share of the CPUs this launcher may use (as mpirun's "
                            "--bind-to core); the engine sizes its thread pools to that share")
+  parser.add_argument("--share-gpu", type=int, nargs="?", const=0, default=None, metavar="GPU",
+                      help="run every rank on this one GPU (a CUDA ordinal; default 0), one device each, with its "
+                           "own NCCL host identity and 0.9/N of the GPU's memory (XLA_CLIENT_MEM_FRACTION, "
+                           "unless set)")
   parser.add_argument("--grace-period", type=float, default=DEFAULT_GRACE_PERIOD_S, metavar="S",
                       help="on SIGTERM (a preemption notice) the ranks get it too, and this many seconds to "
                            "save and exit before they are killed; exit code 143 (default: 30, as Slurm's KillWait; "
@@ -138,6 +146,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.error("--rejoin-wait goes with --recover")
   if args.grace_period < 0:
     parser.error("--grace-period must be at least 0")
+  if args.share_gpu is not None:
+    if args.share_gpu < 0:
+      parser.error("--share-gpu takes a CUDA ordinal, 0 or more")
+    if args.devices_per_process not in (None, 1):
+      parser.error("--share-gpu gives each rank one device (the shared GPU): --devices-per-process must be 1")
+    try:  # a request that cannot fit is refused before anything starts
+      gpu_sharing.rank_environment(0, args.num_processes, args.share_gpu)
+    except ValueError as e:
+      parser.error(f"--share-gpu: {e}")
   if args.min_processes is None:
     args.min_processes = args.num_processes
   if not 1 <= args.min_processes <= args.num_processes:
@@ -184,14 +201,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.recover is not None:
       env = dict(base_env, MYPLUGIN_RESTART_COUNT="0", MYPLUGIN_JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{_free_port()}")
       return _run_recovering(command, env, num_processes, service, deadline, interrupted, args.timeout,
-                             args.recover, args.rejoin_wait, _shares(args.cpu_bind, num_processes))
+                             args.recover, args.rejoin_wait, _Placement(args, num_processes))
     for attempt in range(args.max_restarts + 1):
       # jax's own coordinator (hosted by rank 0 of each attempt) moves to a
       # fresh port: the one before may still be held by a dying process.
       env = dict(base_env, MYPLUGIN_RESTART_COUNT=str(attempt), MYPLUGIN_NUM_PROCESSES=str(num_processes),
                  MYPLUGIN_JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{_free_port()}")
       result = _run_attempt(command, env, num_processes, service, deadline, interrupted, args.timeout,
-                            _shares(args.cpu_bind, num_processes), args.grace_period)
+                            _Placement(args, num_processes), args.grace_period)
       if result.status:
         return result.status
       if result.culprit is None:
@@ -227,17 +244,28 @@ class _Attempt:
     self.culprit_joined = culprit_joined
 
 
-def _shares(cpu_bind: bool, num_processes: int) -> list[list[int]] | None:
-  return cpu_binding.cpu_shares(num_processes, cpu_binding.launcher_cpus()) if cpu_bind else None
+class _Placement:
+  """Where each rank of an attempt runs: its CPUs (--cpu-bind) and its GPU
+  (--share-gpu), as variables and a binding."""
+
+  def __init__(self, args, num_processes: int):
+    self.num_processes = num_processes
+    self.cpus = cpu_binding.cpu_shares(num_processes, cpu_binding.launcher_cpus()) if args.cpu_bind else None
+    self.gpu = args.share_gpu
+
+  def environment(self, rank: int) -> dict[str, str]:
+    if self.gpu is None:
+      return {}
+    return gpu_sharing.rank_environment(rank, self.num_processes, self.gpu)
 
 
-def _start_rank(command, env, rank, lock, pumps, shares) -> subprocess.Popen:
-  p = subprocess.Popen(command, env=dict(env, MYPLUGIN_PROCESS_ID=str(rank)), stdout=subprocess.PIPE,
-                       stderr=subprocess.PIPE, start_new_session=True)
-  if shares is not None:
+def _start_rank(command, env, rank, lock, pumps, placement) -> subprocess.Popen:
+  p = subprocess.Popen(command, env=dict(env, **placement.environment(rank), MYPLUGIN_PROCESS_ID=str(rank)),
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+  if placement.cpus is not None:
     # Popen returns once the command was executed, before it can start a
     # thread: every thread of the rank's process inherits this.
-    why = cpu_binding.bind(p.pid, shares[rank])
+    why = cpu_binding.bind(p.pid, placement.cpus[rank])
     if why:
       print(f"myplugin-run: rank {rank} runs unbound: {why}", file=sys.stderr)
   for stream, out in ((p.stdout, sys.stdout), (p.stderr, sys.stderr)):
@@ -248,12 +276,12 @@ def _start_rank(command, env, rank, lock, pumps, shares) -> subprocess.Popen:
 
 
 def _run_recovering(command, env, num_processes, service, deadline, interrupted, timeout, respawns,
-                    rejoin_wait, shares) -> int:
+                    rejoin_wait, placement) -> int:
   """--recover: ranks fail alone; each failed one starts again while respawns last."""
   from jax_plugin import _myplugin
   lock = threading.Lock()
   pumps = []
-  procs = [_start_rank(command, env, rank, lock, pumps, shares) for rank in range(num_processes)]
+  procs = [_start_rank(command, env, rank, lock, pumps, placement) for rank in range(num_processes)]
   # Each rank's count of failures the service had declared when its
   # process started: a higher count while that process still runs means
   # the service failed it alive (stopped, stuck, cut off), and the members
@@ -320,7 +348,7 @@ def _run_recovering(command, env, num_processes, service, deadline, interrupted,
         respawns -= 1
         print(f"myplugin-run: rank {rank} failed {_describe(code)}; starting it again to rejoin the job "
               f"({respawns} restarts left)", file=sys.stderr)
-        procs[rank] = _start_rank(command, dict(env, MYPLUGIN_REJOIN="1"), rank, lock, pumps, shares)
+        procs[rank] = _start_rank(command, dict(env, MYPLUGIN_REJOIN="1"), rank, lock, pumps, placement)
         failures_at_start[rank] = service.failures_per_process()[rank]
         failed_alive_since.pop(rank, None)
       time.sleep(0.02)
@@ -333,12 +361,12 @@ def _run_recovering(command, env, num_processes, service, deadline, interrupted,
   return status
 
 
-def _run_attempt(command, env, num_processes, service, deadline, interrupted, timeout, shares,
+def _run_attempt(command, env, num_processes, service, deadline, interrupted, timeout, placement,
                  grace_period: float = 0.0) -> _Attempt:
   from jax_plugin import _myplugin
   lock = threading.Lock()
   pumps = []
-  procs = [_start_rank(command, env, rank, lock, pumps, shares) for rank in range(num_processes)]
+  procs = [_start_rank(command, env, rank, lock, pumps, placement) for rank in range(num_processes)]
 
   first_exit = None  # (rank, code) of the first process seen to end with an error
   failure_seen_at = None

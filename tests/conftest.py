@@ -9,3 +9,23 @@ sys.path.insert(0, os.path.dirname(__file__))
 os.environ["JAX_PLATFORMS"] = "myplugin,cpu"
 os.environ["MYPLUGIN_NUM_DEVICES"] = "8"
 os.environ["JAX_NUM_CPU_DEVICES"] = "8"
+
+
+# Where the time goes: each test file's wall time (setup, call and teardown
+# of its tests), the slowest first, at the end of every run (.ci/run's rows
+# print it, so a slow file is seen where it lands).
+_FILE_SECONDS: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report):
+  path = report.nodeid.split("::", 1)[0]
+  _FILE_SECONDS[path] = _FILE_SECONDS.get(path, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter):
+  if not _FILE_SECONDS:
+    return
+  total = sum(_FILE_SECONDS.values())
+  terminalreporter.write_sep("-", f"time per test file ({total:.0f} s in all)")
+  for path, seconds in sorted(_FILE_SECONDS.items(), key=lambda kv: -kv[1]):
+    terminalreporter.write_line(f"{seconds:8.1f} s  {path}")

@@ -38,4 +38,9 @@ bool CallClock::CapReached() const {
   return start != 0 && (NowNs() - start) / 1e9 >= SaturatedSeconds(limits_.cap_s) - 1e-3;
 }
 
+double CallClock::ElapsedSeconds() const {
+  const int64_t start = start_ns_.load(std::memory_order_relaxed);
+  return start == 0 ? 0 : (NowNs() - start) / 1e9;
+}
+
 }  // namespace myplugin::collectives

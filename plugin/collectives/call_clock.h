@@ -44,6 +44,8 @@ class CallClock {
   double NextWaitSeconds() const;
   // The call has run for its whole cap.
   bool CapReached() const;
+  // Seconds since the call began (0 before any call).
+  double ElapsedSeconds() const;
 
  private:
   const WaitLimits limits_;

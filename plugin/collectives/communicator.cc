@@ -286,33 +286,22 @@ Status Communicator::Explain(const Signature& sig, const Status& backend_error) 
     if (aborted_) return OfCall(Status(Code::kAborted, what + " was aborted: " + aborted_->message()).WithFailureOf(*aborted_), sig);
   }
   if (coordination_) {
-    // A broken connection usually means a peer died: the coordination
-    // service names it within moments.
+    // A broken connection usually means a peer died, or saw this call's
+    // signatures differ and broke off: the service names either within moments.
     auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<int>(kFailureNoticeWaitS * 1000));
     while (true) {
-      if (auto failure = coordination_->failure()) {
-        return OfCall(Status(Code::kAborted, what + " was aborted: " + failure->message()).WithFailureOf(*failure),
-                      sig);
-      }
-      // A peer saw this call's signatures differ and broke off the exchange.
-      const std::string key = MismatchKey(coordination_->epoch(), group_hash_, sig.sequence);
-      StatusOr<std::string> mismatch = coordination_->KeyValueTryGet(key);
-      if (mismatch.ok()) {
-        StatusOr<std::string> classes = coordination_->KeyValueTryGet(MismatchCallsKey(key));
-        Status why = Failed(Code::kFailedPrecondition, mismatch.value() + WithTrace(mismatch.value()),
-                            FailureKind::kMismatch,
-                            classes.ok() ? Differing(classes.value(), process_group_, rank_) : std::vector<int>{},
-                            sig);
-        std::lock_guard<std::mutex> lock(abort_mu_);
-        aborted_ = why;
-        return why;
-      }
+      if (std::optional<Status> cause = KnownCause(sig, what)) return *cause;
       if (std::chrono::steady_clock::now() > deadline) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
-    const bool timed_out = backend_error.code() == Code::kDeadlineExceeded;
     // Every process had arrived: data was moving (call_clock.h).
     const bool moving = clock_->agreed();
+    // A timeout is one only when the call has waited its bound: a backend
+    // that says "timed out" sooner (a pair closed under it) is a failed
+    // connection, named with the time it actually took.
+    const double waited = clock_->ElapsedSeconds();
+    const double bound = std::min(moving ? limits().stall_s : limits().arrival_s, limits().cap_s);
+    const bool timed_out = backend_error.code() == Code::kDeadlineExceeded && waited >= bound * 0.99;
     if (timed_out && clock_->CapReached()) {
       ProcessRuntime::Get().flight_recorder().End(record_, false);
       record_ = 0;
@@ -328,6 +317,8 @@ Status Communicator::Explain(const Signature& sig, const Status& backend_error) 
                                std::to_string(group_hash_) + "/" + std::to_string(sig.sequence) + "/";
     if (coordination_->KeyValueSet(prefix + std::to_string(process_group_[rank_]), "1").ok()) {
       std::this_thread::sleep_for(std::chrono::milliseconds(static_cast<int>(kArrivalWaitS * 1000)));
+      // A cause that came while this process waited still wins.
+      if (std::optional<Status> cause = KnownCause(sig, what)) return *cause;
       auto arrived = coordination_->KeyValueList(prefix);
       if (arrived.ok()) {
         std::set<int> present;
@@ -343,7 +334,7 @@ Status Communicator::Explain(const Signature& sig, const Status& backend_error) 
           // error (a connection closed) came sooner and is named as it is.
           const std::string how = timed_out ? (moving ? " made no progress for " + Seconds(limits().stall_s)
                                                       : " timed out after " + Seconds(limits().arrival_s))
-                                            : " failed (" + backend_error.message() + ")";
+                                            : " failed after " + Seconds(waited) + " (" + backend_error.message() + ")";
           const std::string why =
               what + how +
               (moving ? ": processes " + IdList(missing) + " stopped moving data in call #" +
@@ -366,6 +357,21 @@ Status Communicator::Explain(const Signature& sig, const Status& backend_error) 
   }
   return Status(backend_error.code() == Code::kOk ? Code::kInternal : backend_error.code(),
                 what + " failed: " + backend_error.message());
+}
+
+std::optional<Status> Communicator::KnownCause(const Signature& sig, const std::string& what) {
+  if (auto failure = coordination_->failure()) {
+    return OfCall(Status(Code::kAborted, what + " was aborted: " + failure->message()).WithFailureOf(*failure), sig);
+  }
+  const std::string key = MismatchKey(coordination_->epoch(), group_hash_, sig.sequence);
+  StatusOr<std::string> mismatch = coordination_->KeyValueTryGet(key);
+  if (!mismatch.ok()) return std::nullopt;
+  StatusOr<std::string> classes = coordination_->KeyValueTryGet(MismatchCallsKey(key));
+  Status why = Failed(Code::kFailedPrecondition, mismatch.value() + WithTrace(mismatch.value()), FailureKind::kMismatch,
+                      classes.ok() ? Differing(classes.value(), process_group_, rank_) : std::vector<int>{}, sig);
+  std::lock_guard<std::mutex> lock(abort_mu_);
+  aborted_ = why;
+  return why;
 }
 
 template <typename Finish>

@@ -4,6 +4,28 @@
 
 namespace myplugin::collectives {
 
+int NcclVersionCode(int major, int minor, int patch) {
+  const bool old_code = major < 2 || (major == 2 && minor <= 8);
+  return major * (old_code ? 1000 : 10000) + minor * 100 + patch;
+}
+
+std::string NcclVersionName(int code) {
+  // Old codes stop at 2.8.x (2899); new ones start at 2.9.0 (20900).
+  const int scale = code >= 10000 ? 10000 : 1000;
+  return std::to_string(code / scale) + "." + std::to_string(code % scale / 100) + "." + std::to_string(code % 100);
+}
+
+Status NcclApi::CheckVersion(const std::string& path) const {
+  int code = 0;
+  MYPLUGIN_RETURN_IF_ERROR(Check(GetVersion(&code), "ncclGetVersion"));
+  const int minimum = NcclVersionCode(kMinNcclMajor, kMinNcclMinor, kMinNcclPatch);
+  if (code >= minimum) return OkStatus();
+  return FailedPrecondition(path + " is NCCL " + NcclVersionName(code) + "; myplugin needs NCCL " +
+                            NcclVersionName(minimum) +
+                            " or newer (pip install -U nvidia-nccl-cu13 or nvidia-nccl-cu12, or set "
+                            "MYPLUGIN_NCCL_PATH to a newer libnccl.so.2)");
+}
+
 StatusOr<NcclApi> NcclApi::Load(const std::string& path) {
   void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr) {
@@ -17,6 +39,7 @@ StatusOr<NcclApi> NcclApi::Load(const std::string& path) {
     fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(handle, name));
     if (fn == nullptr && missing.ok()) missing = FailedPrecondition(path + " has no " + name + ": not an NCCL 2 library");
   };
+  resolve(api.GetVersion, "ncclGetVersion");
   resolve(api.GetUniqueId, "ncclGetUniqueId");
   resolve(api.CommInitRank, "ncclCommInitRank");
   resolve(api.CommDestroy, "ncclCommDestroy");
@@ -31,6 +54,7 @@ StatusOr<NcclApi> NcclApi::Load(const std::string& path) {
   resolve(api.GroupStart, "ncclGroupStart");
   resolve(api.GroupEnd, "ncclGroupEnd");
   if (!missing.ok()) return missing;
+  MYPLUGIN_RETURN_IF_ERROR(api.CheckVersion(path));
   return api;
 }
 

@@ -11,7 +11,20 @@
 
 namespace myplugin::collectives {
 
+// The oldest NCCL we run on, as NCCL encodes versions (NcclVersionCode):
+// 2.18, what our wheels require (pyproject.toml). Several processes on one
+// GPU need NCCL_HOSTID (NCCL's getHostHash reads it since 2.5.6), which
+// this includes.
+inline constexpr int kMinNcclMajor = 2, kMinNcclMinor = 18, kMinNcclPatch = 0;
+
+// NCCL's version code: major*10000 + minor*100 + patch from 2.9 on,
+// major*1000 + minor*100 + patch before (NCCL_VERSION in nccl.h).
+int NcclVersionCode(int major, int minor, int patch);
+// "2.18.3" for a code that ncclGetVersion returned.
+std::string NcclVersionName(int code);
+
 struct NcclApi {
+  decltype(&ncclGetVersion) GetVersion = nullptr;
   decltype(&ncclGetUniqueId) GetUniqueId = nullptr;
   decltype(&ncclCommInitRank) CommInitRank = nullptr;
   decltype(&ncclCommDestroy) CommDestroy = nullptr;
@@ -26,9 +39,13 @@ struct NcclApi {
   decltype(&ncclGroupStart) GroupStart = nullptr;
   decltype(&ncclGroupEnd) GroupEnd = nullptr;
 
-  // dlopen()s `path` (never closed: NCCL keeps threads) and resolves every
-  // entry point; the error names the library and the missing symbol.
+  // dlopen()s `path` (never closed: NCCL keeps threads), resolves every
+  // entry point and checks the version (CheckVersion); the error names the
+  // library and the missing symbol or the versions.
   static StatusOr<NcclApi> Load(const std::string& path);
+  // FAILED_PRECONDITION, naming `path`, its version and the minimum, when
+  // the library is older than kMinNccl*.
+  Status CheckVersion(const std::string& path) const;
   // A Status for an NCCL result, naming the call.
   Status Check(ncclResult_t result, const char* call) const;
 };

@@ -1,5 +1,6 @@
 #include "collectives/nccl_communicator.h"
 
+#include <cstdlib>
 #include <cstring>
 
 namespace myplugin::collectives {
@@ -74,7 +75,20 @@ StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(const NcclA
   StatusOr<ncclUniqueId> id = ExchangeUniqueId(api, store, key, rank, timeout_s);
   if (!id.ok()) return id.status();
   ncclComm_t comm = nullptr;
-  MYPLUGIN_RETURN_IF_ERROR(api.Check(api.CommInitRank(&comm, size, id.value(), rank), "ncclCommInitRank"));
+  const ncclResult_t result = api.CommInitRank(&comm, size, id.value(), rank);
+  if (result == ncclInvalidUsage) {
+    // What NCCL refuses at init ("Duplicate GPU detected") when two ranks
+    // have the same host hash and the same GPU bus id (NCCL's init.cc).
+    const char* host_id = std::getenv("NCCL_HOSTID");
+    return Status(Code::kInvalidArgument,
+                  api.Check(result, "ncclCommInitRank").message() + " for rank " + std::to_string(rank) + " of " +
+                      std::to_string(size) +
+                      ": this usually means that several ranks of the communicator are on the same GPU with the "
+                      "same host identity. Each process that shares a GPU needs its own NCCL_HOSTID (myplugin-run "
+                      "--share-gpu sets one per process); this process has " +
+                      (host_id ? "NCCL_HOSTID=" + std::string(host_id) : std::string("no NCCL_HOSTID")));
+  }
+  MYPLUGIN_RETURN_IF_ERROR(api.Check(result, "ncclCommInitRank"));
   return std::unique_ptr<NcclCommunicator>(new NcclCommunicator(api, comm, rank, size));
 }
 

@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "collectives/collective_table.h"
+#include "collectives/communicator.h"
 #include "collectives/process_runtime.h"
 #include "collectives/device_collectives.h"
 #include "collectives/ffi_binding.h"
@@ -58,7 +59,11 @@ StatusOr<NcclCommunicator*> NcclDeviceGroups::ForDevice(const std::vector<int>& 
         for (int d : device_group) key += std::to_string(d) + ",";
         StatusOr<std::unique_ptr<NcclCommunicator>> made =
             NcclCommunicator::Create(api_, rank, static_cast<int>(device_group.size()), store_, key, timeout_s_);
-        if (!made.ok()) return made.status();
+        if (!made.ok()) {
+          return Status(made.status().code(), "the NCCL communicator of device " + std::to_string(device) +
+                                                  " (rank " + std::to_string(rank) + ") in device group " +
+                                                  IdList(device_group) + ": " + made.status().message());
+        }
         return std::shared_ptr<NcclCommunicator>(made.take().release());
       });
   if (!comm.ok()) return comm.status();
@@ -69,32 +74,37 @@ void NcclDeviceGroups::AbortAll(const Status& why) {
   communicators_.ForEach([&](NcclCommunicator& comm) { comm.Abort(why); });
 }
 
+std::unique_ptr<NcclDeviceGroups> DeviceGroupsForJob(NcclApi api) {
+  auto& runtime = ProcessRuntime::Get().distributed();
+  BootstrapStore store = InProcessStore();
+  const double timeout_s = ProcessRuntime::Get().settings()->collective_timeout_s;
+  auto client = runtime.client();
+  if (!client) return std::make_unique<NcclDeviceGroups>(std::move(api), std::move(store), timeout_s);
+  store.set = [client](const std::string& k, const std::string& v) { return client->KeyValueSet(k, v); };
+  store.get = [client](const std::string& k, double t) { return client->KeyValueGet(k, t); };
+  auto device_groups = std::make_unique<NcclDeviceGroups>(std::move(api), std::move(store), timeout_s);
+  NcclDeviceGroups* aborted = device_groups.get();  // lives as long as the process (ProcessRuntime)
+  client->AddFailureCallback([aborted](const Status& why) { aborted->AbortAll(why); });
+  return device_groups;
+}
+
 namespace {
 
 // The process's device groups: libnccl as jax_plugin chose it (MYPLUGIN_NCCL_PATH
-// or an NCCL wheel; engine/library_choice.h), the unique ids through our
-// key-value store (or in memory for a job of one process), and every
-// communicator aborted when the coordination service reports a failure.
+// or an NCCL wheel; engine/library_choice.h), loaded and its version checked
+// once (the CUDA engine's client does it as it starts: EnsureNcclLoaded).
 StatusOr<NcclDeviceGroups*> DeviceGroups() {
   return ProcessRuntime::Get().nccl_device_groups([]() -> StatusOr<NcclDeviceGroups*> {
     const std::string path = ProcessRuntime::Get().library_choice().nccl_library;
     StatusOr<NcclApi> api = NcclApi::Load(path.empty() ? "libnccl.so.2" : path);
     if (!api.ok()) return api.status();
-    auto& runtime = ProcessRuntime::Get().distributed();
-    BootstrapStore store = InProcessStore();
-    const double timeout_s = ProcessRuntime::Get().settings()->collective_timeout_s;
-    if (auto client = runtime.client()) {
-      store.set = [client](const std::string& k, const std::string& v) { return client->KeyValueSet(k, v); };
-      store.get = [client](const std::string& k, double t) { return client->KeyValueGet(k, t); };
-      auto* device_groups = new NcclDeviceGroups(api.take(), std::move(store), timeout_s);
-      client->AddFailureCallback([device_groups](const Status& why) { device_groups->AbortAll(why); });
-      return device_groups;
-    }
-    return new NcclDeviceGroups(api.take(), std::move(store), timeout_s);
+    return DeviceGroupsForJob(api.take()).release();
   });
 }
 
 }  // namespace
+
+Status EnsureNcclLoaded() { return DeviceGroups().status(); }
 
 // ---------------------------------------------------------------------------
 // One call: the local devices of the device group meet, the processes agree on

@@ -47,6 +47,19 @@ class NcclDeviceGroups {
   uint64_t epoch_ = 0;
 };
 
+// The device groups of the current job on `api`: the unique ids go through
+// the coordination service's key-values (in memory for a job of one
+// process), and a failure that the service reports aborts every
+// communicator. The failure callback holds a pointer to them: they must
+// live as long as the job's coordination client.
+std::unique_ptr<NcclDeviceGroups> DeviceGroupsForJob(NcclApi api);
+
+// The process's NCCL: MYPLUGIN_NCCL_PATH or the wheel's libnccl.so.2 (as
+// jax_plugin chose it) loaded and its version checked, once; the CUDA
+// engine's client calls it as it starts, so an unusable NCCL is an error
+// there, not at the first collective. Later calls give the same answer.
+Status EnsureNcclLoaded();
+
 // A key-value store inside this process (a job of one process has no
 // coordination service).
 BootstrapStore InProcessStore();

@@ -38,6 +38,30 @@ Status SecondsSetting(const EnvLookup& getenv, const char* name, double* out) {
   return OkStatus();
 }
 
+// jax's rules (jaxlib's xla_client.generate_pjrt_gpu_plugin_options), with
+// an error naming the variable where jax's would only say "could not
+// convert string to float".
+Status ParseGpuMemory(const EnvLookup& getenv, GpuMemorySettings* s) {
+  if (const char* v = Given(getenv, "XLA_PYTHON_CLIENT_ALLOCATOR")) {
+    MYPLUGIN_RETURN_IF_ERROR(SetGpuAllocator(v, "XLA_PYTHON_CLIENT_ALLOCATOR", s));
+  }
+  const char* fraction = Given(getenv, "XLA_CLIENT_MEM_FRACTION");
+  if (const char* older = Given(getenv, "XLA_PYTHON_CLIENT_MEM_FRACTION")) {
+    if (fraction != nullptr) {
+      return InvalidArgument("XLA_CLIENT_MEM_FRACTION is set together with XLA_PYTHON_CLIENT_MEM_FRACTION: "
+                             "remove the latter, it is deprecated (as jax says)");
+    }
+    MYPLUGIN_RETURN_IF_ERROR(SetGpuMemoryFraction(older, "XLA_PYTHON_CLIENT_MEM_FRACTION", s));
+  } else if (fraction != nullptr) {
+    MYPLUGIN_RETURN_IF_ERROR(SetGpuMemoryFraction(fraction, "XLA_CLIENT_MEM_FRACTION", s));
+  }
+  if (const char* v = Given(getenv, "XLA_PYTHON_CLIENT_PREALLOCATE")) SetGpuPreallocate(v, s);
+  if (const char* v = Given(getenv, "XLA_PYTHON_CLIENT_COLLECTIVE_MEM_SIZE_MB")) {
+    MYPLUGIN_RETURN_IF_ERROR(SetGpuCollectiveMemoryMiB(v, "XLA_PYTHON_CLIENT_COLLECTIVE_MEM_SIZE_MB", s));
+  }
+  return OkStatus();
+}
+
 }  // namespace
 
 StatusOr<Settings> ParseSettings(const EnvLookup& getenv) {
@@ -79,6 +103,7 @@ StatusOr<Settings> ParseSettings(const EnvLookup& getenv) {
   }
   if (const char* v = Given(getenv, "MYPLUGIN_SPMD_LOG")) s.spmd_log = std::string(v) != "0";
   if (const char* v = Given(getenv, "TMPDIR")) s.temp_dir = v;
+  MYPLUGIN_RETURN_IF_ERROR(ParseGpuMemory(getenv, &s.gpu_memory));
   return s;
 }
 
@@ -87,7 +112,9 @@ const std::vector<std::string>& SettingVariables() {
       "MYPLUGIN_COLLECTIVE_TIMEOUT_SECONDS", "MYPLUGIN_COLLECTIVE_STALL_SECONDS", "MYPLUGIN_COLLECTIVE_CAP_SECONDS",
       "MYPLUGIN_PEER_EXIT_GRACE_SECONDS",    "MYPLUGIN_STRAGGLER_SECONDS",        "MYPLUGIN_TRACE_BUFFER",
       "MYPLUGIN_TRACE_DIR",                  "MYPLUGIN_TRANSPORT",                "MYPLUGIN_SPMD_REWRITE",
-      "MYPLUGIN_SPMD_LOG",                   "TMPDIR"};
+      "MYPLUGIN_SPMD_LOG",                   "TMPDIR",
+      "XLA_PYTHON_CLIENT_ALLOCATOR",         "XLA_CLIENT_MEM_FRACTION",           "XLA_PYTHON_CLIENT_MEM_FRACTION",
+      "XLA_PYTHON_CLIENT_PREALLOCATE",       "XLA_PYTHON_CLIENT_COLLECTIVE_MEM_SIZE_MB"};
   return *names;
 }
 

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "common/gpu_memory_settings.h"
 #include "common/status.h"
 
 namespace myplugin {
@@ -63,6 +64,8 @@ struct Settings {
   // MYPLUGIN_SPMD_LOG (set, and not 0): a line per step of a multi-process compile.
   bool spmd_log = false;
   std::string temp_dir = "/tmp";  // TMPDIR
+  // jax's GPU memory variables (XLA_PYTHON_CLIENT_ALLOCATOR, ...), for the CUDA engine.
+  GpuMemorySettings gpu_memory;
 };
 
 // The settings `getenv` describes; unset and empty variables take their

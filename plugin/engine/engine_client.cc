@@ -5,34 +5,69 @@
 namespace myplugin {
 namespace {
 
-PJRT_NamedValue Int64Option(const char* name, int64_t value) {
+PJRT_NamedValue Named(const char* name, PJRT_NamedValue_Type type) {
   PJRT_NamedValue v{};
   v.struct_size = PJRT_NamedValue_STRUCT_SIZE;
   v.name = name;
   v.name_size = std::strlen(name);
-  v.type = PJRT_NamedValue_kInt64;
-  v.int64_value = value;
+  v.type = type;
   v.value_size = 1;
   return v;
 }
 
+PJRT_NamedValue Int64Option(const char* name, int64_t value) {
+  PJRT_NamedValue v = Named(name, PJRT_NamedValue_kInt64);
+  v.int64_value = value;
+  return v;
+}
+
+// The engine's limit on one device's memory (what its allocator may hold), or
+// 0 when it does not say.
+int64_t DeviceBytesLimit(const EngineLibrary& engine, PJRT_Device* device) {
+  MYPLUGIN_PJRT_ARGS(PJRT_Device_MemoryStats_Args, args);
+  args.device = device;
+  if (!engine.Consume(engine.api()->PJRT_Device_MemoryStats(&args)).ok()) return 0;
+  return args.bytes_limit_is_set ? args.bytes_limit : 0;
+}
+
 }  // namespace
 
-StatusOr<std::unique_ptr<EngineClient>> EngineClient::Create(const EngineLibrary& engine,
-                                                             const EngineClientOptions& options) {
+std::vector<PJRT_NamedValue> EngineCreateOptions(const EngineClientOptions& options) {
   std::vector<PJRT_NamedValue> create_options;
   if (options.cpu) {
     create_options.push_back(Int64Option("cpu_device_count", options.num_devices));
-  } else if (!options.visible_devices.empty()) {
-    PJRT_NamedValue v{};
-    v.struct_size = PJRT_NamedValue_STRUCT_SIZE;
-    v.name = "visible_devices";
-    v.name_size = std::strlen(v.name);
-    v.type = PJRT_NamedValue_kInt64List;
+    return create_options;
+  }
+  if (!options.visible_devices.empty()) {
+    PJRT_NamedValue v = Named("visible_devices", PJRT_NamedValue_kInt64List);
     v.int64_array_value = options.visible_devices.data();
     v.value_size = options.visible_devices.size();
     create_options.push_back(v);
   }
+  const GpuMemorySettings& memory = options.gpu_memory;
+  PJRT_NamedValue allocator = Named("allocator", PJRT_NamedValue_kString);
+  allocator.string_value = memory.allocator.c_str();
+  allocator.value_size = memory.allocator.size();
+  create_options.push_back(allocator);
+  if (memory.memory_fraction.has_value()) {
+    PJRT_NamedValue v = Named("memory_fraction", PJRT_NamedValue_kFloat);
+    v.float_value = static_cast<float>(*memory.memory_fraction);
+    create_options.push_back(v);
+  }
+  if (memory.preallocate.has_value()) {
+    PJRT_NamedValue v = Named("preallocate", PJRT_NamedValue_kBool);
+    v.bool_value = *memory.preallocate;
+    create_options.push_back(v);
+  }
+  if (memory.collective_memory_bytes.has_value()) {
+    create_options.push_back(Int64Option("collective_memory_size", *memory.collective_memory_bytes));
+  }
+  return create_options;
+}
+
+StatusOr<std::unique_ptr<EngineClient>> EngineClient::Create(const EngineLibrary& engine,
+                                                             const EngineClientOptions& options) {
+  std::vector<PJRT_NamedValue> create_options = EngineCreateOptions(options);
   MYPLUGIN_PJRT_ARGS(PJRT_Client_Create_Args, args);
   args.create_options = create_options.data();
   args.num_options = create_options.size();
@@ -50,6 +85,11 @@ StatusOr<std::unique_ptr<EngineClient>> EngineClient::Create(const EngineLibrary
     }
     return Internal("asked the XLA engine for " + std::to_string(options.num_devices) +
                     " devices and got " + std::to_string(client->devices_.size()));
+  }
+  if (!options.cpu) {
+    for (PJRT_Device* device : client->devices_) {
+      MYPLUGIN_RETURN_IF_ERROR(CheckGpuMemoryShare(DeviceBytesLimit(engine, device), options.gpu_memory));
+    }
   }
   return client;
 }

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "common/gpu_memory_settings.h"
 #include "common/status.h"
 #include "engine/engine_library.h"
 
@@ -18,7 +19,15 @@ struct EngineClientOptions {
   // and must match `num_devices` unless that is 0.
   bool cpu = true;
   std::vector<int64_t> visible_devices;
+  // jax's GPU memory settings: the CUDA engine's create options.
+  GpuMemorySettings gpu_memory;
 };
+
+// The create options of the engine's client: the CPU engine's device count,
+// or the CUDA engine's visible devices and jax's GPU memory settings (with
+// jax's names and types). The values point into `options`, which must
+// outlive them.
+std::vector<PJRT_NamedValue> EngineCreateOptions(const EngineClientOptions& options);
 
 class EngineClient {
  public:

@@ -105,10 +105,14 @@ StatusOr<std::unique_ptr<Client>> Client::Create(const ClientOptions& options) {
   MYPLUGIN_RETURN_IF_ERROR(EnsureEngineLoaded());
   StatusOr<JobView> job = ViewOfJob(options);
   if (!job.ok()) return job.status();
+  // After ViewOfJob: a job of several processes has joined the coordination
+  // service, whose key-values bootstrap NCCL's communicators.
+  MYPLUGIN_RETURN_IF_ERROR(EnsureNcclForEngine());
   EngineClientOptions engine_options;
   engine_options.num_devices = job.value().processes[job.value().process_index].num_devices;
   engine_options.cpu = CurrentEngineKind() == EngineKind::kCpu;
   engine_options.visible_devices = options.visible_devices;  // local_device_ids, on GPUs
+  engine_options.gpu_memory = options.settings.gpu_memory;
   // One process on GPUs, no count asked for: every GPU the engine sees.
   const bool engine_decides = !engine_options.cpu && job.value().processes.size() == 1 && !options.num_devices_given;
   if (engine_decides) engine_options.num_devices = 0;

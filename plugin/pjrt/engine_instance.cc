@@ -54,6 +54,13 @@ const EngineLibrary& Engine() { return *Instance().library; }
 
 EngineKind CurrentEngineKind() { return Choice().engine_kind == "cuda" ? EngineKind::kCuda : EngineKind::kCpu; }
 
+Status EnsureNcclForEngine() {
+#ifdef MYPLUGIN_HAVE_NCCL
+  if (CurrentEngineKind() == EngineKind::kCuda) return collectives::EnsureNcclLoaded();
+#endif
+  return OkStatus();
+}
+
 StatusOr<const EngineLibrary*> ShadowEngine() {
   if (CurrentEngineKind() == EngineKind::kCpu) {
     MYPLUGIN_RETURN_IF_ERROR(EnsureEngineLoaded());

@@ -27,6 +27,12 @@ const EngineLibrary& Engine();
 enum class EngineKind { kCpu, kCuda };
 EngineKind CurrentEngineKind();
 
+// On the CUDA engine: the NCCL that its collectives run on, loaded and its
+// version checked once (collectives::EnsureNcclLoaded), so that a client
+// does not start on an NCCL it cannot use. OK on the CPU engine and in a
+// build without the NCCL backend.
+Status EnsureNcclForEngine();
+
 // The CPU engine that partitions multi-process programs: the engine itself
 // when it is the CPU one, else the shadow engine jax_plugin chose, loaded once.
 StatusOr<const EngineLibrary*> ShadowEngine();

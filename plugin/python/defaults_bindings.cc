@@ -2,14 +2,17 @@
 // coordination/defaults.h, collectives/defaults.h), for jax_plugin's signatures, the launcher and
 // the CLI, so that Python never writes a number of its own.
 #include <nanobind/nanobind.h>
+#include <nanobind/stl/map.h>
 #include <nanobind/stl/string.h>
 
+#include <map>
 #include <string>
 
 #include "collectives/defaults.h"
 #include "common/settings.h"
 #include "coordination/defaults.h"
 #include "python/bindings.h"
+#include "python/status_exception.h"
 
 namespace nb = nanobind;
 
@@ -38,6 +41,24 @@ void BindDefaults(nb::module_& m) {
   for (const std::string& v : myplugin::SettingVariables()) variables.append(v);
   // The variables C++ reads, each of which the configuration page shows.
   m.attr("SETTING_VARIABLES") = variables;
+
+  // jax's GPU memory settings as the CUDA engine is given them, for an
+  // environment: the create options jax's CUDA backend would make of it
+  // (jaxlib's generate_pjrt_gpu_plugin_options), where the tests compare
+  // the two, and the launcher checks a shared GPU's shares.
+  m.def("gpu_memory_settings", [](const std::map<std::string, std::string>& env) {
+    StatusOr<Settings> settings = ParseSettings([&env](const char* name) -> const char* {
+      auto it = env.find(name);
+      return it == env.end() ? nullptr : it->second.c_str();
+    });
+    const GpuMemorySettings& g = ValueOrThrow(std::move(settings)).gpu_memory;
+    nb::dict d;
+    d["allocator"] = g.allocator;
+    if (g.memory_fraction) d["memory_fraction"] = *g.memory_fraction;
+    if (g.preallocate) d["preallocate"] = *g.preallocate;
+    if (g.collective_memory_bytes) d["collective_memory_size"] = *g.collective_memory_bytes;
+    return d;
+  });
 }
 
 }  // namespace myplugin::python

@@ -106,6 +106,39 @@ void TestVisibleDevices() {
   CHECK(!bad.ok() && bad.status().code() == Code::kInvalidArgument && Mentions(bad, "negative device id: -1"));
 }
 
+// jax_pjrt_client_create_options for the CUDA engine's memory: typed (a
+// dict) or text ("memory_fraction:0.5"), winning over jax's variables.
+void TestGpuMemoryOptions() {
+  PJRT_NamedValue fraction = Str("memory_fraction", "0.4");
+  PJRT_NamedValue prealloc = Str("preallocate", "false");
+  PJRT_NamedValue allocator = Str("allocator", "BFC");
+  PJRT_NamedValue collective = Int("collective_memory_size", 1 << 20);
+  std::vector<PJRT_NamedValue> given = {fraction, prealloc, allocator, collective};
+  StatusOr<ClientOptions> r = ParseClientOptions(
+      given.data(), given.size(),
+      Env({{"XLA_CLIENT_MEM_FRACTION", "0.9"}, {"XLA_PYTHON_CLIENT_PREALLOCATE", "true"}}));
+  CHECK(r.ok());
+  const myplugin::GpuMemorySettings& m = r.value().settings.gpu_memory;
+  CHECK(*m.memory_fraction == 0.4 && !*m.preallocate && m.allocator == "bfc" && *m.collective_memory_bytes == 1 << 20);
+
+  PJRT_NamedValue typed = Int("memory_fraction", 0);
+  typed.type = PJRT_NamedValue_kFloat;
+  typed.float_value = 0.25f;
+  PJRT_NamedValue flag = Int("preallocate", 0);
+  flag.type = PJRT_NamedValue_kBool;
+  flag.bool_value = true;
+  std::vector<PJRT_NamedValue> typed_given = {typed, flag};
+  r = ParseClientOptions(typed_given.data(), typed_given.size(), Env({}));
+  CHECK(r.ok() && *r.value().settings.gpu_memory.memory_fraction == 0.25f && *r.value().settings.gpu_memory.preallocate);
+
+  for (PJRT_NamedValue bad : {Str("memory_fraction", "2"), Str("allocator", "fast"), Int("collective_memory_size", -1),
+                              Int("memory_fraction", 1)}) {
+    StatusOr<ClientOptions> refused = ParseClientOptions(&bad, 1, Env({}));
+    CHECK(!refused.ok() && refused.status().code() == Code::kInvalidArgument);
+    CHECK(!refused.ok() && refused.status().message().find(std::string("'") + bad.name + "'") != std::string::npos);
+  }
+}
+
 }  // namespace
 
 void RunClientOptionsTests() {
@@ -113,4 +146,5 @@ void RunClientOptionsTests() {
   TestEnvironment();
   TestOptions();
   TestVisibleDevices();
+  TestGpuMemoryOptions();
 }

@@ -1,13 +1,19 @@
 // The C++ unit tests of the pieces that need no engine: run by
 // tests/test_cpp_units.py through CMake (MYPLUGIN_BUILD_TESTS=ON).
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 
 #include "check.h"
 #include "suites.h"
 
-int main() {
+int main(int argc, char** argv) {
+  if (argc == 4 && std::strcmp(argv[1], "--nccl-share-child") == 0) {
+    return RunNcclShareChild(std::atoi(argv[2]), std::atoi(argv[3]));
+  }
   RunClientOptionsTests();
   RunSettingsTests();
+  RunEngineClientTests();
   RunProcessRuntimeTests();
   RunWireTests();
   RunProcessInfoTests();

@@ -1,13 +1,17 @@
 // The NCCL backend's logic against a fake NCCL: bootstrap through the key-
 // value store, type and reduction mapping, the calls each collective makes,
-// abort, and error reporting. No GPU, no libnccl.
+// abort, error reporting, the version check, and four processes whose one
+// device each is the same GPU (ordinal 0). No GPU, no libnccl.
 #include "check.h"
 
 #ifndef MYPLUGIN_HAVE_NCCL
 bool RunNcclTests() { return false; }
+int RunNcclShareChild(int, int) { return 1; }
 #else
 
 #include <algorithm>
+#include <array>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -15,8 +19,21 @@ bool RunNcclTests() { return false; }
 #include <string>
 #include <vector>
 
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <functional>
+#include <memory>
+
+#include "collectives/device_ids.h"
 #include "collectives/nccl_communicator.h"
 #include "collectives/nccl_ffi_handlers.h"
+#include "collectives/process_runtime.h"
+#include "coordination/service.h"
 
 namespace coll = myplugin::collectives;
 
@@ -87,9 +104,16 @@ ncclResult_t FakeRecv(void*, size_t, ncclDataType_t, int peer, ncclComm_t, cudaS
 }
 ncclResult_t FakeGroupStart() { fake.calls.push_back("GroupStart"); return ncclSuccess; }
 ncclResult_t FakeGroupEnd() { fake.calls.push_back("GroupEnd"); return ncclSuccess; }
+int fake_version = 0;
+ncclResult_t FakeGetVersion(int* v) {
+  if (fake_version < 0) return ncclSystemError;
+  *v = fake_version;
+  return ncclSuccess;
+}
 
 coll::NcclApi FakeApi() {
   coll::NcclApi api;
+  api.GetVersion = FakeGetVersion;
   api.GetUniqueId = FakeGetUniqueId;
   api.CommInitRank = FakeCommInitRank;
   api.CommDestroy = FakeCommDestroy;
@@ -216,11 +240,83 @@ void TestCalls() {
   CHECK(fake.calls.empty());
 }
 
+bool Has(const myplugin::Status& st, const std::string& text) {
+  return st.message().find(text) != std::string::npos;
+}
+
 void TestLoadErrors() {
   auto missing = coll::NcclApi::Load("/nonexistent/libnccl.so.2");
-  CHECK(!missing.ok() && missing.status().message().find("nvidia-nccl-cu12") != std::string::npos);
+  CHECK(!missing.ok() && Has(missing.status(), "nvidia-nccl-cu12"));
   auto not_nccl = coll::NcclApi::Load("libm.so.6");
-  CHECK(!not_nccl.ok() && not_nccl.status().message().find("has no ncclGetUniqueId") != std::string::npos);
+  CHECK(!not_nccl.ok() && Has(not_nccl.status(), "libm.so.6 has no ncclGetVersion"));
+  // A whole library (tests/cpp/fake_libnccl.cc): too old is refused as it
+  // loads, naming the file, its version and the minimum; new enough loads.
+  auto old_nccl = coll::NcclApi::Load(MYPLUGIN_FAKE_NCCL_OLD);
+  CHECK(!old_nccl.ok() && old_nccl.status().code() == myplugin::Code::kFailedPrecondition);
+  CHECK(!old_nccl.ok() && Has(old_nccl.status(), std::string(MYPLUGIN_FAKE_NCCL_OLD) + " is NCCL 2.5.6; myplugin "
+                                                 "needs NCCL 2.18.0 or newer"));
+  auto new_nccl = coll::NcclApi::Load(MYPLUGIN_FAKE_NCCL_NEW);
+  CHECK(new_nccl.ok());
+  int code = 0;
+  CHECK(new_nccl.ok() && new_nccl.value().GetVersion(&code) == ncclSuccess && code == 21801);
+}
+
+// Version codes, against NCCL's own macro, and the check on a fake ncclGetVersion.
+void TestVersionCheck() {
+  for (auto [major, minor, patch] : {std::array<int, 3>{2, 5, 6}, {2, 8, 4}, {2, 9, 6}, {2, 18, 0}, {2, 28, 9},
+                                     {2, 32, 3}, {3, 0, 1}}) {
+    const int code = NCCL_VERSION(major, minor, patch);
+    CHECK(coll::NcclVersionCode(major, minor, patch) == code);
+    CHECK(coll::NcclVersionName(code) == std::to_string(major) + "." + std::to_string(minor) + "." +
+                                             std::to_string(patch));
+  }
+  coll::NcclApi api = FakeApi();
+  const std::string path = "/opt/nccl/libnccl.so.2";
+  for (int code : {2506, 2804, 21701}) {  // 2.5.6 (before the 2.9 encoding), 2.8.4, 2.17.1
+    fake_version = code;
+    myplugin::Status st = api.CheckVersion(path);
+    CHECK(st.code() == myplugin::Code::kFailedPrecondition);
+    CHECK(Has(st, path + " is NCCL " + coll::NcclVersionName(code) + "; myplugin needs NCCL 2.18.0 or newer"));
+  }
+  for (int code : {21800, 21803, 22809, 30001}) {
+    fake_version = code;
+    CHECK(api.CheckVersion(path).ok());
+  }
+  fake_version = -1;  // ncclGetVersion itself fails
+  myplugin::Status broken = api.CheckVersion(path);
+  CHECK(!broken.ok() && Has(broken, "ncclGetVersion failed: unhandled system error"));
+}
+
+// NCCL's answer to two ranks on one GPU with one host identity: the error
+// says what it usually means, which rank and device, and what to set.
+ncclResult_t FakeInitDuplicate(ncclComm_t*, int, ncclUniqueId, int) { return ncclInvalidUsage; }
+ncclResult_t FakeInitSystemError(ncclComm_t*, int, ncclUniqueId, int) { return ncclSystemError; }
+
+void TestDuplicateGpu() {
+  coll::NcclApi api = FakeApi();
+  api.CommInitRank = FakeInitDuplicate;
+  kv.clear();
+  // Device 3 is rank 0 of this group: it makes the id, so nothing waits.
+  coll::NcclDeviceGroups device_groups(api, Store(), 1.0);
+  ::unsetenv("NCCL_HOSTID");
+  auto dup = device_groups.ForDevice({3, 1, 2, 0}, 3);
+  CHECK(!dup.ok() && dup.status().code() == myplugin::Code::kInvalidArgument);
+  CHECK(!dup.ok() && Has(dup.status(), "the NCCL communicator of device 3 (rank 0) in device group [3, 1, 2, 0]: "
+                                       "ncclCommInitRank failed: other (NCCL error 5) for rank 0 of 4: this usually "
+                                       "means that several ranks of the communicator are on the same GPU with the "
+                                       "same host identity"));
+  CHECK(!dup.ok() && Has(dup.status(), "needs its own NCCL_HOSTID (myplugin-run --share-gpu sets one per process)"));
+  CHECK(!dup.ok() && Has(dup.status(), "this process has no NCCL_HOSTID"));
+  ::setenv("NCCL_HOSTID", "job-7-rank-3", 1);
+  auto with_id = device_groups.ForDevice({3, 1, 2, 0}, 3);  // a failed making is tried again
+  ::unsetenv("NCCL_HOSTID");
+  CHECK(!with_id.ok() && Has(with_id.status(), "this process has NCCL_HOSTID=job-7-rank-3"));
+  // Other failures of the init say only what NCCL said.
+  api.CommInitRank = FakeInitSystemError;
+  coll::NcclDeviceGroups other(api, Store(), 1.0);
+  auto sys = other.ForDevice({3, 1, 2, 0}, 3);
+  CHECK(!sys.ok() && Has(sys.status(), "ncclCommInitRank failed: unhandled system error"));
+  CHECK(!sys.ok() && !Has(sys.status(), "NCCL_HOSTID"));
 }
 
 // The handlers' call path: two devices of one process, each on its own
@@ -286,6 +382,248 @@ void TestFfiCallPath() {
   CHECK(init_ranks.size() == 3);
 }
 
+// Four processes on one GPU, as `myplugin-run -n 4 --share-gpu` starts
+// them: each has one local device, CUDA ordinal 0, and the client names it
+// global device 0..3; they join one coordination service and run the
+// handlers' call path (RunNccl: the local meeting, the signature agreed
+// across processes, the communicator of the device's device group) on a
+// fake NCCL that logs what it is asked. The parent checks each process's
+// log against what NCCL must see: rank = global id, one unique id per
+// device group (made by its rank 0's process), counts, types, reductions.
+constexpr int kShareProcesses = 4;
+// Within the 120 s that tests/test_cpp_units.py gives the whole binary,
+// even when a child waits out its own timeouts (a failing run).
+constexpr double kShareDeadlineS = 90;
+constexpr double kShareTimeoutS = 20;
+
+std::vector<std::string> share_log;
+int share_process = -1;
+int share_ids_made = 0;
+
+std::string CommName(ncclComm_t comm) {
+  const auto v = reinterpret_cast<intptr_t>(comm);
+  return std::to_string(v & 0xff) + "/" + std::to_string(v >> 8);
+}
+ncclResult_t ShareGetUniqueId(ncclUniqueId* id) {
+  std::memset(id->internal, 0, NCCL_UNIQUE_ID_BYTES);
+  const std::string made = "p" + std::to_string(share_process) + "#" + std::to_string(share_ids_made++);
+  std::memcpy(id->internal, made.data(), made.size());
+  share_log.push_back("GetUniqueId " + made);
+  return ncclSuccess;
+}
+ncclResult_t ShareInit(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank) {
+  *comm = reinterpret_cast<ncclComm_t>(static_cast<intptr_t>(nranks << 8 | rank));
+  share_log.push_back("CommInitRank " + CommName(*comm) + " id=" + std::string(id.internal));
+  return ncclSuccess;
+}
+std::string Operands(size_t count, ncclDataType_t t) {
+  return " count=" + std::to_string(count) + " type=" + std::to_string(static_cast<int>(t));
+}
+ncclResult_t ShareAllReduce(const void*, void*, size_t count, ncclDataType_t t, ncclRedOp_t op, ncclComm_t c,
+                            cudaStream_t) {
+  share_log.push_back("AllReduce " + CommName(c) + Operands(count, t) + " op=" + std::to_string(op));
+  return ncclSuccess;
+}
+ncclResult_t ShareReduceScatter(const void*, void*, size_t count, ncclDataType_t t, ncclRedOp_t op, ncclComm_t c,
+                                cudaStream_t) {
+  share_log.push_back("ReduceScatter " + CommName(c) + Operands(count, t) + " op=" + std::to_string(op));
+  return ncclSuccess;
+}
+ncclResult_t ShareAllGather(const void*, void*, size_t count, ncclDataType_t t, ncclComm_t c, cudaStream_t) {
+  share_log.push_back("AllGather " + CommName(c) + Operands(count, t));
+  return ncclSuccess;
+}
+ncclResult_t ShareSend(const void*, size_t count, ncclDataType_t t, int peer, ncclComm_t c, cudaStream_t) {
+  share_log.push_back("Send " + CommName(c) + " peer=" + std::to_string(peer) + Operands(count, t));
+  return ncclSuccess;
+}
+ncclResult_t ShareRecv(void*, size_t count, ncclDataType_t t, int peer, ncclComm_t c, cudaStream_t) {
+  share_log.push_back("Recv " + CommName(c) + " peer=" + std::to_string(peer) + Operands(count, t));
+  return ncclSuccess;
+}
+ncclResult_t ShareGroupStart() { share_log.push_back("GroupStart"); return ncclSuccess; }
+ncclResult_t ShareGroupEnd() { share_log.push_back("GroupEnd"); return ncclSuccess; }
+
+// What process p's NCCL must be asked, in order (the calls of ShareChild).
+std::vector<std::string> ExpectedShareLog(int p) {
+  auto t = [](ncclDataType_t x) { return std::to_string(static_cast<int>(x)); };
+  auto o = [](ncclRedOp_t x) { return std::to_string(static_cast<int>(x)); };
+  const std::string all = std::to_string(p) + "/4", half = std::to_string(p / 2) + "/2";
+  std::vector<std::string> want;
+  if (p == 0) want.push_back("GetUniqueId p0#0");  // device 0 is rank 0 of [0, 1, 2, 3]
+  want.push_back("CommInitRank " + all + " id=p0#0");
+  want.push_back("AllReduce " + all + " count=8 type=" + t(ncclFloat32) + " op=" + o(ncclSum));
+  want.push_back("ReduceScatter " + all + " count=2 type=" + t(ncclBfloat16) + " op=" + o(ncclMax));
+  want.push_back("AllGather " + all + " count=12 type=" + t(ncclUint8));
+  // [0, 2] and [1, 3]: rank 0 of each (devices 0 and 1) makes its id.
+  const std::string pair_id = p % 2 == 0 ? "p0#1" : "p1#0";
+  if (p < 2) want.push_back("GetUniqueId " + pair_id);
+  want.push_back("CommInitRank " + half + " id=" + pair_id);
+  want.push_back("AllReduce " + half + " count=10 type=" + t(ncclFloat32) + " op=" + o(ncclSum));
+  want.push_back("GroupStart");
+  want.push_back("Send " + all + " peer=" + std::to_string((p + 1) % 4) + " count=16 type=" + t(ncclUint8));
+  want.push_back("Recv " + all + " peer=" + std::to_string((p + 3) % 4) + " count=16 type=" + t(ncclUint8));
+  want.push_back("GroupEnd");
+  return want;
+}
+
+}  // namespace
+
+// One of the four processes (tests/cpp/main.cc starts it with
+// --nccl-share-child): prints its fake NCCL's log, one line per call, and
+// "failed: ..." for a call that failed.
+int RunNcclShareChild(int process, int port) {
+  using myplugin::collectives::ProcessRuntime;
+  share_process = process;
+  ProcessRuntime& runtime = ProcessRuntime::Get();
+  myplugin::Settings settings = *runtime.settings();
+  settings.collective_timeout_s = kShareTimeoutS;
+  runtime.UseSettings(settings);
+  myplugin::coordination::RuntimeOptions options;
+  options.coordinator_addresses = {"127.0.0.1:" + std::to_string(port)};
+  options.num_processes = kShareProcesses;
+  options.process_id = process;
+  options.token = "share-one-gpu";
+  options.initialization_timeout_s = kShareTimeoutS;
+  options.fate_sharing = false;
+  options.advertise_address = "127.0.0.1";
+  options.local.hostname = "one-host";
+  options.local.num_devices = 1;
+  options.local.device_kind = "fake GPU";
+  options.local.pid = static_cast<int>(::getpid());
+  myplugin::Status joined = runtime.distributed().Initialize(options);
+  if (!joined.ok()) {
+    std::printf("failed: %s\n", joined.message().c_str());
+    return 1;
+  }
+  // What the client does with the engine's one device (local hardware id 0).
+  coll::SetLocalDeviceIds({{0, process}});
+
+  coll::NcclApi api = FakeApi();
+  api.GetUniqueId = ShareGetUniqueId;
+  api.CommInitRank = ShareInit;
+  api.AllReduce = ShareAllReduce;
+  api.ReduceScatter = ShareReduceScatter;
+  api.AllGather = ShareAllGather;
+  api.Send = ShareSend;
+  api.Recv = ShareRecv;
+  api.GroupStart = ShareGroupStart;
+  api.GroupEnd = ShareGroupEnd;
+  std::unique_ptr<coll::NcclDeviceGroups> device_groups = coll::DeviceGroupsForJob(api);
+  cudaStream_t stream = reinterpret_cast<cudaStream_t>(0x77);
+  void* const send = reinterpret_cast<void*>(0x10000);
+  void* const recv = reinterpret_cast<void*>(0x20000);
+  const std::vector<int> all = {0, 1, 2, 3};
+  const std::vector<int> pair = process % 2 == 0 ? std::vector<int>{0, 2} : std::vector<int>{1, 3};
+  using coll::CollectiveOp;
+  using coll::DataType;
+  using coll::Reduction;
+  auto call = [&](const std::vector<int>& group, CollectiveOp op, Reduction r, DataType t, size_t count,
+                  const std::function<myplugin::Status(coll::NcclCommunicator&)>& enqueue) {
+    coll::NcclCallSite site{0, group, op, r, t, count, 0};  // ordinal 0 in every process
+    myplugin::Status st = coll::RunNccl(site, enqueue, device_groups.get());
+    if (!st.ok()) share_log.push_back("failed: " + st.message());
+  };
+  const int me = process;  // its rank in [0, 1, 2, 3]
+  call(all, CollectiveOp::kAllReduce, Reduction::kSum, DataType::kF32, 8, [&](coll::NcclCommunicator& c) {
+    return c.AllReduce(send, recv, 8, DataType::kF32, Reduction::kSum, stream);
+  });
+  call(all, CollectiveOp::kReduceScatter, Reduction::kMax, DataType::kBF16, 8, [&](coll::NcclCommunicator& c) {
+    return c.ReduceScatter(send, recv, 8 / c.size(), DataType::kBF16, Reduction::kMax, stream);
+  });
+  call(all, CollectiveOp::kAllGather, Reduction::kNone, DataType::kS32, 3, [&](coll::NcclCommunicator& c) {
+    return c.AllGather(send, recv, 3, DataType::kS32, stream);
+  });
+  call(pair, CollectiveOp::kAllReduce, Reduction::kSum, DataType::kC64, 5, [&](coll::NcclCommunicator& c) {
+    return c.AllReduce(send, recv, 5, DataType::kC64, Reduction::kSum, stream);
+  });
+  call(all, CollectiveOp::kCollectivePermute, Reduction::kNone, DataType::kF32, 4, [&](coll::NcclCommunicator& c) {
+    return c.CollectivePermute(send, recv, 4, DataType::kF32, (me + 1) % 4, (me + 3) % 4, stream);
+  });
+  for (const std::string& line : share_log) std::printf("%s\n", line.c_str());
+  std::fflush(stdout);
+  myplugin::Status left = runtime.distributed().Shutdown(kShareTimeoutS);
+  if (!left.ok()) std::printf("failed: shutdown: %s\n", left.message().c_str());
+  // The failure callback holds the device groups: they stay until exit.
+  (void)device_groups.release();
+  return 0;
+}
+
+namespace {
+
+// Reads every child's stdout to its end, within the deadline; kills them
+// all (and says so) past it.
+void TestShareOneGpu() {
+  myplugin::coordination::ServiceOptions options;
+  options.num_processes = kShareProcesses;
+  options.token = "share-one-gpu";
+  options.heartbeat_timeout_s = 60;
+  options.initialization_timeout_s = kShareTimeoutS;
+  auto service = myplugin::coordination::CoordinationService::Start("127.0.0.1", 0, options);
+  CHECK(service.ok());
+  if (!service.ok()) return;
+  const std::string port = std::to_string(service.value()->port());
+  std::vector<pid_t> pids(kShareProcesses, -1);
+  std::vector<int> out(kShareProcesses, -1);
+  std::vector<std::string> text(kShareProcesses);
+  for (int p = 0; p < kShareProcesses; ++p) {
+    int fds[2];
+    CHECK(::pipe(fds) == 0);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, fds[1], 1);
+    posix_spawn_file_actions_addclose(&actions, fds[0]);
+    const std::string id = std::to_string(p);
+    char* argv[] = {const_cast<char*>("myplugin_unit_tests"), const_cast<char*>("--nccl-share-child"),
+                    const_cast<char*>(id.c_str()), const_cast<char*>(port.c_str()), nullptr};
+    CHECK(posix_spawn(&pids[p], "/proc/self/exe", &actions, nullptr, argv, environ) == 0);
+    posix_spawn_file_actions_destroy(&actions);
+    ::close(fds[1]);
+    out[p] = fds[0];
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(kShareDeadlineS);
+  int open = kShareProcesses;
+  while (open > 0 && std::chrono::steady_clock::now() < deadline) {
+    std::vector<pollfd> fds;
+    for (int p = 0; p < kShareProcesses; ++p) {
+      if (out[p] >= 0) fds.push_back({out[p], POLLIN, 0});
+    }
+    if (::poll(fds.data(), fds.size(), 200) <= 0) continue;
+    for (int p = 0; p < kShareProcesses; ++p) {
+      if (out[p] < 0) continue;
+      pollfd probe{out[p], POLLIN, 0};
+      if (::poll(&probe, 1, 0) <= 0) continue;
+      char buf[4096];
+      ssize_t n = ::read(out[p], buf, sizeof(buf));
+      if (n > 0) {
+        text[p].append(buf, n);
+      } else {
+        ::close(out[p]);
+        out[p] = -1;
+        --open;
+      }
+    }
+  }
+  CHECK(open == 0);  // else past the deadline
+  for (int p = 0; p < kShareProcesses; ++p) {
+    if (out[p] >= 0) {
+      ::kill(pids[p], SIGKILL);
+      ::close(out[p]);
+    }
+    int status = 0;
+    ::waitpid(pids[p], &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    std::vector<std::string> lines;
+    for (size_t start = 0, end; (end = text[p].find('\n', start)) != std::string::npos; start = end + 1) {
+      lines.push_back(text[p].substr(start, end - start));
+    }
+    const bool right = lines == ExpectedShareLog(p);
+    CHECK(right);
+    if (!right) std::fprintf(stderr, "process %d of the shared GPU logged:\n%s", p, text[p].c_str());
+  }
+  service.value()->Stop();
+}
+
 }  // namespace
 
 bool RunNcclTests() {
@@ -293,7 +631,10 @@ bool RunNcclTests() {
   TestMapping();
   TestCalls();
   TestLoadErrors();
+  TestVersionCheck();
+  TestDuplicateGpu();
   TestFfiCallPath();
+  TestShareOneGpu();
   return true;
 }
 

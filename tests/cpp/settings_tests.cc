@@ -104,6 +104,39 @@ void TestBadValues() {
   CHECK(!r.ok() && r.status().message() == "MYPLUGIN_COLLECTIVE_STALL_SECONDS='abc' is not a positive number of seconds");
 }
 
+// jax's GPU memory variables, by jax's rules (jaxlib's
+// generate_pjrt_gpu_plugin_options; tests/test_gpu_memory_settings.py
+// compares the two on the same environments), with the variable named in
+// every refusal.
+void TestGpuMemory() {
+  StatusOr<Settings> r = Parse({});
+  CHECK(r.ok() && r.value().gpu_memory.allocator == "default");
+  CHECK(!r.value().gpu_memory.memory_fraction && !r.value().gpu_memory.preallocate &&
+        !r.value().gpu_memory.collective_memory_bytes);
+  r = Parse({{"XLA_PYTHON_CLIENT_ALLOCATOR", "Platform"}, {"XLA_CLIENT_MEM_FRACTION", "0.3"},
+             {"XLA_PYTHON_CLIENT_PREALLOCATE", "False"}, {"XLA_PYTHON_CLIENT_COLLECTIVE_MEM_SIZE_MB", "12"}});
+  CHECK(r.ok());
+  const myplugin::GpuMemorySettings& m = r.value().gpu_memory;
+  CHECK(m.allocator == "platform");
+  CHECK(m.memory_fraction && *m.memory_fraction == 0.3);
+  CHECK(m.preallocate && !*m.preallocate);
+  CHECK(m.collective_memory_bytes && *m.collective_memory_bytes == 12 << 20);
+  // The older name, alone, means the same; both together are refused, as jax refuses them.
+  r = Parse({{"XLA_PYTHON_CLIENT_MEM_FRACTION", ".5"}});
+  CHECK(r.ok() && *r.value().gpu_memory.memory_fraction == 0.5);
+  r = Parse({{"XLA_PYTHON_CLIENT_MEM_FRACTION", ".5"}, {"XLA_CLIENT_MEM_FRACTION", ".5"}});
+  CHECK(!r.ok() && r.status().message().find("XLA_PYTHON_CLIENT_MEM_FRACTION") != std::string::npos);
+  // jax preallocates for every value but false, False and 0.
+  for (const char* yes : {"true", "1", "no", "FALSE"}) {
+    r = Parse({{"XLA_PYTHON_CLIENT_PREALLOCATE", yes}});
+    CHECK(r.ok() && *r.value().gpu_memory.preallocate);
+  }
+  for (const char* bad : {"big", "tcmalloc"}) CHECK(Refused("XLA_PYTHON_CLIENT_ALLOCATOR", bad));
+  for (const char* bad : {"half", "0", "-0.5", "1.5", "nan", "inf"}) CHECK(Refused("XLA_CLIENT_MEM_FRACTION", bad));
+  CHECK(Refused("XLA_PYTHON_CLIENT_MEM_FRACTION", "75%"));
+  for (const char* bad : {"1.5", "-1", "lots"}) CHECK(Refused("XLA_PYTHON_CLIENT_COLLECTIVE_MEM_SIZE_MB", bad));
+}
+
 // SettingVariables lists exactly the variables the parser asks for: the
 // configuration page is checked against that list.
 void TestVariablesListed() {
@@ -124,5 +157,6 @@ void RunSettingsTests() {
   TestDefaults();
   TestEachVariable();
   TestBadValues();
+  TestGpuMemory();
   TestVariablesListed();
 }

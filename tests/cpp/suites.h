@@ -24,6 +24,9 @@ void RunStreamingCopyTests();
 void RunFfiApiVersionTests();
 void RunCollectiveTableTests();
 void RunSettingsTests();
+void RunEngineClientTests();
 void RunProcessRuntimeTests();
 // False when the NCCL backend is not built.
 bool RunNcclTests();
+// One process of the NCCL tests' four on one GPU (main's --nccl-share-child).
+int RunNcclShareChild(int process, int port);
