@@ -131,13 +131,12 @@ def test_collectives_bench_arguments_and_goal_line(tmp_path):
 # the same programs and checks on the CPU engine, 2 processes of one device.
 import shared_gpu  # noqa: E402
 
-SHARE = shared_gpu.sharing_available()  # myplugin-run --share-gpu where this jax_plugin has it
 
 
 def test_shared_gpu_collectives_and_their_checks_on_the_cpu_engine(tmp_path):
   # every_collective.py alone (its pmap emits each of the five calls); the
   # shard_map example runs on 2 processes in tests/test_multiprocess_programs.py.
-  shared_gpu.check_collectives(2, str(tmp_path), share_gpu=SHARE, programs=("every_collective",))
+  shared_gpu.check_collectives(2, str(tmp_path), programs=("every_collective",))
   # The checks fail on one wrong element, a missing block, a missing collective call.
   want = dict(np.load(tmp_path / "every_collective-cpu-2.npz"))
   got = {rank: dict(np.load(tmp_path / f"every_collective-2.{rank}.npz")) for rank in range(2)}
@@ -155,7 +154,7 @@ def test_shared_gpu_collectives_and_their_checks_on_the_cpu_engine(tmp_path):
 
 
 def test_shared_gpu_training_step_on_the_cpu_engine(tmp_path):
-  shared_gpu.check_training(2, str(tmp_path), share_gpu=SHARE)
+  shared_gpu.check_training(2, str(tmp_path))
   text = "[0] step   0  loss 0.5\n[1] step   0  loss 0.25\n"
   assert shared_gpu.losses(text, 1) == [0.25] and shared_gpu.losses("step   3  loss 1.5") == [1.5]
 
@@ -163,10 +162,10 @@ def test_shared_gpu_training_step_on_the_cpu_engine(tmp_path):
 def test_shared_gpu_faults_on_the_cpu_engine(tmp_path):
   """The four fault jobs at once (independent jobs; each check has its deadlines)."""
   import concurrent.futures
-  checks = [lambda: shared_gpu.check_sigkill(2, share_gpu=SHARE),
-            lambda: shared_gpu.check_mismatch(2, str(tmp_path / "mismatch"), share_gpu=SHARE),
-            lambda: shared_gpu.check_sigstop(2, str(tmp_path / "sigstop"), share_gpu=SHARE),
-            lambda: shared_gpu.check_recovery(2, share_gpu=SHARE)]
+  checks = [lambda: shared_gpu.check_sigkill(2),
+            lambda: shared_gpu.check_mismatch(2, str(tmp_path / "mismatch")),
+            lambda: shared_gpu.check_sigstop(2, str(tmp_path / "sigstop")),
+            lambda: shared_gpu.check_recovery(2)]
   (tmp_path / "mismatch").mkdir()
   (tmp_path / "sigstop").mkdir()
   with concurrent.futures.ThreadPoolExecutor(len(checks)) as pool:
@@ -194,8 +193,7 @@ def test_multiprocess_aot_references_on_the_cpu(tmp_path):
   # check's multi-process path in a 2-process job of the CPU engine: the
   # programs compiled and serialized there load and match, and one wrong
   # reference value fails.
-  r = shared_gpu.launch(2, program, "selftest", str(tmp_path / "here"), "--reference", str(tmp_path / "ref.pkl"),
-                        share_gpu=SHARE)
+  r = shared_gpu.launch(2, program, "selftest", str(tmp_path / "here"), "--reference", str(tmp_path / "ref.pkl"))
   assert r.returncode == 0, r.output
   assert "SELFTEST check on the right values: 0; with one output off by 1: 1" in r.stdout, r.output
   assert r.stdout.count("ok   collectives-here-1x2x1.pkl") == 2 and "FAIL collectives-here-1x2x1.pkl" in r.stdout

@@ -10,7 +10,6 @@ way out (tests/proc.py, tests/job.py).
 """
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import signal
@@ -35,33 +34,16 @@ PROCESS_COUNTS = (2, 4)
 TOLERANCE = RTOL["float32"]
 
 
-def sharing_available() -> bool:
-  """Whether this jax_plugin has myplugin-run --share-gpu (jax_plugin.gpu_sharing)."""
-  try:
-    return importlib.util.find_spec("jax_plugin.gpu_sharing") is not None
-  except ImportError:
-    return False
+def rank_env(rank: int, n: int) -> dict[str, str]:
+  """What myplugin-run --share-gpu gives rank `rank` of n, for jobs
+  started one by one (tests/job.py)."""
+  from jax_plugin import gpu_sharing
+  return gpu_sharing.rank_environment(rank, n, gpu=0, environ={})
 
 
-def share_options(share_gpu: bool) -> list[str]:
-  """The launcher's options for one device per process: GPU 0 for all of
-  them (--share-gpu), or one device each (the CPU engine's dry run where
-  the launcher has no --share-gpu yet)."""
-  return ["--share-gpu"] if share_gpu else ["--devices-per-process", "1"]
-
-
-def rank_env(rank: int, n: int, share_gpu: bool) -> dict[str, str]:
-  """What myplugin-run --share-gpu gives rank `rank`, for jobs started
-  without the launcher (tests/job.py)."""
-  if share_gpu:
-    from jax_plugin import gpu_sharing
-    return gpu_sharing.rank_environment(rank, n, gpu=0, environ={})
-  return {"MYPLUGIN_NUM_DEVICES": "1"}
-
-
-def launch(n: int, program: str, *args: str, share_gpu: bool, launcher_options=(), timeout: float = 240, **env):
+def launch(n: int, program: str, *args: str, launcher_options=(), timeout: float = 240, **env):
   """`myplugin-run -n N --share-gpu -- python PROGRAM ARGS`; returns the Result (any exit code)."""
-  return run_python(["-m", "jax_plugin.launcher", "-n", str(n), *share_options(share_gpu), *launcher_options, "--",
+  return run_python(["-m", "jax_plugin.launcher", "-n", str(n), "--share-gpu", *launcher_options, "--",
                      sys.executable, program, *args], child_env(**env), timeout=timeout)
 
 
@@ -127,7 +109,7 @@ def _load(path: str) -> dict:
     return dict(f)
 
 
-def check_collectives(n: int, tmp: str, *, share_gpu: bool, programs=("every_collective", "shard_map_collectives"),
+def check_collectives(n: int, tmp: str, *, programs=("every_collective", "shard_map_collectives"),
                       **env) -> None:
   """Every collective through pmap and jit (every_collective.py) and through
   shard_map (examples/shard_map_collectives.py) across n processes, each
@@ -143,7 +125,7 @@ def check_collectives(n: int, tmp: str, *, share_gpu: bool, programs=("every_col
     ref = os.path.join(tmp, f"{name}-cpu-{n}.npz")
     on_cpu(n, program, *[a.format(out=ref) for a in argv])
     out = os.path.join(tmp, f"{name}-{n}.{{rank}}.npz")
-    r = launch(n, program, *[a.format(out=out) for a in argv], share_gpu=share_gpu, MYPLUGIN_DUMP_REWRITTEN=dump,
+    r = launch(n, program, *[a.format(out=out) for a in argv], MYPLUGIN_DUMP_REWRITTEN=dump,
                **env)
     assert r.returncode == 0, r.output
     got = {rank: _load(out.format(rank=rank)) for rank in range(n)}
@@ -160,7 +142,7 @@ def check_collectives(n: int, tmp: str, *, share_gpu: bool, programs=("every_col
     assert COLLECTIVE_TARGETS <= set(calls), (process, calls)
 
 
-def check_training(n: int, tmp: str, *, share_gpu: bool, **env) -> None:
+def check_training(n: int, tmp: str, **env) -> None:
   """A data-parallel training step (tests/programs/train_deep_mlp.py): the
   losses of jax's CPU backend on n devices, and as many all-reduce calls in
   the rewritten step as XLA's own compile has (its combiner: one); the
@@ -173,7 +155,7 @@ def check_training(n: int, tmp: str, *, share_gpu: bool, **env) -> None:
   assert len(want) == 10 and want[-1] < want[0], r.stdout
   dump = os.path.join(tmp, f"train-{n}")
   os.makedirs(dump, exist_ok=True)
-  r = launch(n, program, share_gpu=share_gpu, MYPLUGIN_DUMP_REWRITTEN=dump, **env)
+  r = launch(n, program, MYPLUGIN_DUMP_REWRITTEN=dump, **env)
   assert r.returncode == 0, r.output
   for rank in range(n):
     np.testing.assert_allclose(losses(r.stdout, rank), want, rtol=TOLERANCE, err_msg=f"rank {rank}")
@@ -185,7 +167,7 @@ def check_training(n: int, tmp: str, *, share_gpu: bool, **env) -> None:
   dump = os.path.join(tmp, f"combined-{n}")
   os.makedirs(dump, exist_ok=True)
   out = os.path.join(tmp, f"combined-{n}.{{rank}}.npz")
-  r = launch(n, program, out, share_gpu=share_gpu, MYPLUGIN_DUMP_REWRITTEN=dump, **env)
+  r = launch(n, program, out, MYPLUGIN_DUMP_REWRITTEN=dump, **env)
   assert r.returncode == 0, r.output
   for calls in rewritten_calls(dump, "jit_body"):
     assert {t: calls.get(t, 0) for t in ("myplugin_all_gather", "myplugin_reduce_scatter", "myplugin_all_reduce")} \
@@ -199,11 +181,11 @@ def check_training(n: int, tmp: str, *, share_gpu: bool, **env) -> None:
 FAULT_ENV = {"MYPLUGIN_HEARTBEAT_TIMEOUT": "10", "MYPLUGIN_STRAGGLER_SECONDS": "1"}
 
 
-def check_sigkill(n: int, *, share_gpu: bool, **env) -> None:
+def check_sigkill(n: int, **env) -> None:
   """The last rank SIGKILLs itself inside a loop of psums (call #2): every
   other rank ends naming it, and the launcher exits with 100 + its rank."""
   victim = n - 1
-  r = launch(n, os.path.join(PROGRAMS, "straggler_worker.py"), "sigkill", share_gpu=share_gpu,
+  r = launch(n, os.path.join(PROGRAMS, "straggler_worker.py"), "sigkill",
              launcher_options=["--timeout", "120"], timeout=180, **dict(FAULT_ENV, **env))
   assert r.returncode == 100 + victim, f"exit {r.returncode}\n{r.output}"
   assert f"myplugin-run: rank {victim} failed first" in r.stderr, r.output
@@ -211,7 +193,7 @@ def check_sigkill(n: int, *, share_gpu: bool, **env) -> None:
     assert re.search(rf"^\[{rank}\] .*process {victim} failed", r.output, re.M), f"rank {rank}\n{r.output}"
 
 
-def check_sigstop(n: int, tmp: str, *, share_gpu: bool, **env) -> None:
+def check_sigstop(n: int, tmp: str, **env) -> None:
   """The last rank is stopped (SIGSTOP) before call #1 while the others
   wait in it: process 0 prints a straggler report naming it, then every
   other rank's call fails at the deadline naming it."""
@@ -220,7 +202,7 @@ def check_sigstop(n: int, tmp: str, *, share_gpu: bool, **env) -> None:
   e = dict(FAULT_ENV, JAX_PLATFORMS="myplugin", MYPLUGIN_COLLECTIVE_TIMEOUT_SECONDS="5",
            MYPLUGIN_COLLECTIVE_STALL_SECONDS="5", MYPLUGIN_TRACE_DIR=tmp, **env)
   with Job(n, ["sleep", "120"], program="straggler_worker.py", env=e,
-           per_rank_env=lambda rank: rank_env(rank, n, share_gpu)) as job:
+           per_rank_env=lambda rank: rank_env(rank, n)) as job:
     job.wait_event("waiting", ranks=range(victim), timeout=180)
     job.signal(victim, signal.SIGSTOP)
     job.wait_event("error", ranks=range(victim), timeout=60)
@@ -231,13 +213,13 @@ def check_sigstop(n: int, tmp: str, *, share_gpu: bool, **env) -> None:
       assert f"waiting for processes [{victim}]" in error, (rank, out)
 
 
-def check_mismatch(n: int, tmp: str, *, share_gpu: bool, **env) -> None:
+def check_mismatch(n: int, tmp: str, **env) -> None:
   """Process 1 issues an all-gather where the others issue a psum (call
   #2): an error on every rank that names the mismatch."""
   from job import Job
   e = dict(FAULT_ENV, JAX_PLATFORMS="myplugin", MYPLUGIN_TRACE_DIR=tmp, **env)
   with Job(n, ["mismatch"], program="straggler_worker.py", env=e,
-           per_rank_env=lambda rank: rank_env(rank, n, share_gpu)) as job:
+           per_rank_env=lambda rank: rank_env(rank, n)) as job:
     codes = job.wait(timeout=180)
     out = job.all_output()
   assert all(code != 0 for code in codes.values()), out
@@ -246,7 +228,7 @@ def check_mismatch(n: int, tmp: str, *, share_gpu: bool, **env) -> None:
     assert error is not None and "collective mismatch" in error["error"], (rank, out)
 
 
-def check_recovery(n: int, *, share_gpu: bool, **env) -> None:
+def check_recovery(n: int, **env) -> None:
   """In-place recovery (recovery_worker.py collective): a psum over every
   process; the last rank dies before the second; the survivors' psum fails
   naming it, they recover() (new communicators over the members) and psum
@@ -260,7 +242,7 @@ def check_recovery(n: int, *, share_gpu: bool, **env) -> None:
     e = dict(JAX_PLATFORMS="myplugin", MYPLUGIN_COORDINATOR_ADDRESS=f"127.0.0.1:{service.port}",
              MYPLUGIN_COORDINATOR_STANDALONE="1", **env)
     with Job(n, ["collective", str(victim)], program="recovery_worker.py", env=e,
-             per_rank_env=lambda rank: rank_env(rank, n, share_gpu)) as job:
+             per_rank_env=lambda rank: rank_env(rank, n)) as job:
       codes = job.wait(survivors, timeout=240)
       out = job.all_output()
   finally:

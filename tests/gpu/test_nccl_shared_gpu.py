@@ -9,13 +9,11 @@ shared_gpu.py; tests/test_gpu_kit.py runs them on the CPU engine.
 
 MYPLUGIN_GPU_KIT_AOT names the folder of the executables compiled ahead of
 time (the kit's aot/); without it that test is skipped, saying so."""
-import json
 import os
 
 import pytest
 
 import shared_gpu
-from proc import child_env, run_python
 
 # tests/proc.py passes none of this process's MYPLUGIN_* variables on: the
 # kit's partitioner engine and a NCCL library named by the caller go explicitly.
@@ -31,11 +29,11 @@ def n(request):
 
 
 def test_every_collective_through_shard_map_pmap_and_jit(tmp_path, n):
-  shared_gpu.check_collectives(n, str(tmp_path), share_gpu=True, **GPU)
+  shared_gpu.check_collectives(n, str(tmp_path), **GPU)
 
 
 def test_training_step_and_combined_calls(tmp_path, n):
-  shared_gpu.check_training(n, str(tmp_path), share_gpu=True, **GPU)
+  shared_gpu.check_training(n, str(tmp_path), **GPU)
 
 
 def test_executables_compiled_without_a_gpu(n):
@@ -43,34 +41,23 @@ def test_executables_compiled_without_a_gpu(n):
   if not folder:
     pytest.skip("MYPLUGIN_GPU_KIT_AOT names no folder of executables (ci/gpu_tests.sh --offline sets the kit's aot/)")
   program = os.path.join(shared_gpu.PROGRAMS, "gpu_aot_artifacts.py")
-  r = shared_gpu.launch(n, program, "check", folder, share_gpu=True, **GPU)
+  r = shared_gpu.launch(n, program, "check", folder, **GPU)
   print(r.stdout)
   assert r.returncode == 0, r.output
 
 
 def test_sigkill_of_one_rank_ends_the_others_naming_it(n):
-  shared_gpu.check_sigkill(n, share_gpu=True, **GPU)
+  shared_gpu.check_sigkill(n, **GPU)
 
 
 def test_sigstop_gives_the_straggler_report_then_the_deadline(tmp_path, n):
-  shared_gpu.check_sigstop(n, str(tmp_path), share_gpu=True, **GPU)
+  shared_gpu.check_sigstop(n, str(tmp_path), **GPU)
 
 
 def test_mismatched_collective_is_an_error_on_every_rank(tmp_path, n):
-  shared_gpu.check_mismatch(n, str(tmp_path), share_gpu=True, **GPU)
+  shared_gpu.check_mismatch(n, str(tmp_path), **GPU)
 
 
 def test_recovery_rebuilds_the_communicators(n):
-  shared_gpu.check_recovery(n, share_gpu=True, **GPU)
+  shared_gpu.check_recovery(n, **GPU)
 
-
-def test_rank_environment_shares_gpu_0():
-  """What each rank gets (the lead's interface), read in a child as the rank sees it."""
-  r = run_python(["-c", "import json; from jax_plugin import gpu_sharing as g; "
-                  "print(json.dumps([g.rank_environment(k, 4, gpu=0, environ={}) for k in range(4)]))"],
-                 child_env(), timeout=60)
-  assert r.returncode == 0, r.output
-  ranks = json.loads(r.stdout.splitlines()[-1])
-  assert [e["MYPLUGIN_VISIBLE_DEVICES"] for e in ranks] == ["0"] * 4
-  assert len({e["NCCL_HOSTID"] for e in ranks}) == 4, ranks
-  assert all(float(e["XLA_CLIENT_MEM_FRACTION"]) <= 0.9 / 4 + 1e-9 for e in ranks), ranks
