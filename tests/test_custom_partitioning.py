@@ -1,9 +1,9 @@
-"""jax.experimental.custom_partitioning and jax.debug.inspect_array_sharding
-over several myplugin devices, against jax's CPU backend running the same
-program: jax keeps their partitioning rules in jaxlib's own XLA, which
-partitions such programs for myplugin (docs/architecture.md, "Custom
-partitioning"). In one process (both platforms, 8 devices each) and across
-2 processes of 4 devices."""
+"""jax.experimental.custom_partitioning, jax.debug.inspect_array_sharding and
+partitioned=True callbacks over several myplugin devices, against jax's CPU
+backend running the same program: jax keeps their partitioning rules in
+jaxlib's own XLA, which partitions such programs for myplugin
+(docs/architecture.md, "Custom partitioning"). In one process (both
+platforms, 8 devices each) and across 2 processes of 4 devices."""
 from __future__ import annotations
 
 import ast
@@ -158,7 +158,7 @@ def reference(tmp_path_factory):
   return dict(np.load(out.format(rank=0)))
 
 
-def assert_shards_match(got, want, devices):
+def assert_shards_match(got, want, devices, callbacks=True):
   for name in ("fft_rows", "fft_both"):
     assert str(got[name + ".spec"]) == str(want[name + ".spec"])
     for d in devices:
@@ -166,6 +166,9 @@ def assert_shards_match(got, want, devices):
       np.testing.assert_allclose(got[f"{name}.shard.{d}"], want[f"{name}.shard.{d}"], rtol=1e-5, atol=1e-5)
   assert ast.literal_eval(str(got["inspected"])) == ast.literal_eval(str(want["inspected"]))
   assert str(got["platform"]) == "myplugin"
+  if callbacks:
+    assert ast.literal_eval(str(got["callback_shards"])) == ast.literal_eval(str(want["callback_shards"]))
+    assert len(ast.literal_eval(str(want["callback_shards"]))) == 8
 
 
 def test_program_in_a_fresh_process_matches_cpu(tmp_path, reference):
@@ -179,5 +182,10 @@ def test_program_across_two_processes_matches_cpu(tmp_path, reference):
   r = run_python(["-m", "jax_plugin.launcher", "-n", "2", "--devices-per-process", "4", "--", sys.executable,
                   PROGRAM, out], child_env(), timeout=300)
   assert r.returncode == 0, r.output
+  shards = []
   for rank in range(2):
-    assert_shards_match(dict(np.load(out.format(rank=rank))), reference, range(4 * rank, 4 * rank + 4))
+    got = dict(np.load(out.format(rank=rank)))
+    assert_shards_match(got, reference, range(4 * rank, 4 * rank + 4), callbacks=False)
+    shards += ast.literal_eval(str(got["callback_shards"]))
+  # Each process called back with its own devices' shards: together, jax's CPU backend's.
+  assert sorted(shards) == ast.literal_eval(str(reference["callback_shards"]))

@@ -1,6 +1,6 @@
 """jax's documented custom_partitioning example (an FFT whose partition rule
 keeps the last dimension whole: jax/_src/custom_partitioning.py's
-docstring), with jax.debug.inspect_array_sharding, over every device of the
+docstring), with jax.debug.inspect_array_sharding and a partitioned=True callback, over every device of the
 job. It knows nothing of myplugin: the test runs it on myplugin (one process
 or several) and on jax's CPU backend with 8 devices, and compares what it
 saves. Each process saves the shards it holds.
@@ -80,5 +80,13 @@ def fft_then_scale(v):
 
 save("fft_both", fft_then_scale(both))
 results["inspected"] = np.array(repr(inspected))
+
+# A partitioned=True callback: each device calls back with its own shard
+# (each process with its devices' shards).
+shards = []
+jax.jit(lambda v: jax.debug.callback(lambda a: shards.append((a.shape, round(float(np.abs(a).sum()), 2))), my_fft(v),
+                                     partitioned=True))(rows)
+jax.effects_barrier()
+results["callback_shards"] = np.array(repr(sorted(shards)))
 np.savez(sys.argv[1].format(rank=jax.process_index()), platform=np.array(jax.devices()[0].platform), **results)
 print("inspected:", inspected)
