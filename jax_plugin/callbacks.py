@@ -53,6 +53,8 @@ _registry: dict[int, weakref.ref] = {}
 _ids = itertools.count((secrets.randbits(31) + 1) << 32)
 _jax_emit = None  # jax's emit_python_callback, for every other platform
 _unavailable: str | None = None  # why this engine cannot run callbacks, if it cannot
+# Why partitioned=True callbacks in a partitioned jit cannot run, if they cannot.
+_partitioned_unavailable: str | None = "myplugin's callbacks are not installed"
 
 
 def targets() -> dict[str, str]:
@@ -67,8 +69,9 @@ class HostCallback:
   """A lowered callback: the checked callable and the types of its operands
   (the results are checked by the callable and sized by the handler).
 
-  Called by the handler with one bytearray per operand (None for a token);
-  returns one uint8 view per result, in the result's row-major layout.
+  Called by the handler with one bytearray per operand (None for a token)
+  and their dimensions; returns one uint8 view per result, in the result's
+  row-major layout.
   """
 
   def __init__(self, fn, operand_avals):
@@ -85,13 +88,17 @@ class HostCallback:
   def __call__(self, *args):
     return self.fn(*args)
 
-  def run(self, raw):
+  def run(self, raw, dims=None):
+    """`dims`: each operand's dimensions as the engine has them (a
+    partitioned=True callback gets its shard, not the lowered shape)."""
     operands = iter(self.operands)
     args = []
-    for r in raw:
+    for i, r in enumerate(raw):
       if r is None:
         continue  # a token: ordering only, nothing to pass
       shape, dtype, bits = next(operands)
+      if dims is not None:
+        shape = tuple(dims[i])
       if 0 in shape:
         args.append(np.zeros(shape, dtype))
       elif bits:
@@ -135,14 +142,14 @@ def _pack(out, bits: int) -> np.ndarray:
   return buffer
 
 
-def _dispatch(callback_id, raw):
+def _dispatch(callback_id, raw, dims=None):
   ref = _registry.get(callback_id)
   cb = ref() if ref is not None else None
   if cb is None:
     raise RuntimeError(f"myplugin: host callback #{callback_id:#x} does not exist in this process (the program "
                        "outlived its lowering and executable, or was serialized in another process: programs with "
                        "host callbacks cannot be serialized)")
-  return cb.run(raw)
+  return cb.run(raw, dims)
 
 
 def live_callbacks() -> int:
@@ -179,22 +186,25 @@ def _checked(callback, result_avals):
   return run
 
 
-def _partitioned_refusal(ctx) -> str | None:
-  """Why a partitioned callback cannot be lowered here, or None.
+def _partitioned_target(ctx) -> str | None:
+  """The target of a partitioned=True callback in this context: None where
+  it means the same as partitioned=False (one device, shard_map, pmap).
 
-  jaxlib registers a partitioner for its partitioned target in its own XLA
-  (every partition calls back with its local shards); the engine's SPMD
-  partitioner knows no such rule for ours and would run it once on device 0
-  with whole arrays instead. Without partitioning (one device, shard_map,
-  pmap) the two mean the same thing."""
+  jaxlib registers a partitioner for jax's partitioned target in its own
+  XLA (every partition calls back with its local shards), which the
+  engine's partitioner lacks: a program with it is partitioned by jaxlib's
+  XLA (jax_plugin/spmd/compile_hooks.py), and our handler serves the name
+  in the engine."""
   from jax._src import sharding_impls
   axis_context = ctx.module_context.axis_context
-  if isinstance(axis_context, sharding_impls.ShardingContext) and axis_context.num_devices > 1:
-    return ("myplugin cannot run partitioned=True host callbacks in a jit partitioned over "
-            f"{axis_context.num_devices} devices: the engine has no SPMD rule that calls back once per shard. "
-            "Use partitioned=False, or call it inside shard_map, where every device calls back with its "
-            "own shard")
-  return None
+  if not (isinstance(axis_context, sharding_impls.ShardingContext) and axis_context.num_devices > 1):
+    return None
+  if _partitioned_unavailable is not None:
+    raise NotImplementedError(
+        f"myplugin cannot run partitioned=True host callbacks in a jit partitioned over {axis_context.num_devices} "
+        f"devices here: {_partitioned_unavailable}. Use partitioned=False, or call it inside shard_map, where "
+        "every device calls back with its own shard")
+  return targets()["partitioned"]
 
 
 def emit(ctx, callback, token, operands, operand_avals, result_avals, *, has_side_effect, returns_token=True,
@@ -209,12 +219,11 @@ def emit(ctx, callback, token, operands, operand_avals, result_avals, *, has_sid
   from jax._src import core, ffi
   from jax._src.interpreters import mlir
 
+  target = _target
   if partitioned:
     if result_avals:
       raise ValueError("Partitioned callback not supported with return values.")
-    why = _partitioned_refusal(ctx)
-    if why is not None:
-      raise NotImplementedError(why)
+    target = _partitioned_target(ctx) or _target
 
   host = HostCallback(_checked(callback, result_avals), operand_avals)
   if token:
@@ -227,7 +236,7 @@ def emit(ctx, callback, token, operands, operand_avals, result_avals, *, has_sid
     add(host)
   else:
     ctx.module_context.host_callbacks.append(host)
-  result = ffi.build_ffi_lowering_function(_target, has_side_effect=has_side_effect)(
+  result = ffi.build_ffi_lowering_function(target, has_side_effect=has_side_effect)(
       ctx, *operands, callback_id=np.uint64(host.id))
   if sharding is not None:
     mlir.set_sharding(ctx.module_context, result, sharding)
@@ -276,7 +285,7 @@ def _cuda_runtime() -> list[str]:
 
 def install(engine_kind: str = "cpu") -> None:
   """Serves callbacks on myplugin: our emit in jax, our handler in the engine."""
-  global _jax_emit, _unavailable, _target
+  global _jax_emit, _unavailable, _target, _partitioned_unavailable
   import jax
   from jax._src import callback
   from jax_plugin import _myplugin
@@ -306,6 +315,17 @@ def install(engine_kind: str = "cpu") -> None:
     except Exception as e:  # the rest of the backend works without callbacks: say why they do not
       _unavailable = f"registering the handler {_target} in the engine failed: {e}"
       logger.warning("myplugin: Python host callbacks will not run: %s", _unavailable)
+  # partitioned=True in a partitioned jit keeps jax's partitioned name after
+  # jaxlib partitions it: the host engine runs our handler under it too.
+  if engine_kind == "cuda":
+    _partitioned_unavailable = ("jaxlib partitions them with its CPU XLA, which myplugin does not yet do for "
+                                "the CUDA engine")
+  elif capsule is not None and _unavailable is None:
+    try:
+      jax.ffi.register_ffi_target(targets()["partitioned"], capsule, platform=PLATFORM)
+      _partitioned_unavailable = None
+    except Exception as e:
+      _partitioned_unavailable = f"registering the handler {targets()['partitioned']} in the engine failed: {e}"
   _copy_checkify_rule(engine_kind)
   _keep_a_host_backend()
   if current is not emit:

@@ -337,20 +337,22 @@ def test_pmap_on_8_devices(capsys):
 
 
 def test_partitioned_callbacks(capsys):
-  """partitioned=True: on one device and inside shard_map like jax's CPU
-  backend; in a jit partitioned over several devices, a clear refusal."""
+  """partitioned=True: on one device, inside shard_map, and in a jit
+  partitioned over several devices (each device calls back with its own
+  shard: jaxlib's XLA partitions that program) like jax's CPU backend."""
   def program(devices):
     jax.jit(lambda v: jax.debug.callback(lambda a: print("one", a), v, partitioned=True))(jnp.arange(2.0))
     mesh = _mesh(devices)
     x = jax.device_put(np.arange(8, dtype=np.float32), NamedSharding(mesh, P("i")))
     jax.jit(shard_map(lambda v: jax.debug.print("shard {}", v, partitioned=True) or v, mesh=mesh,
                       in_specs=P("i"), out_specs=P("i")))(x)
-    return x
-  run_both(program, capsys, sort_lines=True)
-  mesh = _mesh(jax.devices("myplugin"))
-  x = jax.device_put(np.arange(8, dtype=np.float32), NamedSharding(mesh, P("i")))
-  with pytest.raises(NotImplementedError, match="partitioned=True host callbacks in a jit partitioned over 8"):
-    jax.jit(lambda v: jax.debug.print("{}", v, partitioned=True))(x)
+    y = jax.device_put(np.arange(16, dtype=np.float32).reshape(8, 2), NamedSharding(mesh, P("i")))
+    jax.block_until_ready(jax.jit(lambda v: jax.debug.print("part {}", v * 2, partitioned=True) or v + 1)(y))
+    return jax.jit(lambda v: jax.debug.callback(lambda a: print(f"cb {a.shape} {a.sum()}"), v, partitioned=True) or
+                   v.sum())(y)
+  _, lines = run_both(program, capsys, sort_lines=True)
+  assert sum(line.startswith("part [[") for line in lines) == 8  # one shard of one row per device
+  assert sum(line.startswith("cb (1, 2)") for line in lines) == 8
 
 
 def test_checkify_runtime_errors_like_cpu():

@@ -85,15 +85,107 @@ def _with_stop_mark(code: bytes, shardy: bool) -> bytes | None:
 
 
 def shadow_program(code: bytes, fmt: str, options: bytes, dump_dir: str,
-                   stop_early: bool) -> tuple[bytes, bytes, bool]:
-  """(program, compile options, whether the compile ends after the dump)."""
+                   stop_early: bool) -> tuple[bytes, bytes, bool, bool]:
+  """(program, compile options, whether the compile ends after the dump,
+  whether it was partitioned here already: see _partition_on_jaxlib)."""
   from jax._src.lib import xla_client as xc
 
   marked = None
   if stop_early and fmt == "mlir":
     opts = xc.CompileOptions.ParseFromString(options)
     marked = _with_stop_mark(code, opts.executable_build_options.use_shardy_partitioner)
-  return (marked or code), shadow_options(options, dump_dir, marked is not None), marked is not None
+  program, shadow_opts = (marked or code), shadow_options(options, dump_dir, marked is not None)
+  partitioned = _calls_jaxlib_rules(code)
+  if partitioned:
+    _partition_on_jaxlib(program, fmt, shadow_opts, dump_dir)
+  return program, shadow_opts, marked is not None, partitioned
+
+
+def _calls_jaxlib_rules(code: bytes) -> bool:
+  from jax_plugin import _myplugin
+  return any(name.encode() in code for name in _myplugin.jaxlib_partitioned_targets())
+
+
+# jaxlib's own CPU clients that partition programs with custom partitioning
+# rules, by device count: made on first need, kept for the process.
+_jaxlib_clients: dict = {}
+
+
+def _partition_on_jaxlib(program: bytes, fmt: str, options: bytes, dump_dir: str) -> None:
+  """Partitions the program with jaxlib's own XLA, writing the same dump as
+  the shadow engine would.
+
+  jax registers the partitioning rules of custom_partitioning and
+  inspect_array_sharding in jaxlib's XLA, and offers them to a C API plugin
+  only through the PJRT custom-partitioner extension, which the CPU engine
+  lacks. jaxlib's CPU client, with as many devices as the program, runs the
+  same SPMD partitioner with those rules; the rules lower each op's
+  per-shard body to plain HLO. Its machine code is never used: with the
+  stop mark the compile ends after the HLO passes, and without one it is
+  thrown away."""
+  from jax._src.lib import xla_client as xc
+
+  if fmt != "mlir":
+    raise RuntimeError(f"a program with custom partitioning rules arrived as {fmt!r}, not StableHLO: myplugin "
+                       "partitions such programs with jaxlib's XLA, which it hands StableHLO only")
+  opts = xc.CompileOptions.ParseFromString(options)
+  ids = _assigned_ids(opts)
+  # A client whose device ids cover the program's (myplugin's global ids,
+  # numbered from 0 as jaxlib's CPU devices are).
+  count = max(ids) + 1
+  client = _jaxlib_clients.get(count)
+  if client is None:
+    client = _jaxlib_clients[count] = xc.make_cpu_client(num_devices=count)
+  by_id = {d.id: d for d in client.devices()}
+  try:
+    client.compile_and_load(program, xc.DeviceList(tuple(by_id[i] for i in ids)), opts)
+  except Exception as e:  # the stop mark ends it on purpose; anything else shows as a missing dump
+    failure = e
+  else:
+    failure = None
+  # Such a call exists only in a partitioned program (jax lowers it inline
+  # otherwise), so the partitioned module must be there: else the failure
+  # (a rule that raised, say) is the user's answer.
+  if not glob.glob(os.path.join(dump_dir, f"*.after_{_PASS}*.txt")):
+    raise RuntimeError(f"partitioning the program with jaxlib's XLA (for its custom partitioning rules) failed: "
+                       f"{failure}")
+  open(os.path.join(dump_dir, _JAXLIB_PARTITIONED), "w").close()
+
+
+def _assigned_ids(opts) -> list[int]:
+  """The device ids of compile options' device assignment, replica-major
+  (jaxlib binds no reader: DeviceAssignmentProto's field 3 holds one
+  message per computation, each with its replicas' ids in field 1)."""
+  if opts.device_assignment is None:
+    return list(range(opts.num_replicas * opts.num_partitions))
+  proto = opts.device_assignment.serialize()
+  columns = []
+  for number, _, start, end in _proto_fields(proto):
+    if number != 3:
+      continue
+    ids = []
+    for field, _, v, e in _proto_fields(proto[start:end]):
+      if field == 1:
+        ids += _packed_varints(proto[start:end][v:e]) if e > v else []
+    columns.append(ids)
+  return [column[r] for r in range(len(columns[0]) if columns else 0) for column in columns]
+
+
+def _packed_varints(data: bytes) -> list[int]:
+  out, value, shift = [], 0, 0
+  for byte in data:
+    value |= (byte & 0x7F) << shift
+    shift += 7
+    if not byte & 0x80:
+      out.append(value)
+      value = shift = 0
+  return out
+
+
+# Left in the dump directory by _partition_on_jaxlib: local_program then keeps
+# the whole partitioned program even without a stop mark, since no shadow
+# executable answers for it.
+_JAXLIB_PARTITIONED = "myplugin-partitioned-by-jaxlib"
 
 
 def shadow_options(options: bytes, dump_dir: str, stops_early: bool = False) -> bytes:
@@ -270,5 +362,6 @@ def local_program(dump_dir: str, options: bytes, assignment: list[list[int]], nu
   build.use_shardy_partitioner = False
   build.allow_spmd_sharding_propagation_to_output = [False]
   build.allow_spmd_sharding_propagation_to_parameters = [False]
-  whole = _whole_program(dump, partitioned) if marks else b""
+  by_jaxlib = os.path.exists(os.path.join(dump_dir, _JAXLIB_PARTITIONED))
+  whole = _whole_program(dump, partitioned) if marks or by_jaxlib else b""
   return module.as_serialized_hlo_module_proto(), opts.SerializeAsString(), order, host, whole

@@ -1,7 +1,7 @@
 // PJRT_Client_Compile: a program of this process's devices goes to the
-// engine with its device ids mapped; one that spans processes is
-// partitioned on the shadow engine and its local part compiled
-// (spmd/multiprocess_compiler.h).
+// engine with its device ids mapped; one that spans processes (or calls
+// custom partitioning rules) is partitioned on the shadow engine (or by
+// jaxlib) and its local part compiled (spmd/multiprocess_compiler.h).
 #include <chrono>
 #include <string>
 #include <string_view>
@@ -13,6 +13,7 @@
 #include "pjrt/executable.h"
 #include "pjrt/forwarding.h"
 #include "pjrt/host_callback_targets.h"
+#include "spmd/jaxlib_partitioned_targets.h"
 
 namespace myplugin {
 namespace {
@@ -46,6 +47,7 @@ PJRT_Error* CompileAcrossProcesses(Client* ours, PJRT_Client_Compile_Args* args,
     // None of the program's devices is ours: as on jax's CPU backend, this
     // process takes part without local work. jax still asks the executable
     // about the whole program, which only a shadow on our own engine answers.
+    if (!partitioned.value()->shadow) return ToPjrtError(spmd::NoWholeExecutable());
     if (Status st = CanDescribeWithoutLocalPart(*partitioned.value()->shadow); !st.ok()) return ToPjrtError(st);
     args->executable = nullptr;
     return WrapInto(ours, args->executable, partitioned.take());
@@ -75,6 +77,12 @@ PJRT_Error* CompileAcrossProcesses(Client* ours, PJRT_Client_Compile_Args* args,
   return nullptr;
 }
 
+size_t DeviceCount(const std::vector<std::vector<int64_t>>& assignment) {
+  size_t count = 0;
+  for (const auto& replica : assignment) count += replica.size();
+  return count;
+}
+
 }  // namespace
 
 PJRT_Error* PjrtClientCompile(PJRT_Client_Compile_Args* args) {
@@ -86,7 +94,13 @@ PJRT_Error* PjrtClientCompile(PJRT_Client_Compile_Args* args) {
     if (!assignment.ok()) return ToPjrtError(assignment.status());
     StatusOr<bool> across = ours->NeedsMultiProcessCompile(assignment.value());
     if (!across.ok()) return ToPjrtError(across.status());
-    if (across.value()) return CompileAcrossProcesses(ours, args, raw, assignment.value());
+    // A program with custom partitioning rules over several devices, even of
+    // this process alone, is partitioned where jax keeps those rules
+    // (spmd/jaxlib_partitioned_targets.h), then compiled as a multi-process
+    // program's local part.
+    const bool custom_rules = DeviceCount(assignment.value()) > 1 &&
+                              spmd::CallsJaxlibPartitionedTarget({args->program->code, args->program->code_size});
+    if (across.value() || custom_rules) return CompileAcrossProcesses(ours, args, raw, assignment.value());
   }
   // In a multi-process job jax names devices by global id; the engine by its own.
   std::string options;

@@ -14,13 +14,16 @@
 
 #include <string_view>
 
+#include "spmd/jaxlib_partitioned_targets.h"
+
 namespace myplugin {
 
 inline constexpr std::string_view kHostCallbackTarget = "xla_ffi_python_cpu_callback";
 // Every name jax gives a callback: a program lowered elsewhere may carry
-// the GPU one or a partitioned=True form, which myplugin never emits.
+// the GPU ones; myplugin emits the partitioned CPU one in a partitioned jit
+// (jaxlib partitions it: spmd/jaxlib_partitioned_targets.h).
 inline constexpr std::string_view kProcessLocalTargets[] = {
-    kHostCallbackTarget, "xla_ffi_python_gpu_callback", "xla_ffi_partitioned_python_cpu_callback",
+    kHostCallbackTarget, "xla_ffi_python_gpu_callback", spmd::kPartitionedHostCallbackTarget,
     "xla_ffi_partitioned_python_gpu_callback"};
 
 }  // namespace myplugin

@@ -15,11 +15,13 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <vector>
 
 #include "python/bindings.h"
 #include "spmd/cost_analysis_hook.h"
+#include "spmd/jaxlib_partitioned_targets.h"
 #include "spmd/program_hooks.h"
 
 namespace nb = nanobind;
@@ -62,11 +64,12 @@ void SetProgramHooks(nb::callable shadow_program, nb::callable local_program, nb
     try {
       nb::object out = (*shadow_fn)(nb::bytes(code.data(), code.size()), format,
                                     nb::bytes(options.data(), options.size()), dump_dir, stop_early);
-      auto t = nb::cast<std::tuple<nb::bytes, nb::bytes, bool>>(out);
+      auto t = nb::cast<std::tuple<nb::bytes, nb::bytes, bool, bool>>(out);
       spmd::ShadowProgram p;
       p.code.assign(std::get<0>(t).c_str(), std::get<0>(t).size());
       p.compile_options.assign(std::get<1>(t).c_str(), std::get<1>(t).size());
       p.stops_early = std::get<2>(t);
+      p.partitioned = std::get<3>(t);
       return p;
     } catch (nb::python_error& e) {
       return FromPythonError(e, "preparing the partition step", *unsupported_cls);
@@ -125,6 +128,11 @@ void BindCompileHooks(nb::module_& m) {
         nb::arg("unsupported"),
         "Installs the Python steps of the multi-process compile; an exception of class `unsupported` becomes "
         "UNIMPLEMENTED.");
+  m.def("jaxlib_partitioned_targets", [] {
+    nb::list names;
+    for (std::string_view name : spmd::kJaxlibPartitionedTargets) names.append(std::string(name));
+    return names;
+  }, "The custom-call targets whose partitioning rules only jaxlib's own XLA knows (it partitions their programs).");
   m.def("set_cost_analysis_hook", &SetCostAnalysisHook, nb::arg("analyze"),
         "Installs XLA's cost analysis of a serialized HloModuleProto (-> {property: value}).");
 }

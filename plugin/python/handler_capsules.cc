@@ -46,8 +46,11 @@ void BindHandlerCapsules(nb::module_& m) {
     nb::dict names;
     names["cpu"] = std::string(kHostCallbackTarget);
     names["cuda"] = std::string(kHostCallbackTarget);
+    // partitioned=True in a partitioned jit (host engine): jaxlib partitions it.
+    names["partitioned"] = std::string(spmd::kPartitionedHostCallbackTarget);
     return names;
-  }, "The custom-call target names of Python host callbacks, by engine kind (jax's own names).");
+  }, "The custom-call target names of Python host callbacks, by engine kind, and 'partitioned' (jax's own "
+     "names).");
   m.def("host_callback_target", [] { return nb::capsule(HostCallbackHandler()); },
         "The host engine's XLA FFI handler of Python host callbacks.");
   m.def("cuda_host_callback_target", [](const std::string& cudart_path) -> std::optional<nb::capsule> {

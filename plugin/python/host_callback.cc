@@ -129,13 +129,27 @@ Status RunHostCallback(uint64_t callback_id, ffi::RemainingArgs args, ffi::Remai
   }
   PyRef py_args(PyTuple_New(static_cast<Py_ssize_t>(args.size())));
   if (py_args.get() == nullptr) return TakePythonError();
+  // Each operand's dimensions as the engine has them: a partitioned=True
+  // callback gets its shard, whose shape the lowering did not know.
+  PyRef py_dims(PyTuple_New(static_cast<Py_ssize_t>(args.size())));
+  if (py_dims.get() == nullptr) return TakePythonError();
   for (size_t i = 0; i < args.size(); ++i) {
     auto arg = args.get<ffi::AnyBuffer>(i);
     if (arg.has_error()) return InvalidArgument("operand " + std::to_string(i) + " of the callback is not a buffer");
     PyObject* item;
     if (arg->element_type() == ffi::DataType::TOKEN) {
       item = Py_NewRef(Py_None);
+      PyTuple_SET_ITEM(py_dims.get(), static_cast<Py_ssize_t>(i), Py_NewRef(Py_None));
     } else {
+      auto shape = arg->dimensions();
+      PyObject* dims = PyTuple_New(static_cast<Py_ssize_t>(shape.size()));
+      if (dims == nullptr) return TakePythonError();
+      PyTuple_SET_ITEM(py_dims.get(), static_cast<Py_ssize_t>(i), dims);  // owned by py_dims from here
+      for (size_t d = 0; d < shape.size(); ++d) {
+        PyObject* n = PyLong_FromLongLong(static_cast<long long>(shape[d]));
+        if (n == nullptr) return TakePythonError();
+        PyTuple_SET_ITEM(dims, static_cast<Py_ssize_t>(d), n);
+      }
       const size_t bytes = arg->size_bytes();
       item = PyByteArray_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(bytes));
       if (item == nullptr) return TakePythonError();
@@ -151,7 +165,8 @@ Status RunHostCallback(uint64_t callback_id, ffi::RemainingArgs args, ffi::Remai
   }
   if (Status st = WaitWithoutGil(access); !st.ok()) return st;
 
-  PyRef result(PyObject_CallFunction(dispatcher, "KO", static_cast<unsigned long long>(callback_id), py_args.get()));
+  PyRef result(PyObject_CallFunction(dispatcher, "KOO", static_cast<unsigned long long>(callback_id), py_args.get(),
+                                     py_dims.get()));
   if (result.get() == nullptr) return TakePythonError();
   PyRef outputs(PySequence_Fast(result.get(), "the callback dispatcher must return a sequence"));
   if (outputs.get() == nullptr) return TakePythonError();

@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "common/log.h"
+#include "spmd/jaxlib_partitioned_targets.h"
 
 namespace myplugin::spmd {
 namespace {
@@ -42,6 +43,14 @@ double Seconds(std::chrono::steady_clock::time_point since) {
 }
 
 }  // namespace
+
+Status NoWholeExecutable() {
+  return FailedPrecondition(
+      "this program calls custom partitioning rules (jax.experimental.custom_partitioning or "
+      "jax.debug.inspect_array_sharding) that only jaxlib's own XLA knows, so jaxlib partitioned it; myplugin "
+      "cannot build its whole executable on the engine, which a program on none of this process's devices, or "
+      "its serialization, needs");
+}
 
 StatusOr<EngineClient*> MultiProcessCompiler::Shadow() {
   if (!shadow_) {
@@ -103,6 +112,15 @@ StatusOr<MultiProcessCompiler::ShadowCompile> MultiProcessCompiler::CompileShado
   ProgramHooks hooks = GetProgramHooks();
   StatusOr<ShadowProgram> prepared = hooks.shadow_program(code, format, options, dump_dir, stop_early);
   if (!prepared.ok()) return prepared.status();
+  ShadowCompile out;
+  out.stopped_early = prepared.value().stops_early;
+  if (prepared.value().partitioned) {
+    // jaxlib's XLA partitioned it (its custom partitioning rules live there)
+    // and wrote the dump: no shadow executable, whether or not it stopped.
+    if (log_) LogLine("myplugin: multi-process compile: partitioned by jaxlib's XLA (custom partitioning rules)");
+    if (out.stopped_early) out.status = Status(Code::kCancelled, "partitioned by jaxlib's XLA, which stopped after the dump");
+    return out;
+  }
   StatusOr<EngineClient*> shadow = Shadow();
   if (!shadow.ok()) return shadow.status();
   PJRT_Program shadow_program;
@@ -117,8 +135,6 @@ StatusOr<MultiProcessCompiler::ShadowCompile> MultiProcessCompiler::CompileShado
   compile.program = &shadow_program;
   compile.compile_options = prepared.value().compile_options.data();
   compile.compile_options_size = prepared.value().compile_options.size();
-  ShadowCompile out;
-  out.stopped_early = prepared.value().stops_early;
   out.status = engine_->Consume(engine_->api()->PJRT_Client_Compile(&compile));
   if (out.status.ok()) out.executable = std::make_unique<EngineExecutable>(*engine_, compile.executable);
   return out;
@@ -153,6 +169,7 @@ StatusOr<MultiProcessCompiler::ShadowCompile> MultiProcessCompiler::PartitionOnS
 
 StatusOr<std::unique_ptr<EngineExecutable>> MultiProcessCompiler::CompileWholeProgram(
     const PartitionedProgram& program) {
+  if (CallsJaxlibPartitionedTarget(program.code)) return NoWholeExecutable();
   std::lock_guard<std::mutex> lock(mu_);
   StatusOr<std::string> dir = MakeTempDir(temp_dir_);
   if (!dir.ok()) return dir.status();
@@ -163,6 +180,7 @@ StatusOr<std::unique_ptr<EngineExecutable>> MultiProcessCompiler::CompileWholePr
     return Status(compiled.value().status.code(), "compiling the whole program on the shadow engine failed: " +
                                                       compiled.value().status.message());
   }
+  if (!compiled.value().executable) return NoWholeExecutable();
   return std::move(compiled.value().executable);
 }
 

@@ -42,6 +42,10 @@ struct PartitionedProgram {
   std::string code, format, options;
 };
 
+// Why a program that jaxlib partitioned (spmd/jaxlib_partitioned_targets.h)
+// has no whole executable on the engine.
+Status NoWholeExecutable();
+
 class MultiProcessCompiler {
  public:
   // `shadow_engine` gives the (CPU) engine library that partitions, loaded

@@ -33,6 +33,10 @@ struct ShadowProgram {
   std::string code;
   std::string compile_options;
   bool stops_early = false;  // the compile is expected to fail once the dump is written
+  // The hook partitioned the program itself, on jaxlib's XLA (a program with
+  // custom partitioning rules, spmd/jaxlib_partitioned_targets.h): the dump
+  // is written, and the shadow engine compiles nothing.
+  bool partitioned = false;
 };
 
 struct LocalProgram {
