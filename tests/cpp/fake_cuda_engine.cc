@@ -71,6 +71,7 @@ PJRT_Error* ClientCreate(PJRT_Client_Create_Args* args) {
     }
   }
   args->client = client;
+  last_client = client;
   return Ok();
 }
 PJRT_Error* ClientDestroy(PJRT_Client_Destroy_Args* args) {
@@ -98,11 +99,6 @@ PJRT_Error* MemoryStats(PJRT_Device_MemoryStats_Args* args) {
   args->bytes_limit_is_set = true;
   return Ok();
 }
-PJRT_Error* ClientCreateTracked(PJRT_Client_Create_Args* args) {
-  PJRT_Error* e = ClientCreate(args);
-  last_client = args->client;
-  return e;
-}
 
 PJRT_Api MakeApi() {
   PJRT_Api api{};
@@ -114,7 +110,7 @@ PJRT_Api MakeApi() {
   api.PJRT_Error_Destroy = ErrorDestroy;
   api.PJRT_Error_Message = ErrorMessage;
   api.PJRT_Error_GetCode = ErrorGetCode;
-  api.PJRT_Client_Create = ClientCreateTracked;
+  api.PJRT_Client_Create = ClientCreate;
   api.PJRT_Client_Destroy = ClientDestroy;
   api.PJRT_Client_AddressableDevices = AddressableDevices;
   api.PJRT_Client_PlatformName = PlatformName;
