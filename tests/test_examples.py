@@ -16,8 +16,8 @@ EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__
 NO_DEPRECATIONS = "error::DeprecationWarning"
 
 
-def run_example(name, **env):
-  r = run_python(["-W", NO_DEPRECATIONS, os.path.join(EXAMPLES, name)], child_env(**env), timeout=240)
+def run_example(name, *args, **env):
+  r = run_python(["-W", NO_DEPRECATIONS, os.path.join(EXAMPLES, name), *args], child_env(**env), timeout=240)
   assert r.returncode == 0, r.output
   assert "DeprecationWarning" not in r.output, r.output
   return r.stdout
@@ -45,6 +45,18 @@ def test_pmap_psum_example():
   out = run_example("pmap_psum.py", JAX_PLATFORMS="myplugin", MYPLUGIN_NUM_DEVICES="8")
   assert "global devices: 8 local devices: 8 process 0 of 1" in out
   assert "[8. 8. 8. 8. 8. 8. 8. 8.]" in out
+
+
+def test_shard_map_collectives_example_matches_cpu(tmp_path):
+  """In one process (test_multiprocess_programs.py runs it across processes)."""
+  got = {}
+  for platform, env in {"myplugin": {"MYPLUGIN_NUM_DEVICES": "8"}, "cpu": {"JAX_NUM_CPU_DEVICES": "8"}}.items():
+    path = tmp_path / f"{platform}.npz"
+    run_example("shard_map_collectives.py", "--save", str(path), JAX_PLATFORMS=platform, **env)
+    got[platform] = dict(np.load(path))
+  assert got["myplugin"].keys() == got["cpu"].keys() and len(got["cpu"]) > 8
+  for key, want in got["cpu"].items():
+    np.testing.assert_allclose(got["myplugin"][key], want, rtol=1e-6, err_msg=key)
 
 
 def test_pmap_psum_example_across_four_processes():
