@@ -136,6 +136,8 @@ def _import_target(external_array, device):
     # A myplugin array's own device, as jax keeps a cpu array on its device.
     if isinstance(external_array, array.ArrayImpl) and _on_myplugin(external_array):
       device = _single_device(external_array)
+    else:
+      device = _device_for_unnamed_producer(external_array)
   if device is None or getattr(device, "platform", None) != PLATFORM or not hasattr(external_array, "__dlpack_device__"):
     return None
   dl_type, dl_id = external_array.__dlpack_device__()
@@ -144,6 +146,27 @@ def _import_target(external_array, device):
   else:
     viewable = int(dl_type) == 1
   return device if viewable else None
+
+
+def _device_for_unnamed_producer(external_array):
+  """jax imports host memory onto its CPU backend (GPU memory onto its CUDA
+  backend). Where the user's platforms leave that backend out
+  (JAX_PLATFORMS=myplugin: the CPU backend that jax keeps for callbacks is
+  not theirs), the myplugin device that views the memory takes it instead;
+  where they list it, jax's way stands."""
+  import jax
+
+  platforms = [p.strip() for p in (jax.config.jax_platforms or "").split(",") if p.strip()]
+  if not platforms or PLATFORM not in platforms or not hasattr(external_array, "__dlpack_device__"):
+    return None
+  dl_type, dl_id = external_array.__dlpack_device__()
+  owner = {1: "cpu", 2: "cuda", 3: "cuda"}.get(int(dl_type))
+  if owner is None or owner in platforms or (owner == "cuda" and "gpu" in platforms):
+    return None
+  local = jax.local_devices(backend=PLATFORM)
+  if owner == "cpu":
+    return local[0] if _engine_kind != "cuda" else None
+  return next((d for d in local if d.local_hardware_id == dl_id), None)
 
 
 def _import(external_array, device, copy):
