@@ -113,8 +113,6 @@ def _export(x, jax_export, stream, max_version, dl_device, copy):
   if dl_device is not None and (int(dl_device[0]), int(dl_device[1])) != (int(own[0]), own[1]):
     # Another device: jax's own export moves the array there (or refuses).
     return jax_export(x, stream=stream, max_version=max_version, dl_device=dl_device, copy=copy)
-  if stream is not None and int(own[0]) == 1:
-    raise BufferError(f"DLPack: stream={stream!r} for an array in host memory (kDLCPU); a consumer passes None")
   if copy:
     import jax.numpy as jnp
     x = jnp.array(x, copy=True)

@@ -217,11 +217,17 @@ def test_sharded_arrays_are_refused_as_on_cpu():
       x.__dlpack_device__()
 
 
-def test_a_stream_for_host_memory_is_refused_as_on_cpu():
-  for platform in PLATFORMS:
-    x = on(platform, np.ones(4, np.float32))
-    with pytest.raises(Exception):
-      x.__dlpack__(stream=1)
+def test_a_consumer_stream_is_served_by_a_ready_buffer():
+  """jax's CPU backend takes a stream for host memory when the buffer is
+  ready and refuses it (UNIMPLEMENTED) while it is not: a race. myplugin's
+  export waits for the buffer before it hands the tensor out, so any stream
+  is served, the result of a jit still running included."""
+  x = on("myplugin", np.arange(1 << 20, dtype=np.float32))
+  y = jax.jit(lambda v: jnp.sin(v) * 2)(x)
+  c = Consumed(y.__dlpack__(stream=1))
+  np.testing.assert_allclose(c.read(np.float32, 4 << 20), np.sin(np.arange(1 << 20, dtype=np.float32)) * 2,
+                             rtol=1e-6, atol=1e-6)
+  c.free()
 
 
 def test_another_dl_device_goes_through_jax():
