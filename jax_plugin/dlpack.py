@@ -132,8 +132,9 @@ def _import_target(external_array, device):
   if device is None:
     from jax._src import array
     # A myplugin array's own device, as jax keeps a cpu array on its device.
-    if isinstance(external_array, array.ArrayImpl) and _on_myplugin(external_array):
-      device = _single_device(external_array)
+    # jax keeps a jax array on its own device; a myplugin array too.
+    if isinstance(external_array, array.ArrayImpl):
+      device = _single_device(external_array) if _on_myplugin(external_array) else None
     else:
       device = _device_for_unnamed_producer(external_array)
   if device is None or getattr(device, "platform", None) != PLATFORM or not hasattr(external_array, "__dlpack_device__"):

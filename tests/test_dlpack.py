@@ -352,6 +352,10 @@ host = np.arange(64, dtype=np.float32)
 w = jax.dlpack.from_dlpack(host)
 d, = w.devices()
 print("default", d.platform, d.id, w.unsafe_buffer_pointer() == host.ctypes.data or host.ctypes.data % 64 != 0)
+# A jax array stays on its device, one of jax's CPU backend too.
+c = jax.device_put(np.arange(4, dtype=np.int32), jax.devices("cpu")[0])
+d, = jax.dlpack.from_dlpack(c).devices()
+print("jax cpu array", d.platform)
 """
 
 
@@ -361,3 +365,4 @@ def test_only_myplugin():
   assert "export [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]" in r.stdout
   assert "import myplugin 1 [0.0, 1.0, 2.0]" in r.stdout
   assert "default myplugin 0 True" in r.stdout
+  assert "jax cpu array cpu" in r.stdout
