@@ -12,7 +12,6 @@
 // PJRT_Api, as jaxlib's calls do.
 #include <Python.h>
 #include <nanobind/nanobind.h>
-#include <nanobind/stl/optional.h>
 
 #include <cstdint>
 #include <memory>

@@ -9,6 +9,7 @@ int main() {
   RunClientOptionsTests();
   RunSettingsTests();
   RunProcessRuntimeTests();
+  RunBufferCaptureTests();
   RunWireTests();
   RunProcessInfoTests();
   RunSocketTests();

@@ -25,5 +25,6 @@ void RunFfiApiVersionTests();
 void RunCollectiveTableTests();
 void RunSettingsTests();
 void RunProcessRuntimeTests();
+void RunBufferCaptureTests();
 // False when the NCCL backend is not built.
 bool RunNcclTests();
