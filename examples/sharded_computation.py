@@ -9,7 +9,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.experimental import mesh_utils
-from jax.experimental.shard_map import shard_map
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 print("backend:", jax.default_backend(), "devices:", jax.device_count())
@@ -35,7 +34,7 @@ print(result)
 
 mesh = jax.sharding.Mesh(jax.devices(), "x")
 x = jnp.arange(32)
-total = shard_map(lambda s: jax.lax.psum(s.sum(), "x"), mesh=mesh, in_specs=P("x"), out_specs=P())(x)
+total = jax.shard_map(lambda s: jax.lax.psum(s.sum(), "x"), mesh=mesh, in_specs=P("x"), out_specs=P())(x)
 print("psum over shards:", total)
 
 rng = np.random.default_rng(0)
@@ -43,7 +42,7 @@ x, weights, bias = rng.normal(size=(32,)), rng.normal(size=(32, 4)), rng.normal(
 
 
 @jax.jit
-@partial(shard_map, mesh=mesh, in_specs=(P("x"), P("x", None), P(None)), out_specs=P(None))
+@partial(jax.shard_map, mesh=mesh, in_specs=(P("x"), P("x", None), P(None)), out_specs=P(None))
 def layer_sharded(x, weights, bias):
   return jax.nn.sigmoid(jax.lax.psum(x @ weights, "x") + bias)
 

@@ -92,6 +92,8 @@ def _initialize() -> None:
                               compile_hooks.UnsupportedProgram)
   _myplugin.set_cost_analysis_hook(cost_analysis.analyze)
   lowering.enable_donation()
+  from jax_plugin import dlpack
+  dlpack.install(kind, _c_api)
   from jax_plugin import persistent_cache
   persistent_cache.enable(PLATFORM)
   lowering.install_lowering_rules(kind)

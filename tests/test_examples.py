@@ -1,5 +1,8 @@
 """The examples run as the README and docs/getting-started.md say, and the
-training example trains the same on myplugin as on jax's CPU backend."""
+training example trains the same on myplugin as on jax's CPU backend.
+
+Every example runs with jax's DeprecationWarnings turned into errors: a
+user who runs one must never see a deprecation of jax's."""
 import os
 import re
 
@@ -9,12 +12,25 @@ import pytest
 from proc import child_env, run_python
 
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
+# For the examples' processes and the processes a launcher starts for them.
+NO_DEPRECATIONS = "error::DeprecationWarning"
 
 
-def run_example(name, **env):
-  r = run_python([os.path.join(EXAMPLES, name)], child_env(**env), timeout=240)
+def run_example(name, *args, **env):
+  r = run_python(["-W", NO_DEPRECATIONS, os.path.join(EXAMPLES, name), *args], child_env(**env), timeout=240)
   assert r.returncode == 0, r.output
+  assert "DeprecationWarning" not in r.output, r.output
   return r.stdout
+
+
+def launch_example(name, n, devices_per_process):
+  """Runs an example under the launcher, each process with jax's deprecations as errors."""
+  import sys
+  r = run_python(["-m", "jax_plugin.launcher", "-n", str(n), "--devices-per-process", str(devices_per_process), "--",
+                  sys.executable, "-W", NO_DEPRECATIONS, os.path.join(EXAMPLES, name)], child_env(), timeout=240)
+  assert r.returncode == 0, r.output
+  assert "DeprecationWarning" not in r.output, r.output
+  return r
 
 
 def test_demo_sharded_computation():
@@ -31,11 +47,20 @@ def test_pmap_psum_example():
   assert "[8. 8. 8. 8. 8. 8. 8. 8.]" in out
 
 
+def test_shard_map_collectives_example_matches_cpu(tmp_path):
+  """In one process (test_multiprocess_programs.py runs it across processes)."""
+  got = {}
+  for platform, env in {"myplugin": {"MYPLUGIN_NUM_DEVICES": "8"}, "cpu": {"JAX_NUM_CPU_DEVICES": "8"}}.items():
+    path = tmp_path / f"{platform}.npz"
+    run_example("shard_map_collectives.py", "--save", str(path), JAX_PLATFORMS=platform, **env)
+    got[platform] = dict(np.load(path))
+  assert got["myplugin"].keys() == got["cpu"].keys() and len(got["cpu"]) > 8
+  for key, want in got["cpu"].items():
+    np.testing.assert_allclose(got["myplugin"][key], want, rtol=1e-6, err_msg=key)
+
+
 def test_pmap_psum_example_across_four_processes():
-  import sys
-  r = run_python(["-m", "jax_plugin.launcher", "-n", "4", "--devices-per-process", "2", "--", sys.executable,
-                  os.path.join(EXAMPLES, "pmap_psum.py")], child_env(), timeout=240)
-  assert r.returncode == 0, r.output
+  r = launch_example("pmap_psum.py", 4, 2)
   for rank in range(4):
     assert f"[{rank}] global devices: 8 local devices: 2 process {rank} of 4" in r.stdout
     assert f"[{rank}] [8. 8.]" in r.stdout
@@ -53,14 +78,8 @@ def test_train_mlp_matches_cpu():
 
 def test_data_parallel_across_processes_matches_one_process():
   """Two processes averaging gradients equal one process on the whole batch."""
-  import sys
-  example = os.path.join(EXAMPLES, "data_parallel_collectives.py")
-  multi = run_python(["-m", "jax_plugin.launcher", "-n", "2", "--devices-per-process", "2", "--", sys.executable,
-                      example], child_env(), timeout=240)
-  assert multi.returncode == 0, multi.output
-  single = run_python(["-m", "jax_plugin.launcher", "-n", "1", "--devices-per-process", "2", "--", sys.executable,
-                       example], child_env(), timeout=240)
-  assert single.returncode == 0, single.output
+  multi = launch_example("data_parallel_collectives.py", 2, 2)
+  single = launch_example("data_parallel_collectives.py", 1, 2)
   losses = {}
   for name, r in (("multi", multi), ("single", single)):
     losses[name] = [float(v) for v in re.findall(r"\[0\] step +\d+ +loss ([0-9.]+)", r.stdout)]

@@ -1,5 +1,6 @@
 #include "pjrt/forwarding.h"
 
+#include "engine/buffer_capture.h"
 #include "pjrt/api_table.h"
 #include "pjrt/client.h"
 #include "pjrt/cost_analysis.h"
@@ -133,6 +134,20 @@ PJRT_Error* BufferMemory(PJRT_Buffer_Memory_Args* args) {
   return nullptr;
 }
 
+// Notes the buffer for a DLPack export waiting on this thread
+// (engine/buffer_capture.h), then answers as the engine does.
+PJRT_Error* BufferUnsafePointer(PJRT_Buffer_UnsafePointer_Args* args) {
+  NoteBufferPointerQuery(args->buffer);
+  return MYPLUGIN_CALL_ENGINE(PJRT_Buffer_UnsafePointer, args);
+}
+
+// A buffer that DLPack exports still use is destroyed by the last of them
+// (engine/buffer_capture.h).
+PJRT_Error* BufferDestroy(PJRT_Buffer_Destroy_Args* args) {
+  if (DeferBufferDestroy(args->buffer)) return nullptr;
+  return MYPLUGIN_CALL_ENGINE(PJRT_Buffer_Destroy, args);
+}
+
 PJRT_Error* BufferCopyToDevice(PJRT_Buffer_CopyToDevice_Args* args) {
   ScopedSwap<PJRT_Device*> device(args->dst_device, EngineOf(args->dst_device));
   return MYPLUGIN_CALL_ENGINE(PJRT_Buffer_CopyToDevice, args);
@@ -171,7 +186,6 @@ MYPLUGIN_PASS_THROUGH(PJRT_Event_Destroy)
 MYPLUGIN_PASS_THROUGH(PJRT_Event_IsReady)
 MYPLUGIN_PASS_THROUGH(PJRT_Event_Error)
 MYPLUGIN_PASS_THROUGH(PJRT_Event_Await)
-MYPLUGIN_PASS_THROUGH(PJRT_Buffer_Destroy)
 MYPLUGIN_PASS_THROUGH(PJRT_Buffer_ElementType)
 MYPLUGIN_PASS_THROUGH(PJRT_Buffer_Dimensions)
 MYPLUGIN_PASS_THROUGH(PJRT_Buffer_UnpaddedDimensions)
@@ -183,7 +197,6 @@ MYPLUGIN_PASS_THROUGH(PJRT_Buffer_IsDeleted)
 MYPLUGIN_PASS_THROUGH(PJRT_Buffer_ToHostBuffer)
 MYPLUGIN_PASS_THROUGH(PJRT_Buffer_IsOnCpu)
 MYPLUGIN_PASS_THROUGH(PJRT_Buffer_ReadyEvent)
-MYPLUGIN_PASS_THROUGH(PJRT_Buffer_UnsafePointer)
 MYPLUGIN_PASS_THROUGH(PJRT_Buffer_IncreaseExternalReferenceCount)
 MYPLUGIN_PASS_THROUGH(PJRT_Buffer_DecreaseExternalReferenceCount)
 MYPLUGIN_PASS_THROUGH(PJRT_Buffer_OpaqueDeviceMemoryDataPointer)
@@ -237,6 +250,8 @@ void InstallPassThroughEntries(PJRT_Api& api) {
   api.PJRT_Client_CreateAliasBuffer = MYPLUGIN_ENTRY_POINT(PJRT_Client_CreateAliasBuffer, ClientCreateAliasBuffer);
   api.PJRT_Buffer_Device = MYPLUGIN_ENTRY_POINT(PJRT_Buffer_Device, BufferDevice);
   api.PJRT_Buffer_Memory = MYPLUGIN_ENTRY_POINT(PJRT_Buffer_Memory, BufferMemory);
+  api.PJRT_Buffer_UnsafePointer = MYPLUGIN_ENTRY_POINT(PJRT_Buffer_UnsafePointer, BufferUnsafePointer);
+  api.PJRT_Buffer_Destroy = MYPLUGIN_ENTRY_POINT(PJRT_Buffer_Destroy, BufferDestroy);
   api.PJRT_Buffer_CopyToDevice = MYPLUGIN_ENTRY_POINT(PJRT_Buffer_CopyToDevice, BufferCopyToDevice);
   api.PJRT_Buffer_CopyToMemory = MYPLUGIN_ENTRY_POINT(PJRT_Buffer_CopyToMemory, BufferCopyToMemory);
   api.PJRT_AsyncHostToDeviceTransferManager_Device = MYPLUGIN_ENTRY_POINT(PJRT_AsyncHostToDeviceTransferManager_Device, TransferManagerDevice);
@@ -268,7 +283,6 @@ void InstallPassThroughEntries(PJRT_Api& api) {
   MYPLUGIN_INSTALL(PJRT_Executable_OutputDimensions);
   MYPLUGIN_INSTALL(PJRT_Executable_Fingerprint);
   MYPLUGIN_INSTALL(PJRT_Executable_GetCompiledMemoryStats);
-  MYPLUGIN_INSTALL(PJRT_Buffer_Destroy);
   MYPLUGIN_INSTALL(PJRT_Buffer_ElementType);
   MYPLUGIN_INSTALL(PJRT_Buffer_Dimensions);
   MYPLUGIN_INSTALL(PJRT_Buffer_UnpaddedDimensions);
@@ -280,7 +294,6 @@ void InstallPassThroughEntries(PJRT_Api& api) {
   MYPLUGIN_INSTALL(PJRT_Buffer_ToHostBuffer);
   MYPLUGIN_INSTALL(PJRT_Buffer_IsOnCpu);
   MYPLUGIN_INSTALL(PJRT_Buffer_ReadyEvent);
-  MYPLUGIN_INSTALL(PJRT_Buffer_UnsafePointer);
   MYPLUGIN_INSTALL(PJRT_Buffer_IncreaseExternalReferenceCount);
   MYPLUGIN_INSTALL(PJRT_Buffer_DecreaseExternalReferenceCount);
   MYPLUGIN_INSTALL(PJRT_Buffer_OpaqueDeviceMemoryDataPointer);

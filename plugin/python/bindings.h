@@ -26,6 +26,8 @@ void BindCompileHooks(nanobind::module_& m);
 void BindDefaults(nanobind::module_& m);
 // Errors as jax_plugin.errors' classes; the failure a running program's collectives reported.
 void BindErrors(nanobind::module_& m);
+// buffer_to_dlpack: DLPack export of myplugin arrays.
+void BindDlpackExport(nanobind::module_& m);
 // set_library_choice: the engine, shadow engine and NCCL library to load.
 void BindLibraryChoice(nanobind::module_& m);
 

@@ -25,4 +25,5 @@ NB_MODULE(_myplugin, m) {
   py::BindCompileHooks(m);
   py::BindDefaults(m);
   py::BindLibraryChoice(m);
+  py::BindDlpackExport(m);
 }

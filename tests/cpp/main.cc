@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   RunSettingsTests();
   RunEngineClientTests();
   RunProcessRuntimeTests();
+  RunBufferCaptureTests();
   RunWireTests();
   RunProcessInfoTests();
   RunSocketTests();

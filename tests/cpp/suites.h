@@ -26,6 +26,7 @@ void RunCollectiveTableTests();
 void RunSettingsTests();
 void RunEngineClientTests();
 void RunProcessRuntimeTests();
+void RunBufferCaptureTests();
 // False when the NCCL backend is not built.
 bool RunNcclTests();
 // One process of the NCCL tests' four on one GPU (main's --nccl-share-child).
