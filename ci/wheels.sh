@@ -87,7 +87,9 @@ check() {
   # it there, whatever the search path.
   local cover="" lib real
   for lib in "${HIDDEN_LIBS[@]}"; do
-    real=$(ldconfig -p | awk -v l="$lib" '$1 == l {print $NF; exit}')
+    # awk reads to the end: leaving early would kill ldconfig with SIGPIPE,
+    # which pipefail makes this script's exit status (141).
+    real=$(ldconfig -p | awk -v l="$lib" '$1 == l && !found {print $NF; found = 1}')
     [ -n "$real" ] && cover+="mount --bind /dev/null $(readlink -f "$real"); "
   done
   unshare --mount --propagation private bash -euo pipefail -c "
