@@ -52,8 +52,6 @@ from procs import free_port, kill_groups  # noqa: E402
 
 from jax_plugin.gpu_sharing import rank_environment  # noqa: E402  (myplugin-run --share-gpu's variables)
 
-RANK_ENVIRONMENT = "jax_plugin.gpu_sharing.rank_environment"
-
 # What a job's processes must not inherit from the caller: they get their own.
 _JOB_VARIABLES = ("JAX_PLATFORMS", "JAX_NUM_CPU_DEVICES", "JAX_COORDINATOR_ADDRESS", "JAX_LOCAL_DEVICE_IDS",
                   "JAX_PJRT_CLIENT_CREATE_OPTIONS", "XLA_FLAGS", "XLA_CLIENT_MEM_FRACTION",
@@ -330,7 +328,7 @@ def print_report(report: dict, sizes: list[int], args) -> dict:
   print(f"\n## {n} processes{' sharing one GPU' if platform == 'cuda' else ', one CPU device each'}: myplugin "
         f"(engine {platform}) vs jax's own {platform} backend, {rounds} interleaved (order swapped every round); "
         "best / median over rounds of each round's best and median call")
-  print(f"rank environment: {RANK_ENVIRONMENT}; memory fraction per process {report['memory_fraction']:.4g}")
+  print(f"memory fraction per process {report['memory_fraction']:.4g}")
   losses = {}
   for backend, line in report["devices"].items():
     _, plat, kind, count, loss = line.split()
@@ -462,7 +460,7 @@ def main(argv=None) -> int:
       sys.stdout.flush()
       if args.json:  # after each process count, so that a run cut short keeps what it measured
         with open(args.json, "w") as f:
-          json.dump({"platforms": args.platforms, "rounds": args.rounds, "rank_environment": RANK_ENVIRONMENT,
+          json.dump({"platforms": args.platforms, "rounds": args.rounds,
                      "runs": summaries}, f, indent=1)
   return 1 if failed else 0
 
