@@ -8,11 +8,14 @@ import glob
 import gzip
 import json
 import os
+import shutil
 
 import jax
 import numpy as np
+import pytest
 
-from job import Job
+from job import HERE, Job
+from proc import child_env, run, run_python
 
 ENV = {"JAX_PLATFORMS": "myplugin", "MYPLUGIN_NUM_DEVICES": "2"}
 LATE_S = 2.0  # how late the last process comes to the barrier and the second psum
@@ -82,6 +85,10 @@ def test_a_program_and_its_compile_show_under_jax_cpu_backends_name(tmp_path):
   assert len(compiles) == 1 and compiles[0]["stats"]["devices"] == 1, events
   assert compiles[0]["stats"]["across_processes"] == 0, compiles
   assert compiles[0]["end"] <= programs[0]["start"], events  # compiled, then launched
+  runs = [s for s in events if s["name"] == module + " (run)"]  # jax asks for the run's completion event
+  assert len(runs) == 1 and runs[0]["stats"]["device"] == 0 and runs[0]["stats"]["state"] == "done", events
+  # From the launch until done: a cheap program may be done before its launch returns.
+  assert programs[0]["start"] <= runs[0]["start"] <= programs[0]["end"] and runs[0]["end"] > runs[0]["start"], events
 
   # jax's trace.json (what TensorBoard's trace viewer and Perfetto show) has the plane and its events.
   pids = {e["pid"] for e in trace["traceEvents"]
@@ -151,6 +158,11 @@ def test_two_processes_profiles_show_who_waited_for_whom(tmp_path):
       assert any(s["name"] == step and inside(s, compiles[0]) for s in events), (step, events)
     programs = [s for s in events if s["name"] == done[r]["program"]]
     assert len(programs) == 2 and all(p["stats"]["devices"] == local for p in programs), events
+    # Each launch's run on each local device, until the engine said it was done: the collectives ran inside.
+    runs = [s for s in events if s["name"] == done[r]["program"] + " (run)"]
+    assert sorted(s["stats"]["device"] for s in runs) == sorted(list(range(local)) * 2), runs
+    for c, _, _ in calls:
+      assert any(run["start"] <= c["start"] and c["end"] <= run["end"] for run in runs), (c, runs)
     seen[r] = {"barrier": barriers[0], "second": second, "start": start, "call": second[0]["stats"]["call"]}
 
   assert seen[0]["call"] == seen[1]["call"], seen  # the same call, as each process numbered it
@@ -165,3 +177,35 @@ def test_two_processes_profiles_show_who_waited_for_whom(tmp_path):
     # Side by side (Unix times): both stopped waiting at the same moment, when process 1 came.
     ends = [seen[r]["start"] + span[r]["end"] for r in range(2)]
     assert abs(ends[0] - ends[1]) < 0.25 * late_ns, (what, ends)
+
+
+@pytest.mark.skipif(shutil.which("c++") is None, reason="no C++ compiler")
+def test_the_engines_own_profiler_joins_the_profile(tmp_path):
+  """An engine with a profiler (tests/programs/profiling_engine.cc: the CPU
+  engine behind one that names the calls it got): myplugin starts, stops
+  and collects it with its own, and its plane is in jax's profile."""
+  import importlib.util
+
+  import jax_plugin
+
+  include = os.path.join(importlib.util.find_spec("xla_plugins.xla_cpu_pjrt").submodule_search_locations[0], "include")
+  engine = tmp_path / "profiling_engine.so"
+  built = run(["c++", "-std=c++17", "-shared", "-fPIC", "-O1", "-isystem", include, "-o", str(engine),
+               os.path.join(HERE, "programs", "profiling_engine.cc")], child_env(), timeout=300)
+  assert built.returncode == 0, built.output
+  program = ("import sys, jax, numpy as np\n"
+             "x = jax.device_put(np.ones(4, np.float32), jax.devices()[0])\n"
+             "with jax.profiler.trace(sys.argv[1]):\n"
+             "  print(float(jax.jit(lambda a: a + 1)(x).block_until_ready()[0]))\n")
+  r = run_python(["-c", program, str(tmp_path / "trace")],
+                 child_env(JAX_PLATFORMS="myplugin", MYPLUGIN_ENGINE=str(engine),
+                           MYPLUGIN_TEST_REAL_ENGINE=jax_plugin.engine_path()), timeout=180)
+  assert r.returncode == 0 and r.stdout.strip() == "2.0", r.output
+  space, trace = load(tmp_path / "trace")
+  names = [p.name for p in space.planes]
+  # Started and stopped once; collected in two calls (size, then data), the
+  # older contract of collect_data, which myplugin also speaks.
+  assert "/device:CUSTOM:test engine started=1 stopped=1 collected=2" in names, names
+  assert "/device:CUSTOM:myplugin process 0" in names, names
+  shown = {e["args"]["name"] for e in trace["traceEvents"] if e.get("name") == "process_name"}
+  assert "/device:CUSTOM:test engine started=1 stopped=1 collected=2" in shown, shown

@@ -26,6 +26,7 @@ struct PLUGIN_Profiler_Error {
 namespace {
 
 constexpr int kFailedPrecondition = 9;
+constexpr int64_t kPlaneIdBase = 1000;
 
 PLUGIN_Profiler_Error* MakeError(int code, std::string message) {
   return new PLUGIN_Profiler_Error{code, std::move(message)};
@@ -116,7 +117,10 @@ struct PLUGIN_Profiler {
     PlaneDescription plane;
     // The process in the name: a job's profiles opened side by side say whose is whose.
     plane.name = "/device:CUSTOM:myplugin process " + std::to_string(index);
-    plane.id = index;
+    // jax's trace conversion shows each custom plane as the process
+    // (pid) its id makes; other sources' custom planes (the engine's) count
+    // from 0.
+    plane.id = kPlaneIdBase + index;
     plane.stats.push_back(profile::Stat::Int("process_index", index));
     plane.stats.push_back(profile::Stat::Int("num_processes", count));
     plane.stats.push_back(profile::Stat::Int("pid", getpid()));

@@ -44,4 +44,7 @@ with jax.profiler.trace(os.path.join(out_dir, f"process-{r}")):
   if r == n - 1:
     time.sleep(seconds)
   second = float(np.asarray(psum(x))[0, 0])
+  # A run's span ends at the engine's completion event, which may come just
+  # after its outputs are ready; one that ends after the trace is not in it.
+  time.sleep(0.5)
 event("done", values=[first, second], expected=total, program=program, local=local)
