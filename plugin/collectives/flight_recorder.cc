@@ -14,8 +14,10 @@
 #include <set>
 
 #include "collectives/process_runtime.h"
+#include "collectives/profiled_calls.h"
 #include "collectives/straggler_watch.h"
 #include "common/exit_guard.h"
+#include "common/profile_spans.h"
 
 namespace myplugin::collectives {
 namespace {
@@ -178,6 +180,9 @@ void FlightRecorder::End(uint64_t id, bool ok) {
   if (s.version.load(std::memory_order_relaxed) != 2 * id) return;
   s.end_ns.store(MonotonicNanos(), std::memory_order_relaxed);
   s.state.store(static_cast<uint8_t>(ok ? CallState::kDone : CallState::kFailed), std::memory_order_release);
+  if (profile::Active()) {
+    if (std::optional<CallRecord> call = Read(id)) ProfileCall(*call);
+  }
 }
 
 namespace {

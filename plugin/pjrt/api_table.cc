@@ -15,6 +15,7 @@
 #include "pjrt/ffi_extension.h"
 #include "pjrt/forwarding.h"
 #include "pjrt/layouts_extension.h"
+#include "pjrt/profiler_extension.h"
 #include "pjrt/topology.h"
 
 namespace myplugin {
@@ -24,9 +25,11 @@ PJRT_Api BuildApi() {
   PJRT_Api api{};
   api.struct_size = PJRT_Api_STRUCT_SIZE;
   // Our extensions: the FFI's, and cross-host transfers (whose presence
-  // tells jaxlib that jax.device_put may cross processes). The layouts'
-  // joins them once the engine is known (ChainEngineExtensions).
-  api.extension_start = OurCrossHostTransfersExtension(OurFfiExtension());
+  // tells jaxlib that jax.device_put may cross processes), and the
+  // profiler's (jaxlib looks for it when it loads the plugin, before any
+  // engine is known). The layouts' joins them once the engine is known
+  // (ChainEngineExtensions).
+  api.extension_start = OurProfilerExtension(OurCrossHostTransfersExtension(OurFfiExtension()));
   api.pjrt_api_version.struct_size = PJRT_Api_Version_STRUCT_SIZE;
   api.pjrt_api_version.major_version = PJRT_API_MAJOR;
   api.pjrt_api_version.minor_version = PJRT_API_MINOR;

@@ -8,6 +8,7 @@
 
 #include "collectives/flight_recorder.h"
 #include "common/log.h"
+#include "common/profile_spans.h"
 #include "pjrt/client.h"
 #include "pjrt/device_assignment.h"
 #include "pjrt/executable.h"
@@ -61,6 +62,7 @@ PJRT_Error* CompileAcrossProcesses(Client* ours, PJRT_Client_Compile_Args* args,
   program.format_size = sizeof(kHlo) - 1;
   auto start = std::chrono::steady_clock::now();
   {
+    profile::Span span("compile the local part");
     ScopedSwap<PJRT_Client*> client(args->client, ours->engine_client().get());
     ScopedSwap<const PJRT_Program*> prog(args->program, &program);
     ScopedSwap<const char*> opts(args->compile_options, local.compile_options.data());
@@ -87,6 +89,7 @@ size_t DeviceCount(const std::vector<std::vector<int64_t>>& assignment) {
 
 PJRT_Error* PjrtClientCompile(PJRT_Client_Compile_Args* args) {
   collectives::CompileScope compiling;  // a straggler report tells a compile from Python code
+  profile::Span span("compile");
   Client* ours = FromC(args->client);
   const std::string raw(args->compile_options, args->compile_options_size);
   {
@@ -100,6 +103,10 @@ PJRT_Error* PjrtClientCompile(PJRT_Client_Compile_Args* args) {
     // program's local part.
     const bool custom_rules = DeviceCount(assignment.value()) > 1 &&
                               spmd::CallsJaxlibPartitionedTarget({args->program->code, args->program->code_size});
+    if (span.on()) {
+      span.Add(profile::Stat::Int("devices", static_cast<int64_t>(DeviceCount(assignment.value()))));
+      span.Add(profile::Stat::Int("across_processes", across.value() ? 1 : 0));
+    }
     if (across.value() || custom_rules) return CompileAcrossProcesses(ours, args, raw, assignment.value());
   }
   // In a multi-process job jax names devices by global id; the engine by its own.

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "collectives/process_runtime.h"
+#include "common/profile_spans.h"
 #include "coordination/runtime.h"
 #include "pjrt/client.h"
 #include "pjrt/device.h"
@@ -97,6 +98,7 @@ Status Await(PJRT_Event* event) {
 }
 
 Status SendOne(PJRT_Buffer* buffer, int32_t dst, int64_t transfer_key) {
+  profile::Span span("cross-host send");  // a profile's hook (common/profile_spans.h)
   auto coordination = Coordination();
   if (!coordination) {
     return FailedPrecondition("copying an array to another process's device needs a job of several processes");
@@ -204,6 +206,7 @@ class Receiver {
   }
 
   Status ReceiveOne(int i) {
+    profile::Span span("cross-host receive");  // a profile's hook (common/profile_spans.h)
     const Expected& e = expected_[i];
     StatusOr<std::string> encoded =
         coordination_->KeyValueGet(KeyOf(epoch_, e.transfer_key, e.src, dst_, 0), timeout_s_);

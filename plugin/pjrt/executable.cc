@@ -1,10 +1,12 @@
 #include "pjrt/executable.h"
 
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <unordered_map>
 
 #include "collectives/process_runtime.h"
+#include "common/profile_spans.h"
 #include "pjrt/client.h"
 #include "pjrt/device_assignment.h"
 #include "pjrt/forwarding.h"
@@ -22,6 +24,63 @@ struct ExecutableOrigins {
   std::mutex mu;
   std::unordered_map<const PJRT_Executable*, const LoadedExecutable*> of;
 };
+
+// The engine's name of its program; empty where it gives none.
+std::string EngineProgramName(PJRT_LoadedExecutable* loaded) {
+  MYPLUGIN_PJRT_ARGS(PJRT_LoadedExecutable_GetExecutable_Args, get);
+  get.loaded_executable = loaded;
+  if (!Engine().Consume(Engine().api()->PJRT_LoadedExecutable_GetExecutable(&get)).ok()) return "";
+  MYPLUGIN_PJRT_ARGS(PJRT_Executable_Name_Args, name);
+  name.executable = get.executable;
+  std::string out;
+  if (Engine().Consume(Engine().api()->PJRT_Executable_Name(&name)).ok()) {
+    out.assign(name.executable_name, name.executable_name_size);
+  }
+  MYPLUGIN_PJRT_ARGS(PJRT_Executable_Destroy_Args, destroy);
+  destroy.executable = get.executable;
+  (void)Engine().Consume(Engine().api()->PJRT_Executable_Destroy(&destroy));
+  return out;
+}
+
+// A program's run on one device, from its launch until the engine says
+// that device is done, for a profile: on a line of its own, since runs
+// overlap each other and the launches.
+struct ProfiledRun {
+  std::string program;
+  int64_t launched_ns;
+  int device;
+};
+
+constexpr int64_t kRunsLine = -1;  // not a thread id
+
+void RunDone(PJRT_Error* error, void* arg) {
+  std::unique_ptr<ProfiledRun> run(static_cast<ProfiledRun*>(arg));
+  const bool ok = error == nullptr;
+  (void)Engine().Consume(error);
+  profile::SpanRecord span;
+  span.name = run->program + " (run)";
+  span.start_ns = run->launched_ns;
+  span.end_ns = profile::MonotonicNowNanos();
+  span.thread = kRunsLine - run->device;
+  span.line = "runs on local device " + std::to_string(run->device);
+  span.stats.push_back(profile::Stat::Int("device", run->device));
+  span.stats.push_back(profile::Stat::Text("state", ok ? "done" : "failed"));
+  profile::Record(std::move(span));
+}
+
+// `events`: the engine's, which jax asked for and will destroy.
+void ProfileRuns(const std::string& program, int64_t launched_ns, PJRT_Event** events, size_t count) {
+  for (size_t i = 0; i < count; ++i) {
+    if (events[i] == nullptr) continue;
+    auto run = std::make_unique<ProfiledRun>(ProfiledRun{program.empty() ? "program" : program, launched_ns,
+                                                         static_cast<int>(i)});
+    MYPLUGIN_PJRT_ARGS(PJRT_Event_OnReady_Args, on_ready);
+    on_ready.event = events[i];
+    on_ready.callback = RunDone;
+    on_ready.user_arg = run.get();
+    if (Engine().Consume(Engine().api()->PJRT_Event_OnReady(&on_ready)).ok()) run.release();  // RunDone frees it
+  }
+}
 
 ExecutableOrigins& Origins() {
   static ExecutableOrigins& origins = collectives::ProcessRuntime::Get().Attached<ExecutableOrigins>();  // once: the owner never replaces what it holds
@@ -42,6 +101,7 @@ StatusOr<std::unique_ptr<LoadedExecutable>> LoadedExecutable::Wrap(
     }
     return exec;
   }
+  exec->name_ = EngineProgramName(engine_executable);
   MYPLUGIN_PJRT_ARGS(PJRT_LoadedExecutable_AddressableDevices_Args, args);
   args.executable = engine_executable;
   MYPLUGIN_RETURN_IF_ERROR(Engine().Consume(Engine().api()->PJRT_LoadedExecutable_AddressableDevices(&args)));
@@ -340,12 +400,25 @@ PJRT_Error* PjrtLoadedExecutableExecute(PJRT_LoadedExecutable_Execute_Args* args
     if (ours->deleted()) return ToPjrtError(FailedPrecondition("the executable has been deleted"));
     return nullptr;
   }
+  // The launch; the engine runs the program after it returns.
+  profile::Span span(ours->name().empty() ? "program" : ours->name().c_str());
+  const int64_t launched = span.on() ? profile::MonotonicNowNanos() : 0;
+  if (span.on()) {
+    span.Add(profile::Stat::Int("devices", args->execute_device != nullptr ? 1 : static_cast<int64_t>(args->num_devices)));
+  }
   ScopedSwap<PJRT_LoadedExecutable*> exec(args->executable, FromC(args->executable)->engine());
+  PJRT_Error* error;
   if (args->execute_device != nullptr) {
     ScopedSwap<PJRT_Device*> device(args->execute_device, EngineOf(args->execute_device));
-    return MYPLUGIN_CALL_ENGINE(PJRT_LoadedExecutable_Execute, args);
+    error = MYPLUGIN_CALL_ENGINE(PJRT_LoadedExecutable_Execute, args);
+  } else {
+    error = MYPLUGIN_CALL_ENGINE(PJRT_LoadedExecutable_Execute, args);
   }
-  return MYPLUGIN_CALL_ENGINE(PJRT_LoadedExecutable_Execute, args);
+  if (span.on() && error == nullptr && args->device_complete_events != nullptr) {
+    ProfileRuns(ours->name(), launched, args->device_complete_events,
+                args->execute_device != nullptr ? 1 : args->num_devices);
+  }
+  return error;
 }
 
 PJRT_Error* PjrtLoadedExecutableFingerprint(PJRT_LoadedExecutable_Fingerprint_Args* args) {

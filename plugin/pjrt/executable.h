@@ -44,6 +44,8 @@ class LoadedExecutable {
   void MarkDeleted() { deleted_ = true; }
   bool deleted() const { return deleted_; }
   Client* client() const { return client_; }
+  // The program's name as the engine reports it (jit_f), for profiles.
+  const std::string& name() const { return name_; }
   const std::vector<PJRT_Device*>& c_addressable_devices() const { return c_addressable_devices_; }
   // The whole program as compiled on the shadow engine, or null.
   const EngineExecutable* global_program() const { return partitioned_ ? partitioned_->shadow.get() : nullptr; }
@@ -70,6 +72,7 @@ class LoadedExecutable {
   std::shared_ptr<const spmd::PartitionedProgram> partitioned_;
   std::atomic<bool> deleted_{false};
   std::string unserializable_;
+  std::string name_;
   mutable std::mutex whole_mu_;
   mutable std::string whole_optimized_;  // WholeOptimizedProgram's, once made
   mutable std::unique_ptr<EngineExecutable> whole_executable_;  // WholeProgramExecutable's, once compiled

@@ -5,8 +5,10 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 
 #include "common/log.h"
+#include "common/profile_spans.h"
 #include "spmd/jaxlib_partitioned_targets.h"
 
 namespace myplugin::spmd {
@@ -80,6 +82,7 @@ StatusOr<std::shared_ptr<const PartitionedProgram>> MultiProcessCompiler::Partit
   std::lock_guard<std::mutex> lock(mu_);
   auto hit = cache_.find(key);
   if (hit != cache_.end()) {
+    profile::Span span("partition (cached)");
     if (log_) LogLine("myplugin: multi-process compile: partitioned program found in the cache");
     return hit->second;
   }
@@ -238,14 +241,18 @@ StatusOr<std::shared_ptr<const PartitionedProgram>> MultiProcessCompiler::Partit
   result->format.assign(program.format, program.format_size);
   result->options = options;
 
+  std::optional<profile::Span> partition_span(std::in_place, "partition");
   StatusOr<ShadowCompile> compiled =
       PartitionOnShadow(result->code, result->format, options, dir.value(), stop_early);
+  partition_span.reset();
   if (!compiled.ok()) return compiled.status();
   const bool stopped = !compiled.value().status.ok();
   result->shadow = std::move(compiled.value().executable);
   double shadow_seconds = Seconds(start);
 
+  std::optional<profile::Span> rewrite_span(std::in_place, "rewrite collectives");
   StatusOr<LocalProgram> local = hooks.local_program(Request(dir.value(), options, assignment, local_engine_ids_, ""));
+  rewrite_span.reset();
   if (!local.ok() && stopped && local.status().code() != Code::kUnimplemented) {
     // The compile ended before the dump was written: the mark that stops it
     // may itself be what this program cannot take. Partition it whole.

@@ -35,6 +35,7 @@ int main(int argc, char** argv) {
   RunServiceStateTests();
   RunCoordinationStressTests();
   RunFlightRecorderTests();
+  RunProfileSpansTests();
   RunGpuTargetTests();
   bool nccl = RunNcclTests();
   std::printf("NCCL backend tests: %s\n", nccl ? "ran" : "not built (no NCCL headers)");

@@ -13,6 +13,7 @@ void RunMessagesTests();
 void RunServiceStateTests();
 void RunCoordinationStressTests();
 void RunFlightRecorderTests();
+void RunProfileSpansTests();
 void RunGpuTargetTests();
 void RunDtypeTests();
 void RunSignatureTests();
