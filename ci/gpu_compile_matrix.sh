@@ -8,7 +8,10 @@
 # SPMD partitioner inserts for the same program on jax's CPU backend. Then
 # tests/test_gpu_compile.py, with the gpu-compile wheels required.
 #
-#   ci/gpu_compile_matrix.sh [--out DIR] [--gpus "a100 l4 h100 b200"] [--reuse-venv]
+#   ci/gpu_compile_matrix.sh [--out DIR] [--gpus "a100 l4 h100 b200"] [--reuse-venv] [--wheel WHEEL]
+#
+# --wheel installs myplugin from a cp312 wheel of this checkout (.ci/run's,
+# built and checked already) instead of building it again.
 #
 # Installs what it needs into a fresh venv (pip's cache serves the wheels;
 # the build has NCCL's and CUDA's headers, so the NCCL handlers are built,
@@ -21,12 +24,14 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 out="$root/build-gpu-compile/results"
 gpus="a100 l4 h100 b200"
 reuse=0
+wheel=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --out) out="$2"; shift 2 ;;
     --gpus) gpus="$2"; shift 2 ;;
     --reuse-venv) reuse=1; shift ;;
-    *) echo "usage: $0 [--out DIR] [--gpus LIST] [--reuse-venv]" >&2; exit 2 ;;
+    --wheel) wheel="$(readlink -f "$2")"; shift 2 ;;
+    *) echo "usage: $0 [--out DIR] [--gpus LIST] [--reuse-venv] [--wheel WHEEL]" >&2; exit 2 ;;
   esac
 done
 work="$root/build-gpu-compile"
@@ -52,7 +57,7 @@ if [ "$reuse" = 0 ] || [ ! -x "$vpy" ]; then
   # the NCCL handlers are built; ccache serves it), the newest jax the
   # supported range allows, and the CUDA engine of its release.
   step "build myplugin"
-  timeout 900 "$vpy" -m pip install -q "$root[test,gpu-compile]"
+  timeout 900 "$vpy" -m pip install -q "${wheel:-$root}[test,gpu-compile]"
 fi
 "$vpy" -c "from jax_plugin import _myplugin; assert _myplugin.nccl_ffi_targets(), 'built without the NCCL handlers'"
 "$vpy" -c "import importlib.metadata as m; print('versions:', *(f'{d} {m.version(d)}' for d in ('jax', 'jaxlib', 'jax-cuda13-pjrt', 'nvidia-cuda-nvcc')))"

@@ -55,9 +55,13 @@ ASAN_OPTIONS=$asan_common:detect_leaks=1 timeout 300 "$out/asan/myplugin_unit_te
 # the 1 GiB call under a stall bound) are left out too: under ASan they took
 # about 100 s of this step and found nothing the smaller ones do not reach.
 # All of them run in the normal test command.
+# The error path's races (test_collectives.py's fault-delay tests) run more
+# rounds here, each with another delay, under the sanitizers' own slowness.
+# Two tests at a time, test by test (test_collectives.py alone is most of
+# the time: its tests are separate jobs, each with its own service).
 echo "+ [address,undefined] pytest: coordination, collectives, bad input ($((SECONDS - start)) s)"
-(cd "$out" && LD_PRELOAD=$asan_runtime ASAN_OPTIONS=$asan_common:detect_leaks=0 \
-  timeout 420 "$venv/bin/python" -m pytest -q -p no:cacheprovider --rootdir "$root" \
+(cd "$out" && LD_PRELOAD=$asan_runtime ASAN_OPTIONS=$asan_common:detect_leaks=0 TEST_RACE_ROUNDS=4 \
+  timeout 420 "$venv/bin/python" -m pytest -q -p no:cacheprovider -n 2 --dist load --rootdir "$root" \
   "$root/tests/test_coordination.py" "$root/tests/test_coordination_bad_input.py" \
   "$root/tests/test_collectives.py" "$root/tests/test_bad_input.py" \
   -k "not test_descriptor_exhaustion_does_not_wedge_the_service and not test_64_megabyte_all_reduce \

@@ -4,6 +4,7 @@ runs on both transports: MYPLUGIN_TRANSPORT=auto, which on this one host
 must pick shared memory, and Gloo; the workers report which one carried
 their calls."""
 import glob
+import os
 import signal
 import time
 
@@ -131,6 +132,52 @@ def test_mismatches_fail_everyone_with_both_sides_named(scenario, deviant, other
     job.wait(timeout=120)
     for e in assert_mismatch_named(job, 3, deviant, others):
       assert e["transport"] == TRANSPORTS[transport], e
+
+
+# The error path's races, widened on purpose (_myplugin.set_fault_delay):
+# each round a different delay, around the notice wait (3 s) and the
+# arrival wait (1 s), all below the heartbeat timeout (a receiving thread
+# stalled longer rightly takes the service for lost); ci/sanitizers.sh runs
+# more rounds.
+RACE_ROUNDS = int(os.environ.get("TEST_RACE_ROUNDS", "2"))
+RACE_DELAYS = (0.3, 3.5, 1.2, 2.5)
+
+
+@pytest.mark.parametrize("round_", range(RACE_ROUNDS))
+@pytest.mark.parametrize("scenario,deviant,others", [MISMATCHES[0], MISMATCHES[3]])
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_late_deviant_names_the_mismatch_not_the_connection_it_finds_closed(scenario, deviant, others,
+                                                                               transport, round_):
+  """Process 1 sends its signature, then reads its peers' late: by then they
+  saw the mismatch and closed their connections. It reports the mismatch,
+  as they do."""
+  delay = RACE_DELAYS[round_ % len(RACE_DELAYS)]
+  env = transport_env(transport, TEST_FAULT_DELAYS=f"signature_sent={delay}", TEST_FAULT_PROCESS="1")
+  with Job(3, [scenario], program="collectives_worker.py", env=env) as job:
+    job.wait(timeout=120)
+    assert_mismatch_named(job, 3, deviant, others)
+
+
+@pytest.mark.parametrize("round_", range(RACE_ROUNDS))
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_death_wins_over_the_connections_its_news_closes(transport, round_):
+  """Process 2 dies mid-call. Process 0 hears of it and aborts, which
+  breaks its connections to process 1, whose own news of the death comes
+  late (its receiving thread is slowed): process 1 must still name process
+  2's death, not process 0 nor a lost connection."""
+  delay = RACE_DELAYS[round_ % len(RACE_DELAYS)]
+  env = transport_env(transport, TEST_HEARTBEAT_TIMEOUT=str(HEARTBEAT), TEST_FATE_SHARING="0",
+                      TEST_FAULT_DELAYS=f"failure_notice={delay}", TEST_FAULT_PROCESS="1")
+  with Job(3, ["loop_big"], program="collectives_worker.py", env=env) as job:
+    job.wait_event("looping")
+    time.sleep(0.5)
+    job.signal(2, signal.SIGKILL)
+    job.wait_event("error", ranks=[0, 1], timeout=60)
+    for r in (0, 1):
+      e = job.event(r, "error")
+      assert (e["class"], e["processes"], e["collective"]) == ("PeerFailure", [2], "all-reduce sum f32[16777216]"), \
+          (r, e)
+      assert "process 2 failed" in e["error"], (r, e)
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)

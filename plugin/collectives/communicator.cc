@@ -360,13 +360,22 @@ Status Communicator::Explain(const Signature& sig, const Status& backend_error) 
 }
 
 std::optional<Status> Communicator::KnownCause(const Signature& sig, const std::string& what) {
-  if (auto failure = coordination_->failure()) {
-    return OfCall(Status(Code::kAborted, what + " was aborted: " + failure->message()).WithFailureOf(*failure), sig);
-  }
+  // The round trip comes first: the client applies the service's frames in
+  // order, so once the answer is back, every notice the service sent before
+  // it (a peer's failure) is applied too, however slow this process's
+  // receiving thread. A cause the service knew when it answered is never
+  // missed (test_a_death_wins_over_the_connections_its_news_closes).
   const std::string key = MismatchKey(coordination_->epoch(), group_hash_, sig.sequence);
-  StatusOr<std::string> mismatch = coordination_->KeyValueTryGet(key);
-  if (!mismatch.ok()) return std::nullopt;
-  StatusOr<std::string> classes = coordination_->KeyValueTryGet(MismatchCallsKey(key));
+  StatusOr<std::string> mismatch = coordination_->KeyValueTryGet(key, /*during_failure=*/true);
+  if (!mismatch.ok()) {
+    if (auto failure = coordination_->failure()) {
+      return OfCall(Status(Code::kAborted, what + " was aborted: " + failure->message()).WithFailureOf(*failure), sig);
+    }
+    return std::nullopt;
+  }
+  // This call's own mismatch wins over a failure it led to (a peer that
+  // reported it and left).
+  StatusOr<std::string> classes = coordination_->KeyValueTryGet(MismatchCallsKey(key), /*during_failure=*/true);
   Status why = Failed(Code::kFailedPrecondition, mismatch.value() + WithTrace(mismatch.value()), FailureKind::kMismatch,
                       classes.ok() ? Differing(classes.value(), process_group_, rank_) : std::vector<int>{}, sig);
   std::lock_guard<std::mutex> lock(abort_mu_);

@@ -147,9 +147,9 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   static std::string WithTrace(const std::string& why);
   // Turns a backend error into one that says what failed and why.
   Status Explain(const Signature& sig, const Status& backend_error);
-  // What ended the call, when it is known: a failure the service reported,
-  // or a peer's mismatch report for this call. Either wins over the broken
-  // connection or timeout it caused here.
+  // What ended the call, when it is known: a peer's mismatch report for
+  // this call, else a failure the service reported. Either wins over the
+  // broken connection or timeout it caused here.
   std::optional<Status> KnownCause(const Signature& sig, const std::string& what);
 
   const std::vector<int> process_group_;

@@ -15,6 +15,7 @@
 #include <exception>
 
 #include "common/deadline.h"
+#include "common/fault_delays.h"
 
 namespace myplugin::collectives {
 namespace {
@@ -228,6 +229,7 @@ Status GlooCommunicator::DoSignedExchange(const char* record, size_t record_byte
         data_out.back()->send(peer, payload_slot);
       }
     }
+    FaultDelay(FaultPoint::kSignatureSent);
     for (auto& b : record_in) {
       if (!b->waitRecv(Millis(WaitSeconds()))) throw std::runtime_error("receive aborted");
     }

@@ -8,6 +8,7 @@
 
 #include "collectives/defaults.h"
 #include "collectives/streaming_copy.h"
+#include "common/fault_delays.h"
 
 namespace myplugin::collectives {
 
@@ -19,6 +20,7 @@ Status ShmCommunicator::DoAllGatherBytes(const void* send, void* recv, size_t by
     const size_t len = std::min(slot_bytes_, bytes - off);
     const int half = static_cast<int>(phase_++ & 1);
     std::memcpy(slot(half, me), in + off, len);
+    if (off == 0) FaultDelay(FaultPoint::kSignatureSent);
     MYPLUGIN_RETURN_IF_ERROR(Step());
     for (int r = 0; r < n; ++r) {
       char* dst = out + r * bytes + off;

@@ -8,6 +8,7 @@
 #include <random>
 
 #include "common/deadline.h"
+#include "common/fault_delays.h"
 #include "coordination/messages.h"
 
 namespace myplugin::coordination {
@@ -157,6 +158,7 @@ void CoordinationClient::ReaderLoop() {
       continue;
     }
     if (type == MessageType::kFailure) {
+      FaultDelay(FaultPoint::kFailureNotice);
       StatusOr<msg::Failure> note = msg::Failure::Decode(frame);
       const std::string who = note.ok() ? "process " + std::to_string(note.value().process_id) : "a process";
       const std::string reason = note.ok() ? note.value().reason : "(a malformed failure notice)";

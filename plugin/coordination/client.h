@@ -77,8 +77,9 @@ class CoordinationClient {
   // Adds to the key's decimal integer value (absent: 0), atomically; the sum.
   StatusOr<int64_t> KeyValueIncrement(const std::string& key, int64_t increment);
   StatusOr<std::string> KeyValueGet(const std::string& key, double timeout_s);
-  // NOT_FOUND when the key is not set.
-  StatusOr<std::string> KeyValueTryGet(const std::string& key);
+  // NOT_FOUND when the key is not set. `during_failure`: a read that
+  // explains a failure (what a peer reported before it), answered after one too.
+  StatusOr<std::string> KeyValueTryGet(const std::string& key, bool during_failure = false);
   Status KeyValueDelete(const std::string& key);
   StatusOr<std::vector<std::pair<std::string, std::string>>> KeyValueList(const std::string& prefix);
   Status Barrier(const std::string& name, double timeout_s);

@@ -155,13 +155,13 @@ StatusOr<std::string> CoordinationClient::KeyValueGet(const std::string& key, do
   return ValueReply(Call(what, m.Encode(), m.request_id, timeout_s));
 }
 
-StatusOr<std::string> CoordinationClient::KeyValueTryGet(const std::string& key) {
+StatusOr<std::string> CoordinationClient::KeyValueTryGet(const std::string& key, bool during_failure) {
   const std::string what = "key_value_try_get of " + QuotedKey(key);
   MYPLUGIN_RETURN_IF_ERROR(CheckKey(what, key));
   msg::KeyValueTryGet m;
   m.request_id = NextRequestId();
   m.key = key;
-  return ValueReply(Call(what, m.Encode(), m.request_id, 0));
+  return ValueReply(Call(what, m.Encode(), m.request_id, 0, during_failure));
 }
 
 Status CoordinationClient::KeyValueDelete(const std::string& key) {

@@ -64,14 +64,28 @@ void CoordinationService::Stop() {
   // of stream after them and closes its side. Closing while a peer's
   // frames sit unread would reset the connection and could destroy a
   // reply the peer has not read yet.
+  // The replies' wait is bounded by progress, as a peer's sends are while
+  // the service runs: a peer that reads slowly (megabytes of replies on a
+  // loaded machine) still gets its release; one that reads nothing for the
+  // send-progress bound is given up on.
+  const auto stall = std::chrono::duration<double>(ServiceState::SendProgressTimeoutSeconds(options_.heartbeat_timeout_s));
+  for (auto& [id, c] : conns) {
+    size_t left = c->queue.bytes();
+    auto last_progress = std::chrono::steady_clock::now();
+    while (left > 0 && std::chrono::steady_clock::now() - last_progress < stall) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      const size_t now_left = c->queue.bytes();
+      if (now_left < left) last_progress = std::chrono::steady_clock::now();
+      left = now_left;
+    }
+  }
+  for (auto& [id, c] : conns) c->socket.ShutdownWrite();
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
   auto wait_until = [&](const std::function<bool()>& done) {
     while (!done() && std::chrono::steady_clock::now() < deadline) {
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
   };
-  for (auto& [id, c] : conns) wait_until([&c = c] { return c->queue.bytes() == 0; });
-  for (auto& [id, c] : conns) c->socket.ShutdownWrite();
   // After the shutdown barrier every member closes its side; otherwise
   // (a failed job) nobody is waited for.
   if (all_departed()) {

@@ -15,6 +15,7 @@
 #include "collectives/flight_recorder.h"
 #include "collectives/process_runtime.h"
 #include "common/exit_guard.h"
+#include "common/fault_delays.h"
 #include "common/printable.h"
 #include "coordination/runtime.h"
 #include "python/bindings.h"
@@ -118,6 +119,11 @@ void BindMembership(nb::module_& m) {
   });
   m.attr("FATE_SHARING_EXIT_CODE") = coord::kFateSharingExitCode;
   m.attr("EXIT_GUARD_SECONDS") = static_cast<double>(myplugin::kExitGuardLimit.count());
+  // Tests widen the error path's races with these (common/fault_delays.h).
+  nb::enum_<FaultPoint>(m, "FaultPoint")
+      .value("failure_notice", FaultPoint::kFailureNotice)
+      .value("signature_sent", FaultPoint::kSignatureSent);
+  m.def("set_fault_delay", &SetFaultDelay, nb::arg("point"), nb::arg("seconds"));
 }
 
 void BindKeyValueStore(nb::module_& m) {

@@ -11,6 +11,9 @@ usage: python collectives_worker.py SCENARIO
   out         results into the caller's arrays (out=), in place too; bad ones refused
 Every RESULT says which transport carried the calls ("shm" when this
 process maps the shared-memory transport's segment, else "gloo").
+TEST_FAULT_DELAYS ("point=seconds,...", points of _myplugin.FaultPoint) widens
+the error path's races on process TEST_FAULT_PROCESS; TEST_FATE_SHARING=0 keeps a
+process alive after the job failed, to report its own error.
 """
 import json
 import os
@@ -20,13 +23,19 @@ import time
 import ml_dtypes
 import numpy as np
 
+from jax_plugin import _myplugin
 from jax_plugin import collectives as C
 from jax_plugin import distributed
 from error_fields import error_fields
 
 scenario = sys.argv[1]
-distributed.initialize(heartbeat_timeout_seconds=float(os.environ.get("TEST_HEARTBEAT_TIMEOUT", "5")))
+distributed.initialize(heartbeat_timeout_seconds=float(os.environ.get("TEST_HEARTBEAT_TIMEOUT", "5")),
+                       fate_sharing=os.environ.get("TEST_FATE_SHARING", "1") == "1")
 r, n_proc = distributed.process_id(), distributed.num_processes()
+if os.environ.get("TEST_FAULT_DELAYS") and int(os.environ.get("TEST_FAULT_PROCESS", "-1")) == r:
+  for item in os.environ["TEST_FAULT_DELAYS"].split(","):
+    point, seconds = item.split("=")
+    _myplugin.set_fault_delay(getattr(_myplugin.FaultPoint, point), float(seconds))
 D = distributed.global_topology()[r]["num_devices"]  # local devices
 n = n_proc * D  # devices in the job: the ranks of the default device group
 mine_ranks = [r * D + j for j in range(D)]

@@ -1,0 +1,25 @@
+// Delays that tests inject where the error path races: where one process
+// can see the effect of a failure (a closed connection) before its cause (a
+// failure notice, a mismatch report). Unset, each point costs one relaxed
+// atomic load. Set only through the Python module's
+// set_fault_delay (tests/test_collectives.py), never from the environment.
+#pragma once
+
+namespace myplugin {
+
+enum class FaultPoint : int {
+  // The coordination client's receiver, before it applies a failure notice
+  // (a starved or slow receiving thread).
+  kFailureNotice = 0,
+  // A communicator, after its signature left for its peers and before it
+  // reads theirs (a process late to read while its peers already moved on).
+  kSignatureSent = 1,
+  kCount = 2,
+};
+
+// Every later pass through `point` in this process sleeps `seconds` (0: none).
+void SetFaultDelay(FaultPoint point, double seconds);
+// Sleeps for `point`'s delay, if one is set.
+void FaultDelay(FaultPoint point);
+
+}  // namespace myplugin
