@@ -232,6 +232,27 @@ def _for_target(prim, engine_kind: str):
   return mlir.LoweringRuleEntry(rule, entry.inline if entry is not None else True)
 
 
+# Primitives whose one generic rule picks its lowering from the platform's
+# name itself (mlir.lower_per_platform with "cpu" and "cuda" keys and no
+# default): pallas_call lowers to Triton or Mosaic GPU for "cuda" and
+# refuses compiled mode on "cpu" ("Only interpret mode is supported on CPU
+# backend"). On myplugin that rule runs as if the lowering platform were the
+# engine's, or "cuda" for a GPU target: jax's own behaviour there, error
+# included.
+_PER_PLATFORM_PRIMITIVES = frozenset({"pallas_call"})
+
+
+def _as_engine_platform(prim, engine_kind: str):
+  from jax._src.interpreters import mlir
+
+  generic = mlir._lowerings[prim]
+
+  def rule(ctx, *args, **params):
+    platform = "cuda" if engine_kind == "cuda" or _lowers_for_gpu_target(ctx) else engine_kind
+    return generic.rule(ctx.replace(platforms=(platform,)), *args, **params)
+  return mlir.LoweringRuleEntry(rule, generic.inline)
+
+
 class _FollowingRules(dict):
   """myplugin's own lowering rules, then the engine platform's (or, for a
   compile-only GPU topology, "cuda"'s: _for_target), looked up at lowering
@@ -245,13 +266,20 @@ class _FollowingRules(dict):
 
   def __contains__(self, prim) -> bool:
     return (dict.__contains__(self, prim) or prim in self._rules[self._engine_kind] or
-            prim in self._rules.get("cuda", {}))
+            prim in self._rules.get("cuda", {}) or _is_per_platform(prim))
 
   def __missing__(self, prim):
+    if _is_per_platform(prim) and prim not in self._rules[self._engine_kind]:
+      return _as_engine_platform(prim, self._engine_kind)
     return _for_target(prim, self._engine_kind)
 
   def get(self, prim, default=None):
     return self[prim] if prim in self else default
+
+
+def _is_per_platform(prim) -> bool:
+  from jax._src.interpreters import mlir
+  return getattr(prim, "name", None) in _PER_PLATFORM_PRIMITIVES and prim in mlir._lowerings
 
 
 def follow_engine_lowering_rules(engine_kind: str = "cpu") -> None:

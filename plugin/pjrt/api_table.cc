@@ -9,6 +9,7 @@
 #include "pjrt/client.h"
 #include "pjrt/cross_host_transfers.h"
 #include "pjrt/device.h"
+#include "pjrt/engine_extensions.h"
 #include "pjrt/entry_point.h"
 #include "pjrt/error.h"
 #include "pjrt/executable.h"
@@ -23,10 +24,12 @@ namespace {
 PJRT_Api BuildApi() {
   PJRT_Api api{};
   api.struct_size = PJRT_Api_STRUCT_SIZE;
-  // Our extensions: the FFI's, and cross-host transfers (whose presence
-  // tells jaxlib that jax.device_put may cross processes). The layouts'
-  // joins them once the engine is known (ChainEngineExtensions).
-  api.extension_start = OurCrossHostTransfersExtension(OurFfiExtension());
+  // Our extensions: the FFI's, cross-host transfers (whose presence tells
+  // jaxlib that jax.device_put may cross processes) and the custom
+  // partitioner. The engine's forwarded ones (layouts among them) join them
+  // once the engine is known (ChainEngineExtensions; pjrt/engine_extensions.h).
+  api.extension_start =
+      OurCustomPartitionerExtension(OurCrossHostTransfersExtension(OurFfiExtension()));
   api.pjrt_api_version.struct_size = PJRT_Api_Version_STRUCT_SIZE;
   api.pjrt_api_version.major_version = PJRT_API_MAJOR;
   api.pjrt_api_version.minor_version = PJRT_API_MINOR;
@@ -105,7 +108,7 @@ void ChainEngineExtensions() {
   static std::once_flag once;
   std::call_once(once, [] {
     PJRT_Api& api = TheApi();
-    api.extension_start = OurLayoutsExtension(api.extension_start);
+    api.extension_start = ForwardEngineExtensions(Engine(), OurLayoutsExtension(api.extension_start));
   });
 }
 

@@ -25,6 +25,7 @@ void RunFfiApiVersionTests();
 void RunCollectiveTableTests();
 void RunSettingsTests();
 void RunEngineClientTests();
+void RunEngineExtensionsTests();
 void RunProcessRuntimeTests();
 void RunBufferCaptureTests();
 // False when the NCCL backend is not built.
