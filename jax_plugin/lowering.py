@@ -248,9 +248,31 @@ def _as_engine_platform(prim, engine_kind: str):
   generic = mlir._lowerings[prim]
 
   def rule(ctx, *args, **params):
-    platform = "cuda" if engine_kind == "cuda" or _lowers_for_gpu_target(ctx) else engine_kind
-    return generic.rule(ctx.replace(platforms=(platform,)), *args, **params)
+    target = _lowers_for_gpu_target(ctx)
+    platform = "cuda" if engine_kind == "cuda" or target else engine_kind
+    ctx = ctx.replace(platforms=(platform,))
+    if not target:
+      return generic.rule(ctx, *args, **params)
+    with _target_gpu_as_abstract_device(ctx):
+      return generic.rule(ctx, *args, **params)
   return mlir.LoweringRuleEntry(rule, generic.inline)
+
+
+def _target_gpu_as_abstract_device(ctx):
+  """A kernel for a compile-only GPU topology is built for its GPU: jax's
+  Pallas reads the GPU (its compute capability) from the abstract mesh's
+  device, else from the default device, which on this machine is no GPU
+  (jax's own CUDA backend then asks the user for an abstract mesh). The
+  target's devices say which GPU it is."""
+  import contextlib
+  from jax._src import mesh as mesh_lib
+
+  current = mesh_lib.get_abstract_mesh()
+  device = next(iter(ctx.module_context.backend.devices()), None)
+  if device is None or getattr(current, "abstract_device", None) is not None:
+    return contextlib.nullcontext()
+  abstract_device = mesh_lib.AbstractDevice(device_kind=device.device_kind, num_cores=None, platform="gpu")
+  return mesh_lib.use_abstract_mesh(current.update(abstract_device=abstract_device))
 
 
 class _FollowingRules(dict):

@@ -237,3 +237,135 @@ print("GPU TARGET AS CUDA", ours == cuda, "HERE AS CPU", here == cpu, "DIFFERENT
   r = run_python([_script(tmp_path, body)], child_env(JAX_PLATFORMS="myplugin,cpu"), timeout=300)
   assert r.returncode == 0, r.output[-3000:]
   assert "GPU TARGET AS CUDA True HERE AS CPU True DIFFERENT True" in r.stdout, r.output[-2000:]
+
+
+# jax's own CUDA plugin, when installed, registers its custom-call targets
+# and partitioning rules in the same engine library that myplugin compiles
+# with: kept out here, whatever reaches the engine came through myplugin.
+_WITHOUT_JAX_CUDA = """
+import jax_plugins.xla_cuda13 as jax_cuda_plugin
+jax_cuda_plugin.initialize = lambda: None
+"""
+
+
+def _catalogue_run(programs: str, topology: str, names: str) -> str:
+  return f"""
+import sys, re
+sys.path.insert(0, {os.path.dirname(PROGRAMS)!r})
+import gpu_compile_programs as programs
+from jax.experimental import topologies
+topo = topologies.get_topology_desc(platform="myplugin", topology={topology!r}, gpu="h100")
+for name, (fn, args) in programs.catalogue(topo.devices).items():
+  if name not in {names.split(",")!r}:
+    continue
+  try:
+    text = fn.lower(*args).compile().as_text()
+  except Exception as e:
+    print("FAILED", name, str(e).splitlines()[0][:400])
+    continue
+  print("COMPILED", name, "SHAPES", sorted(set(re.findall(r"f32\\[\\d+,128\\]", text))),
+        "ALLREDUCE", "all-reduce" in text, "OURS", "myplugin_all_reduce" in text,
+        "TRITON", "__triton" in text, "RULES_LEFT", "CustomSPMDPartitioning" in text)
+"""
+
+
+def test_custom_partitioning_rules_reach_the_cuda_engine_through_myplugin(tmp_path):
+  # One host's GPUs: the CUDA engine partitions the program itself, with
+  # jax's rules, which only myplugin's custom-partitioner extension handed
+  # it (before: NOT_FOUND: No registered implementation for custom call to
+  # CustomSPMDPartitioning for platform CUDA). Each of the 4 GPUs gets an
+  # 8-row shard; the sum's all-reduce is XLA's own (one host).
+  body = _WITHOUT_JAX_CUDA + _catalogue_run(PROGRAMS, "1x1x4", "custom_partitioning")
+  r = run_python([_script(tmp_path, body)], env(), timeout=300)
+  assert r.returncode == 0, r.output[-3000:]
+  assert ("COMPILED custom_partitioning SHAPES ['f32[8,128]'] ALLREDUCE True OURS False TRITON False "
+          "RULES_LEFT False") in r.stdout, r.output[-3000:]
+
+
+def test_pallas_and_custom_partitioning_over_two_hosts(tmp_path, reference):
+  # A Triton kernel in a shard_map and a custom_partitioning op, for 2
+  # processes x 2 H100s: the collectives are the partitioner's, the kernel
+  # a Triton fusion of the compiled program.
+  ours = _compile(tmp_path, "myplugin", "--gpu", "h100", "--topology", "1x2x2", "--programs",
+                  "custom_partitioning,pallas")
+  for name in ("custom_partitioning", "pallas"):
+    assert ours[name]["collectives"] == reference[name]["collectives"], name
+    assert ours[name]["xla_collectives"] == [], name
+  body = _catalogue_run(PROGRAMS, "1x2x2", "pallas")
+  r = run_python([_script(tmp_path, body)], env(), timeout=300)
+  assert r.returncode == 0, r.output[-3000:]
+  assert "COMPILED pallas SHAPES ['f32[8,128]'] ALLREDUCE False OURS True TRITON True" in r.stdout, r.output[-3000:]
+
+
+def test_pallas_kernel_for_a_gpu_is_lowered_as_jax_lowers_it_for_cuda(tmp_path):
+  # Compiled mode: the kernel's Triton IR goes into the program as jax's
+  # cuda lowering puts it (custom call __gpu$xla.gpu.triton), and XLA's CUDA
+  # engine compiles it for sm_90 with no GPU. The reference is jax's own
+  # lowering for platform cuda under the same abstract H100.
+  body = """
+import re, jax, jax.numpy as jnp
+from jax.experimental import pallas as pl, topologies
+topo = topologies.get_topology_desc(platform="myplugin", topology="1x1x1", gpu="h100")
+def kernel(x_ref, o_ref):
+  o_ref[...] = x_ref[...] * 2.0 + jnp.sin(x_ref[...])
+f = jax.jit(lambda v: pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(v.shape, v.dtype))(v))
+mesh = jax.sharding.Mesh(topo.devices, ("x",))
+x = jax.ShapeDtypeStruct((16, 128), jnp.float32, sharding=jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()))
+calls = lambda t: re.findall(r'(?:call_target_name|custom_call_target) = "([^"]+)"', t)
+with jax.sharding.use_abstract_mesh(mesh.abstract_mesh):
+  ours = f.lower(x)
+  cuda = f.trace(jax.ShapeDtypeStruct((16, 128), jnp.float32)).lower(lowering_platforms=("cuda",))
+  print("CALLS", calls(ours.as_text()), "SAME AS CUDA", calls(ours.as_text()) == calls(cuda.as_text()))
+  text = ours.compile().as_text()
+print("TRITON FUSION", "__triton" in text)
+try:
+  jax.jit(lambda v: pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(v.shape, v.dtype))(v)).lower(
+      jnp.zeros((16, 128), jnp.float32)).compile()
+except Exception as e:
+  print("ON THIS CPU", str(e).splitlines()[0])
+"""
+  r = run_python([_script(tmp_path, body)], env(), timeout=300)
+  assert r.returncode == 0, r.output[-3000:]
+  assert "CALLS ['__gpu$xla.gpu.triton'] SAME AS CUDA True" in r.stdout, r.output[-3000:]
+  assert "TRITON FUSION True" in r.stdout, r.output[-3000:]
+  # On the machine's own (CPU engine) devices: jax's CPU backend's error.
+  assert "ON THIS CPU Only interpret mode is supported on CPU backend" in r.stdout, r.output[-3000:]
+
+
+def _cudnn_missing() -> str | None:
+  from jax_plugin import engine_selection
+  if engine_selection.package_file("nvidia.cudnn", "lib/libcudnn.so.9") is None:
+    return "cuDNN is not installed (pip install 'myplugin[gpu-compile-cudnn]')"
+  return None
+
+
+@pytest.mark.skipif(_cudnn_missing() is not None and os.environ.get("MYPLUGIN_REQUIRE_GPU_COMPILE") != "1",
+                    reason=_cudnn_missing() or "")
+@pytest.mark.parametrize("topology", ["1x1x4", "1x2x2"])
+def test_cudnn_attention_over_a_mesh(tmp_path, topology):
+  # jax.nn.dot_product_attention(implementation="cudnn") is a
+  # custom_partitioning op; over a batch-sharded mesh each GPU's program
+  # holds one cuDNN flash-attention call on its shard and no collective.
+  # On one host the CUDA engine partitions it (jax's rule through myplugin's
+  # extension, jax's own CUDA plugin kept out); over two, jaxlib's XLA does
+  # and each process's part is compiled for the GPUs. jax asks cuDNN's
+  # version when it lowers (so cuDNN must be installed); cuDNN builds its
+  # graph when the program first runs on a GPU.
+  assert _cudnn_missing() is None, _cudnn_missing()
+  body = _WITHOUT_JAX_CUDA + f"""
+import re, jax, jax.numpy as jnp
+from jax.experimental import topologies
+from jax.sharding import NamedSharding, PartitionSpec as P
+topo = topologies.get_topology_desc(platform="myplugin", topology={topology!r}, gpu="h100")
+n = len(topo.devices)
+mesh = topologies.make_mesh(topo, (n,), ("x",))
+x = jax.ShapeDtypeStruct((2 * n, 256, 4, 64), jnp.bfloat16, sharding=NamedSharding(mesh, P("x")))
+f = jax.jit(lambda q, k, v: jax.nn.dot_product_attention(q, k, v, implementation="cudnn"),
+            out_shardings=NamedSharding(mesh, P("x")))
+text = f.lower(x, x, x).compile().as_text()
+calls = re.findall(r'= \\((bf16\\[[\\d,]+\\])[^)]*\\) custom-call\\([^)]*\\), custom_call_target="(__cudnn\\$fmha\\w+)"', text)
+print("CALLS", calls, "COLLECTIVES", [k for k in ("all-reduce", "all-gather", "all-to-all", "myplugin_") if k in text])
+"""
+  r = run_python([_script(tmp_path, body)], env(), timeout=300)
+  assert r.returncode == 0, r.output[-3000:]
+  assert "CALLS [('bf16[2,4,256,64]', '__cudnn$fmhaSoftmax')] COLLECTIVES []" in r.stdout, r.output[-3000:]
