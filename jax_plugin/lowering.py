@@ -233,13 +233,14 @@ def _for_target(prim, engine_kind: str):
 
 
 # Primitives whose one generic rule picks its lowering from the platform's
-# name itself (mlir.lower_per_platform with "cpu" and "cuda" keys and no
-# default): pallas_call lowers to Triton or Mosaic GPU for "cuda" and
-# refuses compiled mode on "cpu" ("Only interpret mode is supported on CPU
-# backend"). On myplugin that rule runs as if the lowering platform were the
-# engine's, or "cuda" for a GPU target: jax's own behaviour there, error
+# name itself: pallas_call (mlir.lower_per_platform with "cpu" and "cuda"
+# keys and no default) lowers to Triton or Mosaic GPU for "cuda" and refuses
+# compiled mode on "cpu" ("Only interpret mode is supported on CPU
+# backend"); mpmd_map (Mosaic GPU's plgpu.kernel) matches the module's
+# platform. On myplugin the rule runs as if the lowering platform were the
+# engine's, or "cuda" for a GPU target: jax's own behaviour there, errors
 # included.
-_PER_PLATFORM_PRIMITIVES = frozenset({"pallas_call"})
+_PER_PLATFORM_PRIMITIVES = frozenset({"pallas_call", "mpmd_map"})
 
 
 def _as_engine_platform(prim, engine_kind: str):
@@ -250,7 +251,8 @@ def _as_engine_platform(prim, engine_kind: str):
   def rule(ctx, *args, **params):
     target = _lowers_for_gpu_target(ctx)
     platform = "cuda" if engine_kind == "cuda" or target else engine_kind
-    ctx = ctx.replace(platforms=(platform,))
+    ctx = ctx.replace(platforms=(platform,),
+                      module_context=ctx.module_context.replace(platforms=(platform,)))
     if not target:
       return generic.rule(ctx, *args, **params)
     with _target_gpu_as_abstract_device(ctx):

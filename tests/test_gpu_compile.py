@@ -372,3 +372,33 @@ print("CALLS", calls, "COLLECTIVES", [k for k in ("all-reduce", "all-gather", "a
   r = run_python([_script(tmp_path, body)], env(), timeout=300)
   assert r.returncode == 0, r.output[-3000:]
   assert "CALLS [('bf16[2,4,256,64]', '__cudnn$fmhaSoftmax')] COLLECTIVES []" in r.stdout, r.output[-3000:]
+
+
+def test_mosaic_gpu_kernel_compiles_for_a_gpu(tmp_path):
+  # jax 0.12's Mosaic GPU kernels (plgpu.kernel, an mpmd_map whose rule
+  # reads the module's platform) lower as for cuda and compile for sm_90:
+  # the kernel is a mosaic_gpu_v2 call, compiled by its handler
+  # (jax-cuda13-plugin's) when the program first runs on a GPU.
+  body = """
+import jax, jax.numpy as jnp
+from jax.experimental import topologies
+try:
+  from jax.experimental.pallas import mosaic_gpu as plgpu
+  plgpu.kernel
+except (ImportError, AttributeError) as e:
+  print("NO MOSAIC GPU", e)
+  raise SystemExit(0)
+topo = topologies.get_topology_desc(platform="myplugin", topology="1x1x1", gpu="h100")
+def body(x_ref, o_ref):
+  o_ref[...] = x_ref[...] * 2.0 + 1.0
+f = jax.jit(lambda v: plgpu.kernel(body, out_type=jax.ShapeDtypeStruct(v.shape, v.dtype))(v))
+x = jax.ShapeDtypeStruct((128, 128), jnp.float32, sharding=jax.sharding.SingleDeviceSharding(topo.devices[0]))
+text = f.lower(x).compile().as_text()
+print("MOSAIC CALL", 'custom_call_target="mosaic_gpu_v2"' in text)
+"""
+  r = run_python([_script(tmp_path, body)], env(), timeout=300)
+  assert r.returncode == 0, r.output[-3000:]
+  import jax
+  if jax.__version_info__ < (0, 12):
+    return  # jax 0.11 and older: Mosaic GPU through pallas_call, not plgpu.kernel
+  assert "MOSAIC CALL True" in r.stdout, r.output[-3000:]

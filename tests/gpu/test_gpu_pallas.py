@@ -39,7 +39,12 @@ except ImportError as e:
   out["mosaic_gpu_error"] = f"ImportError: {e}"
 else:
   if not interpret:  # Mosaic GPU's interpreter is another program
-    run("mosaic_gpu", compiler_params=plgpu.CompilerParams())
+    run("mosaic_gpu", compiler_params=plgpu.CompilerParams())  # jax 0.11's way
+    try:  # jax 0.12's: plgpu.kernel (an mpmd_map), the whole arrays in shared memory
+      f = plgpu.kernel(kernel, out_type=jax.ShapeDtypeStruct(x.shape, jnp.float32))
+      out["mosaic_gpu_kernel"] = np.asarray(jax.jit(f)(x, y)).tolist()
+    except Exception as e:
+      out["mosaic_gpu_kernel_error"] = f"{type(e).__name__}: {str(e)[:500]}"
 print(json.dumps(out))
 """
 
@@ -56,7 +61,7 @@ def check(theirs: dict, ours: dict) -> None:
   assert "triton" in theirs, theirs  # jax's CUDA backend runs Triton kernels on every GPU it supports
   x = np.linspace(-3, 3, 16 * 256, dtype=np.float32).reshape(16, 256)
   want = x * np.cos(x) + np.sin(x)
-  for backend in ("triton", "mosaic_gpu"):
+  for backend in ("triton", "mosaic_gpu", "mosaic_gpu_kernel"):
     if backend not in theirs:
       continue
     assert backend in ours, (backend, ours.get(backend + "_error"))
