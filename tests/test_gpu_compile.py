@@ -207,14 +207,14 @@ def test_compiles_with_the_cuda_toolkit_hidden(tmp_path):
   empty.mkdir()
   out = tmp_path / "hidden.json"
   argv = _hide_cuda_toolkit_command([sys.executable, PROGRAMS, "myplugin", "--gpu", "h100", "--topology", "1x2x2",
-                                     "--programs", "numerics,train_step", "--out", str(out)], str(empty))
+                                     "--programs", "numerics,train_step,pallas", "--out", str(out)], str(empty))
   if argv is None:
     pytest.skip("hiding /usr/local/cuda needs root and unshare")
   r = run(argv, env(), timeout=400)
   assert r.returncode == 0, r.output[-3000:]
   assert r.stdout.splitlines()[0].strip() == "0"  # the toolkit's folder was empty for the compile
   got = json.loads(out.read_text())
-  assert set(got) == {"numerics", "train_step"} and len(got["train_step"]["collectives"]) == 5
+  assert set(got) == {"numerics", "train_step", "pallas"} and len(got["train_step"]["collectives"]) == 5
 
 
 def test_programs_for_gpus_are_lowered_as_jax_lowers_for_cuda(tmp_path):
