@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # The GPU compile matrix: on a CPU-only machine, compile the GPU programs
 # (tests/programs/gpu_compile_programs.py: the examples' collectives, the
-# training step, a model-parallel layer, tests/gpu's arithmetic) for every
+# training step, a model-parallel layer, tests/gpu's arithmetic, a
+# custom_partitioning op and a Pallas kernel over the mesh) for every
 # named GPU type through myplugin's compile-only topologies, with our NCCL
 # handlers registered, and check each compiled program's collectives
 # (kind, reduction, device groups, operand shape) against those that XLA's
 # SPMD partitioner inserts for the same program on jax's CPU backend. Then
-# tests/test_gpu_compile.py, with the gpu-compile wheels required.
+# tests/test_gpu_compile.py, with the gpu-compile wheels (cuDNN's too: its
+# attention over a mesh) required.
 #
 #   ci/gpu_compile_matrix.sh [--out DIR] [--gpus "a100 l4 h100 b200"] [--reuse-venv] [--wheel WHEEL]
 #
@@ -52,15 +54,16 @@ if [ "$reuse" = 0 ] || [ ! -x "$vpy" ]; then
   step "venv and wheels"
   rm -rf "$venv"
   "$py" -m venv "$venv"
-  # The plugin as a user installs it, with the test and gpu-compile extras:
-  # an isolated build (NCCL's and CUDA's headers are build requirements, so
-  # the NCCL handlers are built; ccache serves it), the newest jax the
-  # supported range allows, and the CUDA engine of its release.
+  # The plugin as a user installs it, with the test and gpu-compile-cudnn
+  # extras: an isolated build (NCCL's and CUDA's headers are build
+  # requirements, so the NCCL handlers are built; ccache serves it), the
+  # newest jax the supported range allows, the CUDA engine of its release
+  # and cuDNN.
   step "build myplugin"
-  timeout 900 "$vpy" -m pip install -q "${wheel:-$root}[test,gpu-compile]"
+  timeout 900 "$vpy" -m pip install -q "${wheel:-$root}[test,gpu-compile-cudnn]"
 fi
 "$vpy" -c "from jax_plugin import _myplugin; assert _myplugin.nccl_ffi_targets(), 'built without the NCCL handlers'"
-"$vpy" -c "import importlib.metadata as m; print('versions:', *(f'{d} {m.version(d)}' for d in ('jax', 'jaxlib', 'jax-cuda13-pjrt', 'nvidia-cuda-nvcc')))"
+"$vpy" -c "import importlib.metadata as m; print('versions:', *(f'{d} {m.version(d)}' for d in ('jax', 'jaxlib', 'jax-cuda13-pjrt', 'nvidia-cuda-nvcc', 'nvidia-cudnn-cu13')))"
 
 export JAX_PLATFORMS=myplugin
 programs="$root/tests/programs/gpu_compile_programs.py"

@@ -232,6 +232,51 @@ def _for_target(prim, engine_kind: str):
   return mlir.LoweringRuleEntry(rule, entry.inline if entry is not None else True)
 
 
+# Primitives whose one generic rule picks its lowering from the platform's
+# name itself: pallas_call (mlir.lower_per_platform with "cpu" and "cuda"
+# keys and no default) lowers to Triton or Mosaic GPU for "cuda" and refuses
+# compiled mode on "cpu" ("Only interpret mode is supported on CPU
+# backend"); mpmd_map (Mosaic GPU's plgpu.kernel) matches the module's
+# platform. On myplugin the rule runs as if the lowering platform were the
+# engine's, or "cuda" for a GPU target: jax's own behaviour there, errors
+# included.
+_PER_PLATFORM_PRIMITIVES = frozenset({"pallas_call", "mpmd_map"})
+
+
+def _as_engine_platform(prim, engine_kind: str):
+  from jax._src.interpreters import mlir
+
+  generic = mlir._lowerings[prim]
+
+  def rule(ctx, *args, **params):
+    target = _lowers_for_gpu_target(ctx)
+    platform = "cuda" if engine_kind == "cuda" or target else engine_kind
+    ctx = ctx.replace(platforms=(platform,),
+                      module_context=ctx.module_context.replace(platforms=(platform,)))
+    if not target:
+      return generic.rule(ctx, *args, **params)
+    with _target_gpu_as_abstract_device(ctx):
+      return generic.rule(ctx, *args, **params)
+  return mlir.LoweringRuleEntry(rule, generic.inline)
+
+
+def _target_gpu_as_abstract_device(ctx):
+  """A kernel for a compile-only GPU topology is built for its GPU: jax's
+  Pallas reads the GPU (its compute capability) from the abstract mesh's
+  device, else from the default device, which on this machine is no GPU
+  (jax's own CUDA backend then asks the user for an abstract mesh). The
+  target's devices say which GPU it is."""
+  import contextlib
+  from jax._src import mesh as mesh_lib
+
+  current = mesh_lib.get_abstract_mesh()
+  device = next(iter(ctx.module_context.backend.devices()), None)
+  if device is None or getattr(current, "abstract_device", None) is not None:
+    return contextlib.nullcontext()
+  abstract_device = mesh_lib.AbstractDevice(device_kind=device.device_kind, num_cores=None, platform="gpu")
+  return mesh_lib.use_abstract_mesh(current.update(abstract_device=abstract_device))
+
+
 class _FollowingRules(dict):
   """myplugin's own lowering rules, then the engine platform's (or, for a
   compile-only GPU topology, "cuda"'s: _for_target), looked up at lowering
@@ -245,13 +290,20 @@ class _FollowingRules(dict):
 
   def __contains__(self, prim) -> bool:
     return (dict.__contains__(self, prim) or prim in self._rules[self._engine_kind] or
-            prim in self._rules.get("cuda", {}))
+            prim in self._rules.get("cuda", {}) or _is_per_platform(prim))
 
   def __missing__(self, prim):
+    if _is_per_platform(prim) and prim not in self._rules[self._engine_kind]:
+      return _as_engine_platform(prim, self._engine_kind)
     return _for_target(prim, self._engine_kind)
 
   def get(self, prim, default=None):
     return self[prim] if prim in self else default
+
+
+def _is_per_platform(prim) -> bool:
+  from jax._src.interpreters import mlir
+  return getattr(prim, "name", None) in _PER_PLATFORM_PRIMITIVES and prim in mlir._lowerings
 
 
 def follow_engine_lowering_rules(engine_kind: str = "cpu") -> None:

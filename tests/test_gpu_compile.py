@@ -69,9 +69,14 @@ def _watching_dlopen(tmp_path) -> dict:
 
 
 def _driver_opened(tmp_path) -> list[str]:
+  """The driver lookups, except cuBLASLt's: jax's own CUDA plugin preloads
+  cuBLAS at plugin discovery where it is installed (the gpu-compile-cudnn
+  extra brings it, as cuDNN's dependency), and cuBLASLt looks for the
+  driver as it loads; with jax's plugin kept out, nothing does."""
   logs = [p.read_text(errors="replace") for p in tmp_path.glob("ld.*")]
   assert logs, "the dynamic loader wrote no log"
-  return [line for log in logs for line in log.splitlines() if re.search(r"libcuda\.so|libnvidia-ml", line)]
+  return [line for log in logs for line in log.splitlines()
+          if re.search(r"libcuda\.so|libnvidia-ml", line) and "libcublasLt.so" not in line]
 
 
 @pytest.fixture(scope="module")
@@ -207,14 +212,14 @@ def test_compiles_with_the_cuda_toolkit_hidden(tmp_path):
   empty.mkdir()
   out = tmp_path / "hidden.json"
   argv = _hide_cuda_toolkit_command([sys.executable, PROGRAMS, "myplugin", "--gpu", "h100", "--topology", "1x2x2",
-                                     "--programs", "numerics,train_step", "--out", str(out)], str(empty))
+                                     "--programs", "numerics,train_step,pallas", "--out", str(out)], str(empty))
   if argv is None:
     pytest.skip("hiding /usr/local/cuda needs root and unshare")
   r = run(argv, env(), timeout=400)
   assert r.returncode == 0, r.output[-3000:]
   assert r.stdout.splitlines()[0].strip() == "0"  # the toolkit's folder was empty for the compile
   got = json.loads(out.read_text())
-  assert set(got) == {"numerics", "train_step"} and len(got["train_step"]["collectives"]) == 5
+  assert set(got) == {"numerics", "train_step", "pallas"} and len(got["train_step"]["collectives"]) == 5
 
 
 def test_programs_for_gpus_are_lowered_as_jax_lowers_for_cuda(tmp_path):
@@ -237,3 +242,168 @@ print("GPU TARGET AS CUDA", ours == cuda, "HERE AS CPU", here == cpu, "DIFFERENT
   r = run_python([_script(tmp_path, body)], child_env(JAX_PLATFORMS="myplugin,cpu"), timeout=300)
   assert r.returncode == 0, r.output[-3000:]
   assert "GPU TARGET AS CUDA True HERE AS CPU True DIFFERENT True" in r.stdout, r.output[-2000:]
+
+
+# jax's own CUDA plugin, when installed, registers its custom-call targets
+# and partitioning rules in the same engine library that myplugin compiles
+# with: kept out here, whatever reaches the engine came through myplugin.
+_WITHOUT_JAX_CUDA = """
+import jax_plugins.xla_cuda13 as jax_cuda_plugin
+jax_cuda_plugin.initialize = lambda: None
+"""
+
+
+def _catalogue_run(programs: str, topology: str, names: str) -> str:
+  return f"""
+import sys, re
+sys.path.insert(0, {os.path.dirname(PROGRAMS)!r})
+import gpu_compile_programs as programs
+from jax.experimental import topologies
+topo = topologies.get_topology_desc(platform="myplugin", topology={topology!r}, gpu="h100")
+for name, (fn, args) in programs.catalogue(topo.devices).items():
+  if name not in {names.split(",")!r}:
+    continue
+  try:
+    text = fn.lower(*args).compile().as_text()
+  except Exception as e:
+    print("FAILED", name, str(e).splitlines()[0][:400])
+    continue
+  print("COMPILED", name, "SHAPES", sorted(set(re.findall(r"f32\\[\\d+,128\\]", text))),
+        "ALLREDUCE", "all-reduce" in text, "OURS", "myplugin_all_reduce" in text,
+        "TRITON", 'custom_call_target="__gpu$xla.gpu.triton"' in text,
+        "RULES_LEFT", "CustomSPMDPartitioning" in text)
+"""
+
+
+def test_custom_partitioning_rules_reach_the_cuda_engine_through_myplugin(tmp_path):
+  # One host's GPUs: the CUDA engine partitions the program itself, with
+  # jax's rules, which only myplugin's custom-partitioner extension handed
+  # it (before: NOT_FOUND: No registered implementation for custom call to
+  # CustomSPMDPartitioning for platform CUDA). Each of the 4 GPUs gets an
+  # 8-row shard; the sum's all-reduce is XLA's own (one host).
+  body = _WITHOUT_JAX_CUDA + _catalogue_run(PROGRAMS, "1x1x4", "custom_partitioning")
+  r = run_python([_script(tmp_path, body)], env(), timeout=300)
+  assert r.returncode == 0, r.output[-3000:]
+  assert ("COMPILED custom_partitioning SHAPES ['f32[8,128]'] ALLREDUCE True OURS False TRITON False "
+          "RULES_LEFT False") in r.stdout, r.output[-3000:]
+
+
+def test_pallas_and_custom_partitioning_over_two_hosts(tmp_path, reference):
+  # A Triton kernel in a shard_map and a custom_partitioning op, for 2
+  # processes x 2 H100s: the collectives are the partitioner's, the kernel
+  # (its Triton IR) a custom call of each process's compiled program, which
+  # XLA's CUDA engine compiled to machine code.
+  ours = _compile(tmp_path, "myplugin", "--gpu", "h100", "--topology", "1x2x2", "--programs",
+                  "custom_partitioning,pallas")
+  for name in ("custom_partitioning", "pallas"):
+    assert ours[name]["collectives"] == reference[name]["collectives"], name
+    assert ours[name]["xla_collectives"] == [], name
+  body = _catalogue_run(PROGRAMS, "1x2x2", "pallas")
+  r = run_python([_script(tmp_path, body)], env(), timeout=300)
+  assert r.returncode == 0, r.output[-3000:]
+  assert "COMPILED pallas SHAPES ['f32[8,128]'] ALLREDUCE False OURS True TRITON True" in r.stdout, r.output[-3000:]
+
+
+def test_pallas_kernel_for_a_gpu_is_lowered_as_jax_lowers_it_for_cuda(tmp_path):
+  # Compiled mode: the kernel's Triton IR goes into the program as jax's
+  # cuda lowering puts it (custom call __gpu$xla.gpu.triton), and XLA's CUDA
+  # engine compiles it for sm_90 with no GPU (Triton to PTX to machine code
+  # as it emits the call). The reference is jax's own lowering for platform
+  # cuda under the same abstract H100.
+  body = """
+import re, jax, jax.numpy as jnp
+from jax.experimental import pallas as pl, topologies
+topo = topologies.get_topology_desc(platform="myplugin", topology="1x1x1", gpu="h100")
+def kernel(x_ref, o_ref):
+  o_ref[...] = x_ref[...] * 2.0 + jnp.sin(x_ref[...])
+f = jax.jit(lambda v: pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(v.shape, v.dtype))(v))
+mesh = jax.sharding.Mesh(topo.devices, ("x",))
+x = jax.ShapeDtypeStruct((16, 128), jnp.float32, sharding=jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()))
+calls = lambda t: re.findall(r"stablehlo\.custom_call @([\w$.]+)", t)
+with jax.sharding.use_abstract_mesh(mesh.abstract_mesh):
+  ours = f.lower(x)
+  cuda = f.trace(jax.ShapeDtypeStruct((16, 128), jnp.float32)).lower(lowering_platforms=("cuda",))
+  print("CALLS", calls(ours.as_text()), "SAME AS CUDA", calls(ours.as_text()) == calls(cuda.as_text()))
+  text = ours.compile().as_text()
+print("TRITON CALL", 'custom_call_target="__gpu$xla.gpu.triton"' in text)
+try:
+  jax.jit(lambda v: pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(v.shape, v.dtype))(v)).lower(
+      jnp.zeros((16, 128), jnp.float32)).compile()
+except Exception as e:
+  print("ON THIS CPU", str(e).splitlines()[0])
+"""
+  r = run_python([_script(tmp_path, body)], env(), timeout=300)
+  assert r.returncode == 0, r.output[-3000:]
+  assert "CALLS ['__gpu$xla.gpu.triton'] SAME AS CUDA True" in r.stdout, r.output[-3000:]
+  assert "TRITON CALL True" in r.stdout, r.output[-3000:]
+  # On the machine's own (CPU engine) devices: jax's CPU backend's error.
+  assert "ON THIS CPU Only interpret mode is supported on CPU backend" in r.stdout, r.output[-3000:]
+
+
+def _cudnn_missing() -> str | None:
+  from jax_plugin import engine_selection
+  if engine_selection.package_file("nvidia.cudnn", "lib/libcudnn.so.9") is None:
+    return "cuDNN is not installed (pip install 'myplugin[gpu-compile-cudnn]')"
+  return None
+
+
+@pytest.mark.skipif(_cudnn_missing() is not None and os.environ.get("MYPLUGIN_REQUIRE_GPU_COMPILE") != "1",
+                    reason=_cudnn_missing() or "")
+@pytest.mark.parametrize("topology", ["1x1x4", "1x2x2"])
+def test_cudnn_attention_over_a_mesh(tmp_path, topology):
+  # jax.nn.dot_product_attention(implementation="cudnn") is a
+  # custom_partitioning op; over a batch-sharded mesh each GPU's program
+  # holds one cuDNN flash-attention call on its shard and no collective.
+  # On one host the CUDA engine partitions it (jax's rule through myplugin's
+  # extension, jax's own CUDA plugin kept out); over two, jaxlib's XLA does
+  # and each process's part is compiled for the GPUs. jax asks cuDNN's
+  # version when it lowers (so cuDNN must be installed); cuDNN builds its
+  # graph when the program first runs on a GPU.
+  assert _cudnn_missing() is None, _cudnn_missing()
+  body = _WITHOUT_JAX_CUDA + f"""
+import re, jax, jax.numpy as jnp
+from jax.experimental import topologies
+from jax.sharding import NamedSharding, PartitionSpec as P
+topo = topologies.get_topology_desc(platform="myplugin", topology={topology!r}, gpu="h100")
+n = len(topo.devices)
+mesh = topologies.make_mesh(topo, (n,), ("x",))
+x = jax.ShapeDtypeStruct((2 * n, 256, 4, 64), jnp.bfloat16, sharding=NamedSharding(mesh, P("x")))
+f = jax.jit(lambda q, k, v: jax.nn.dot_product_attention(q, k, v, implementation="cudnn"),
+            out_shardings=NamedSharding(mesh, P("x")))
+text = f.lower(x, x, x).compile().as_text()
+calls = re.findall(r'= \\((bf16\\[[\\d,]+\\])[^)]*\\) custom-call\\([^)]*\\), custom_call_target="(__cudnn\\$fmha\\w+)"', text)
+print("CALLS", calls, "COLLECTIVES", [k for k in ("all-reduce", "all-gather", "all-to-all", "myplugin_") if k in text])
+"""
+  r = run_python([_script(tmp_path, body)], env(), timeout=300)
+  assert r.returncode == 0, r.output[-3000:]
+  assert "CALLS [('bf16[2,4,256,64]', '__cudnn$fmhaSoftmax')] COLLECTIVES []" in r.stdout, r.output[-3000:]
+
+
+def test_mosaic_gpu_kernel_compiles_for_a_gpu(tmp_path):
+  # jax 0.12's Mosaic GPU kernels (plgpu.kernel, an mpmd_map whose rule
+  # reads the module's platform) lower as for cuda and compile for sm_90:
+  # the kernel is a mosaic_gpu_v2 call, compiled by its handler
+  # (jax-cuda13-plugin's) when the program first runs on a GPU.
+  body = """
+import jax, jax.numpy as jnp
+from jax.experimental import topologies
+try:
+  from jax.experimental.pallas import mosaic_gpu as plgpu
+  plgpu.kernel
+except (ImportError, AttributeError) as e:
+  print("NO MOSAIC GPU", e)
+  raise SystemExit(0)
+topo = topologies.get_topology_desc(platform="myplugin", topology="1x1x1", gpu="h100")
+def body(x_ref, o_ref):
+  o_ref[...] = x_ref[...] * 2.0 + 1.0
+f = jax.jit(lambda v: plgpu.kernel(body, out_type=jax.ShapeDtypeStruct(v.shape, v.dtype))(v))
+x = jax.ShapeDtypeStruct((128, 128), jnp.float32, sharding=jax.sharding.SingleDeviceSharding(topo.devices[0]))
+text = f.lower(x).compile().as_text()
+print("MOSAIC CALL", 'custom_call_target="mosaic_gpu_v2"' in text)
+"""
+  r = run_python([_script(tmp_path, body)], env(), timeout=300)
+  assert r.returncode == 0, r.output[-3000:]
+  import jax
+  if jax.__version_info__ < (0, 12):
+    return  # jax 0.11 and older: Mosaic GPU through pallas_call, not plgpu.kernel
+  assert "MOSAIC CALL True" in r.stdout, r.output[-3000:]

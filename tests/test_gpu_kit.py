@@ -153,6 +153,16 @@ def test_shared_gpu_collectives_and_their_checks_on_the_cpu_engine(tmp_path):
   assert shared_gpu.rewritten_calls(str(tmp_path / "dump-2"), "no_such_module") == [{}] * len(calls)
 
 
+def test_shared_gpu_pallas_program_on_the_cpu_engine(tmp_path):
+  # Interpret mode here (the CPU engine compiles no kernel); Triton on the GPU.
+  shared_gpu.check_pallas(2, str(tmp_path))
+  want = dict(np.load(tmp_path / "pallas-cpu-2.npz"))
+  got = {rank: dict(np.load(tmp_path / f"pallas-2.{rank}.npz")) for rank in range(2)}
+  assert sorted(k for blocks in got.values() for k in blocks) == sorted(want)
+  got[0]["psum.0"] = got[0]["psum.0"] + 0.5
+  assert [p.split(" differs")[0] for p in shared_gpu.compare_blocks(got, want)] == ["rank 0: psum.0"]
+
+
 def test_shared_gpu_training_step_on_the_cpu_engine(tmp_path):
   shared_gpu.check_training(2, str(tmp_path))
   text = "[0] step   0  loss 0.5\n[1] step   0  loss 0.25\n"

@@ -9,6 +9,7 @@
 #include "pjrt/client.h"
 #include "pjrt/cross_host_transfers.h"
 #include "pjrt/device.h"
+#include "pjrt/engine_extensions.h"
 #include "pjrt/entry_point.h"
 #include "pjrt/error.h"
 #include "pjrt/executable.h"
@@ -24,12 +25,14 @@ namespace {
 PJRT_Api BuildApi() {
   PJRT_Api api{};
   api.struct_size = PJRT_Api_STRUCT_SIZE;
-  // Our extensions: the FFI's, and cross-host transfers (whose presence
-  // tells jaxlib that jax.device_put may cross processes), and the
-  // profiler's (jaxlib looks for it when it loads the plugin, before any
-  // engine is known). The layouts' joins them once the engine is known
-  // (ChainEngineExtensions).
-  api.extension_start = OurProfilerExtension(OurCrossHostTransfersExtension(OurFfiExtension()));
+  // Our extensions: the FFI's, cross-host transfers (whose presence tells
+  // jaxlib that jax.device_put may cross processes), the custom partitioner
+  // and the profiler's (jaxlib looks for both when it loads the plugin,
+  // before any engine is known). The engine's forwarded ones (layouts among
+  // them) join them once the engine is known (ChainEngineExtensions;
+  // pjrt/engine_extensions.h).
+  api.extension_start = OurProfilerExtension(
+      OurCustomPartitionerExtension(OurCrossHostTransfersExtension(OurFfiExtension())));
   api.pjrt_api_version.struct_size = PJRT_Api_Version_STRUCT_SIZE;
   api.pjrt_api_version.major_version = PJRT_API_MAJOR;
   api.pjrt_api_version.minor_version = PJRT_API_MINOR;
@@ -108,7 +111,7 @@ void ChainEngineExtensions() {
   static std::once_flag once;
   std::call_once(once, [] {
     PJRT_Api& api = TheApi();
-    api.extension_start = OurLayoutsExtension(api.extension_start);
+    api.extension_start = ForwardEngineExtensions(Engine(), OurLayoutsExtension(api.extension_start));
   });
 }
 

@@ -11,6 +11,7 @@
 #endif
 #include "collectives/process_runtime.h"
 #include "engine/library_choice.h"
+#include "pjrt/engine_extensions.h"
 #include "pjrt/ffi_extension.h"
 
 namespace myplugin {
@@ -43,7 +44,11 @@ LoadedEngine LoadChosenEngine(const std::string& path, const std::string& missin
 // The process runtime keeps the engines, loaded once, for the life of the
 // process (collectives/process_runtime.h says why).
 const LoadedEngine& Instance() {
-  return ProcessRuntime::Get().Engine(EngineRole::kMain, [] { return LoadEngine(Choice().engine_path); });
+  return ProcessRuntime::Get().Engine(EngineRole::kMain, [] {
+    LoadedEngine e = LoadEngine(Choice().engine_path);
+    if (e.status.ok()) e.status = AddPartitioningEngine(*e.library);
+    return e;
+  });
 }
 
 }  // namespace
@@ -124,6 +129,7 @@ StatusOr<const EngineLibrary*> CompileEngine() {
                                       "release and the CUDA compiler pieces it runs (ptxas, libdevice): pip install "
                                       "'myplugin[gpu-compile]'");
     if (e.status.ok()) e.status = RegisterNcclHandlers(*e.library);
+    if (e.status.ok()) e.status = AddPartitioningEngine(*e.library);
     return e;
   });
   if (!compiler.status.ok()) return compiler.status;

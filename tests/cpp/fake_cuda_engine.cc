@@ -3,6 +3,10 @@
 // records the create options its client is given and answers the few calls
 // EngineClient::Create makes, with one "GPU" of 80 GiB whose allocator limit
 // follows memory_fraction (0.75 when not given, the CUDA engine's default).
+// Its extension chain has the types of jax-cuda13-pjrt's, in its order
+// (20, 24, 19, 12, 7, 6, 5, 4, 0, 3, 2, 1), and one type no XLA has (99);
+// the entries that myplugin forwards record their calls, and fail for a
+// name or module that starts with "fail".
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -100,12 +104,147 @@ PJRT_Error* MemoryStats(PJRT_Device_MemoryStats_Args* args) {
   return Ok();
 }
 
+// ---- Extensions: the ABI of XLA's extension headers, as myplugin reads them ----
+
+std::string calls;  // "what(name);..." of the extension entries called
+
+void Record(const std::string& what) { calls += what + ";"; }
+bool Fails(const char* name, size_t size) { return size >= 4 && std::string(name, 4) == "fail"; }
+PJRT_Error* Failure(const std::string& what) { return new PJRT_Error{"the fake engine refuses " + what}; }
+
+struct CustomCallArgs {
+  size_t struct_size;
+  const char* function_name;
+  size_t function_name_size;
+  int api_version;
+  void* instantiate;
+  void* prepare;
+  void* initialize;
+  void* execute;
+  uint32_t traits;
+};
+PJRT_Error* CustomCall(CustomCallArgs* args) {
+  std::string name(args->function_name, args->function_name_size);
+  if (Fails(args->function_name, args->function_name_size)) return Failure(name);
+  Record("custom_call(" + name + ")");
+  return Ok();
+}
+struct GpuCustomCall {
+  PJRT_Extension_Base base;
+  PJRT_Error* (*custom_call)(CustomCallArgs*);
+  bool handles_traits;
+};
+
+struct PartitionerArgs {
+  size_t struct_size;
+  const char* name;
+  size_t name_size;
+  void* callbacks;
+};
+PJRT_Error* RegisterPartitioner(PartitionerArgs* args) {
+  Record("partitioner(" + std::string(args->name, args->name_size) + ")");
+  return Ok();
+}
+struct BatchArgs {
+  size_t struct_size;
+  const char* name;
+  size_t name_size;
+};
+PJRT_Error* RegisterBatch(BatchArgs* args) {
+  Record("batch(" + std::string(args->name, args->name_size) + ")");
+  return Ok();
+}
+struct CustomPartitioner {
+  PJRT_Extension_Base base;
+  PJRT_Error* (*register_partitioner)(PartitionerArgs*);
+  PJRT_Error* (*register_batch)(BatchArgs*);
+};
+
+struct GetStreamArgs {
+  size_t struct_size;
+  PJRT_Device* device;
+  intptr_t stream;
+};
+PJRT_Error* GetStream(GetStreamArgs* args) {
+  args->stream = 1234;
+  Record("get_stream");
+  return Ok();
+}
+struct WaitStreamArgs {
+  size_t struct_size;
+  intptr_t stream;
+  PJRT_Buffer* buffer;
+};
+PJRT_Error* WaitStream(WaitStreamArgs* args) {
+  Record("wait_stream(" + std::to_string(args->stream) + ")");
+  return Ok();
+}
+struct Stream {
+  PJRT_Extension_Base base;
+  PJRT_Error* (*get_stream)(GetStreamArgs*);
+  PJRT_Error* (*wait_stream)(WaitStreamArgs*);
+};
+
+struct TritonArgs {
+  size_t struct_size;
+  const char* module;
+  size_t module_size;
+  const char* arch_name;
+  size_t arch_name_size;
+  int num_warps;
+  int num_ctas;
+  int num_stages;
+  const char* out_asm;
+  size_t out_asm_size;
+  int64_t out_smem_bytes;
+  const char* out_path;
+  size_t out_path_size;
+};
+PJRT_Error* TritonCompile(TritonArgs* args) {
+  if (Fails(args->module, args->module_size)) return Failure("the module");
+  Record("triton(" + std::string(args->arch_name, args->arch_name_size) + ")");
+  args->out_smem_bytes = 4096;
+  return Ok();
+}
+struct Triton {
+  PJRT_Extension_Base base;
+  PJRT_Error* (*compile)(TritonArgs*);
+};
+
+// Extensions whose entries no test may reach: a call through one would be
+// a type passed through that should not be.
+PJRT_Error* Forbidden(void*) {
+  Record("FORBIDDEN");
+  return Ok();
+}
+struct Opaque {
+  PJRT_Extension_Base base;
+  PJRT_Error* (*entries[4])(void*);
+};
+
+PJRT_Extension_Type Type(int t) { return static_cast<PJRT_Extension_Type>(t); }
+
+Opaque profiler{{sizeof(Opaque), Type(1), nullptr}, {Forbidden, Forbidden, Forbidden, Forbidden}};
+CustomPartitioner partitioner{{sizeof(CustomPartitioner), Type(2), &profiler.base}, RegisterPartitioner, RegisterBatch};
+Stream stream{{sizeof(Stream), Type(3), &partitioner.base}, GetStream, WaitStream};
+GpuCustomCall custom_call{{sizeof(GpuCustomCall), Type(0), &stream.base}, CustomCall, true};
+Opaque layouts{{sizeof(Opaque), Type(4), &custom_call.base}, {Forbidden, Forbidden, Forbidden, Forbidden}};
+Opaque ffi{{sizeof(Opaque), Type(5), &layouts.base}, {Forbidden, Forbidden, Forbidden, Forbidden}};
+Opaque memory_descriptions{{sizeof(Opaque), Type(6), &ffi.base}, {Forbidden, Forbidden, Forbidden, Forbidden}};
+Triton triton{{sizeof(Triton), Type(7), &memory_descriptions.base}, TritonCompile};
+Opaque cross_host{{sizeof(Opaque), Type(12), &triton.base}, {Forbidden, Forbidden, Forbidden, Forbidden}};
+Opaque unknown{{sizeof(Opaque), Type(99), &cross_host.base}, {Forbidden, Forbidden, Forbidden, Forbidden}};
+Opaque shardings{{sizeof(Opaque), Type(19), &unknown.base}, {Forbidden, Forbidden, Forbidden, Forbidden}};
+Opaque transforms{{sizeof(Opaque), Type(24), &shardings.base}, {Forbidden, Forbidden, Forbidden, Forbidden}};
+Opaque abi_version{{sizeof(Opaque), Type(20), &transforms.base}, {Forbidden, Forbidden, Forbidden, Forbidden}};
+
 PJRT_Api MakeApi() {
   PJRT_Api api{};
   api.struct_size = PJRT_Api_STRUCT_SIZE;
   api.pjrt_api_version.struct_size = PJRT_Api_Version_STRUCT_SIZE;
   api.pjrt_api_version.major_version = PJRT_API_MAJOR;
   api.pjrt_api_version.minor_version = PJRT_API_MINOR;
+  api.extension_start = &abi_version.base;
   api.PJRT_Plugin_Initialize = PluginInitialize;
   api.PJRT_Error_Destroy = ErrorDestroy;
   api.PJRT_Error_Message = ErrorMessage;
@@ -127,3 +266,11 @@ extern "C" __attribute__((visibility("default"))) const PJRT_Api* GetPjrtApi() {
 
 // What the last client was created with: "name=value;..." in the order given.
 extern "C" __attribute__((visibility("default"))) const char* FakeEngineRecordedOptions() { return recorded.c_str(); }
+
+// The extension entries called so far ("custom_call(name);..."), then cleared.
+extern "C" __attribute__((visibility("default"))) const char* FakeEngineExtensionCalls() {
+  static std::string taken;
+  taken = calls;
+  calls.clear();
+  return taken.c_str();
+}

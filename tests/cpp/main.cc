@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   RunClientOptionsTests();
   RunSettingsTests();
   RunEngineClientTests();
+  RunEngineExtensionsTests();
   RunProcessRuntimeTests();
   RunBufferCaptureTests();
   RunWireTests();

@@ -26,6 +26,7 @@ void RunFfiApiVersionTests();
 void RunCollectiveTableTests();
 void RunSettingsTests();
 void RunEngineClientTests();
+void RunEngineExtensionsTests();
 void RunProcessRuntimeTests();
 void RunBufferCaptureTests();
 // False when the NCCL backend is not built.

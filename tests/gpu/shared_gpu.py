@@ -142,6 +142,21 @@ def check_collectives(n: int, tmp: str, *, programs=("every_collective", "shard_
     assert COLLECTIVE_TARGETS <= set(calls), (process, calls)
 
 
+def check_pallas(n: int, tmp: str, **env) -> None:
+  """A Pallas kernel in a shard_map across n processes, then a psum
+  (tests/programs/pallas_program.py): each block equal to jax's CPU
+  backend's (interpret mode) on n devices."""
+  program = os.path.join(PROGRAMS, "pallas_program.py")
+  ref = os.path.join(tmp, f"pallas-cpu-{n}.npz")
+  on_cpu(n, program, ref)
+  out = os.path.join(tmp, f"pallas-{n}.{{rank}}.npz")
+  r = launch(n, program, out, **env)
+  assert r.returncode == 0, r.output
+  got = {rank: _load(out.format(rank=rank)) for rank in range(n)}
+  problems = compare_blocks(got, _load(ref))
+  assert not problems, f"pallas on {n} processes:\n" + "\n".join(problems[:40])
+
+
 def check_training(n: int, tmp: str, **env) -> None:
   """A data-parallel training step (tests/programs/train_deep_mlp.py): the
   losses of jax's CPU backend on n devices, and as many all-reduce calls in

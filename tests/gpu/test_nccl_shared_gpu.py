@@ -4,7 +4,8 @@ jax_plugin.gpu_sharing.rank_environment, for jobs started one by one),
 with MYPLUGIN_ENGINE=cuda. Every collective through shard_map, pmap and
 jit, a data-parallel training step's combined calls, executables compiled
 ahead of time on a machine with no GPU, and faults (a rank killed,
-stopped, deviating; in-place recovery). The programs and checks are in
+stopped, deviating; in-place recovery); a Triton Pallas kernel in a
+shard_map across the processes. The programs and checks are in
 shared_gpu.py; tests/test_gpu_kit.py runs them on the CPU engine.
 
 MYPLUGIN_GPU_KIT_AOT names the folder of the executables compiled ahead of
@@ -61,3 +62,7 @@ def test_mismatched_collective_is_an_error_on_every_rank(tmp_path, n):
 def test_recovery_rebuilds_the_communicators(n):
   shared_gpu.check_recovery(n, **GPU)
 
+
+
+def test_pallas_kernel_in_a_shard_map_across_processes(tmp_path, n):
+  shared_gpu.check_pallas(n, str(tmp_path), **GPU)

@@ -6,9 +6,13 @@ The programs are those of examples/shard_map_collectives.py (every
 collective on a 1-D mesh and on either axis of a 2-D one, a loop that
 communicates) and examples/train_mlp.py (a data-parallel training step: the
 partitioner inserts the gradients' all-reduces), imported from there, an
-auto-partitioned model-parallel layer, and the
+auto-partitioned model-parallel layer, the
 single-device programs of tests/gpu (numerics.py's sin, log, erf, pow:
-libdevice; bf16 and f32 matmuls; scan, vmap, grad, random, f16).
+libdevice; bf16 and f32 matmuls; scan, vmap, grad, random, f16), a
+custom_partitioning op over the mesh (its rule keeps the rows' sharding; the
+sum after it is the partitioner's all-reduce) and a Pallas kernel in a
+shard_map (Triton for the GPUs; interpret mode on jax's CPU backend, which
+compiles no other: the collectives around it are the same).
 
   python gpu_compile_programs.py myplugin --gpu h100 --topology 1x2x2 --out ours.json
   python gpu_compile_programs.py reference --devices 4 --out ref.json   # jax's CPU backend
@@ -41,8 +45,48 @@ def _example(name: str):
   return module
 
 
-def catalogue(devices):
-  """name -> (jitted function, its arguments as ShapeDtypeStructs)."""
+# A row-wise softmax whose custom partitioning rule keeps the rows'
+# sharding and computes each shard alone.
+def _softmax(x):
+  import jax
+  return jax.nn.softmax(x, axis=-1)
+
+
+def _rows(mesh):
+  from jax.sharding import NamedSharding, PartitionSpec as P
+  return NamedSharding(mesh, P(mesh.axis_names[0], None))
+
+
+def _infer_rows(mesh, arg_shapes, result_shape):
+  return _rows(mesh)
+
+
+def _partition_rows(mesh, arg_shapes, result_shape):
+  return mesh, _softmax, _rows(mesh), (_rows(mesh),)
+
+
+def _custom_partitioned_softmax():
+  from jax.experimental.custom_partitioning import custom_partitioning
+  softmax = custom_partitioning(_softmax)
+  softmax.def_partition(infer_sharding_from_operands=_infer_rows, partition=_partition_rows,
+                        sharding_rule="i j -> i j")
+  return softmax
+
+
+def _pallas_scale(interpret: bool):
+  import jax
+  import jax.numpy as jnp
+  from jax.experimental import pallas as pl
+
+  def kernel(x_ref, o_ref):
+    o_ref[...] = x_ref[...] * 2.0 + jnp.sin(x_ref[...])
+
+  return lambda v: pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(v.shape, v.dtype), interpret=interpret)(v)
+
+
+def catalogue(devices, gpu: bool = True):
+  """name -> (jitted function, its arguments as ShapeDtypeStructs); `gpu`:
+  for a GPU target (Pallas kernels compiled, not interpreted)."""
   import jax
   import jax.numpy as jnp
   import numpy as np
@@ -98,6 +142,15 @@ def catalogue(devices):
     slope = jax.grad(lambda w: jnp.sum(jnp.tanh(w * v)))(1.5)
     return total, running.astype(jnp.float16), rows, slope
   out["control"] = (jax.jit(control), (v, mf))
+
+  rows = jax.ShapeDtypeStruct((8 * n, 128), f32, sharding=NamedSharding(line, P("i")))
+  softmax = _custom_partitioned_softmax()
+  out["custom_partitioning"] = (jax.jit(lambda r: softmax(r).sum(axis=0), out_shardings=NamedSharding(line, P())),
+                                (rows,))
+  scale = _pallas_scale(interpret=not gpu)
+  # (A kernel's output carries no varying-axes type: jax asks for check_vma=False.)
+  out["pallas"] = (jax.jit(jax.shard_map(lambda r: jax.lax.psum(scale(r), "i"), mesh=line, in_specs=P("i"),
+                                         out_specs=P(), check_vma=False)), (rows,))
   return out
 
 
@@ -229,11 +282,15 @@ def compile_myplugin(gpu: str, topology: str, names: list[str] | None, serialize
              **_analyses(compiled)}
     if serialize_dir:
       from jax.experimental.serialize_executable import serialize
-      blob, _, _ = serialize(compiled)
-      path = os.path.join(serialize_dir, f"{name}.bin")
-      with open(path, "wb") as f:
-        f.write(blob)
-      entry["serialized_bytes"] = len(blob)
+      try:
+        blob, _, _ = serialize(compiled)
+      except AttributeError as e:  # jax pickles its custom_partitioning rule's closures: on every backend
+        entry["unserializable"] = str(e)
+      else:
+        path = os.path.join(serialize_dir, f"{name}.bin")
+        with open(path, "wb") as f:
+          f.write(blob)
+        entry["serialized_bytes"] = len(blob)
     report[name] = entry
     print(f"{gpu} {topology} {name}: {seconds:.2f} s, {len(entry['collectives'])} collectives", flush=True)
   del jax
@@ -243,7 +300,7 @@ def compile_myplugin(gpu: str, topology: str, names: list[str] | None, serialize
 def compile_reference(num_devices: int, names: list[str] | None) -> dict:
   import jax
   report = {}
-  for name, (fn, args) in catalogue(jax.devices()[:num_devices]).items():
+  for name, (fn, args) in catalogue(jax.devices()[:num_devices], gpu=False).items():
     if names and name not in names:
       continue
     with tempfile.TemporaryDirectory() as dump:
