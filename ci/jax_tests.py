@@ -388,6 +388,28 @@ def plan(args) -> int:
     return 0
 
 
+COLLECTED = re.compile(r"^(\d+)(?:/\d+)? tests? collected", re.M)
+
+
+def collect(args, entries) -> int:
+    """Each file's -k subset collected on jax's CPU backend, the harness
+    told the device is --dut (no GPU needed, none touched): a file that
+    fails to import or selects nothing is an error."""
+    bad = 0
+    for file, keyword, _ in entries:
+        cmd, env = pytest_command(args, "myplugin")
+        env = backend_env("cpu", args) | {"PYTHONPATH": env["PYTHONPATH"]}
+        log = args.out / (file.replace("/", "_") + ".collect.log")
+        rc = run_bounded(cmd + ["--collect-only", file, "-k", keyword], env, args.tests, log, args.file_timeout)
+        found = COLLECTED.search(log.read_text(errors="replace"))
+        n = int(found.group(1)) if found else 0
+        print(f"{file}: {n} tests selected (-k '{keyword}'), rc={rc}", flush=True)
+        if rc != 0 or n == 0:
+            print(log.read_text(errors="replace")[-2000:])
+            bad += 1
+    return 1 if bad else 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--python")
@@ -412,14 +434,20 @@ def main() -> int:
     parser.add_argument("--budget", type=float, help="with --plan: fail if the worst case is over this many seconds")
     parser.add_argument("--write-selection", type=Path, help="write GPU_SUBSET as JSON there; run nothing")
     parser.add_argument("--check", type=Path, help="check a shares.json (with --subset: that it has each file)")
+    parser.add_argument("--list-files", action="store_true", help="print --subset's files; run nothing")
+    parser.add_argument("--collect-only", action="store_true",
+                        help="only check that each file of --subset selects tests (on jax's CPU backend)")
     args = parser.parse_args()
     if args.write_selection:
         args.write_selection.write_text(json.dumps(GPU_SUBSET, indent=1) + "\n")
         return 0
+    if (args.plan or args.list_files or args.collect_only) and not args.subset:
+        parser.error("--plan, --list-files and --collect-only need --subset")
     if args.plan:
-        if not args.subset:
-            parser.error("--plan needs --subset")
         return plan(args)
+    if args.list_files:
+        print("\n".join(entry[0] for entry in load_selection(args)[0]))
+        return 0
     if args.check:
         files = [entry[0] for entry in load_selection(args)[0]] if args.subset else None
         problems = check_shares(args.check, files)
@@ -447,6 +475,8 @@ def main() -> int:
     missing = [e[0] for e in entries if not (args.tests / e[0]).is_file()]
     if missing:
         parser.error(f"{args.tests} has no {', '.join(missing)}")
+    if args.collect_only:
+        return collect(args, entries)
     results = []
     for file, keyword, timeout in entries:
         if args.multiprocess:
