@@ -129,6 +129,14 @@ def backend_env(platform: str, args=None) -> dict:
 # of 2026-08-08 name the flag jax_pallas_use_mosaic_gpu that jax 0.11.2
 # dropped (its Pallas lowers to Triton unless compiler params say Mosaic
 # GPU): where the release lacks it, the flag is defined False, that behaviour.
+#
+# Told the device is a GPU (--jax_test_dut=gpu), jax's harness also asks
+# jax for the devices of the "gpu" backend (jtu.is_cuda_compute_capability_at_least
+# calls xla_bridge.local_devices(backend="gpu"), which every Pallas test's
+# setUp does), and jax's alias "gpu" knows only cuda, rocm and oneapi: with
+# myplugin alone that raises "Unknown backend". In the myplugin run the
+# alias then names myplugin's devices: only where jax would have raised
+# (no cuda, rocm or oneapi backend present), never in lowering.
 DUT_PLUGIN = """import importlib.abc, importlib.util, os, sys
 JAX_SRC = {jax_src!r}
 
@@ -156,6 +164,22 @@ sys.meta_path.append(_HelpersLeftOutOfTheWheel())
 
 def pytest_addoption(parser):
     parser.addoption("--jax_test_dut", help="read by jax's own flag parser")
+
+
+def pytest_configure(config):
+    if config.getoption("--jax_test_dut", None) != "gpu" or os.environ.get("JAX_PLATFORMS") != "myplugin":
+        return
+    from jax._src import xla_bridge
+    canonicalize = xla_bridge.canonicalize_platform
+
+    def gpu_is_myplugin(platform):
+        try:
+            return canonicalize(platform)
+        except RuntimeError:
+            if platform == "gpu" and "myplugin" in xla_bridge.backends():
+                return "myplugin"
+            raise
+    xla_bridge.canonicalize_platform = gpu_is_myplugin
 """
 
 

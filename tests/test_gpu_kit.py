@@ -246,6 +246,34 @@ if __name__ == "__main__":
 '''
 
 
+# Told the device is a GPU, jax's harness asks for the "gpu" backend's
+# devices (the compute capability): on myplugin alone, its devices.
+GPU_ALIAS_TEST = '''
+from absl.testing import absltest
+import jax
+from jax._src import config
+from jax._src import test_util as jtu
+from jax._src import xla_bridge
+
+config.parse_flags_with_absl()
+
+
+class GpuAliasTest(jtu.JaxTestCase):
+
+  def test_harness_finds_the_device_under_test(self):
+    self.assertTrue(jtu.test_device_matches(["gpu"]))
+    self.assertEqual(xla_bridge.local_devices(backend="gpu"), jax.local_devices())
+'''
+
+
+def gpu_alias_run(path):
+  (path / "tests").mkdir(parents=True)
+  (path / "tests" / "alias_test.py").write_text(GPU_ALIAS_TEST)
+  return run([sys.executable, os.path.join(ROOT, "ci", "jax_tests.py"), "--python", sys.executable, "--tests",
+              str(path / "tests"), "--files", "alias_test.py", "--dut", "gpu", "--out", str(path / "out")],
+             dict(os.environ), timeout=150)
+
+
 def jax_tests_kit(path, deadline):
   """A kit holding only jax-tests/: one file (in a folder, as pallas/), its helper, the selection."""
   (path / "jax-tests" / "tests" / "sub").mkdir(parents=True)
@@ -273,13 +301,16 @@ def check_shares(path):
 
 def test_jax_tests_part_on_the_cpu(tmp_path):
   """Two kits at once (independent jobs, each with its deadlines): one
-  records its shares, the other's myplugin run hangs past its deadline."""
+  records its shares, the other's myplugin run hangs past its deadline;
+  and the driver told the device is a GPU."""
   import concurrent.futures
-  with concurrent.futures.ThreadPoolExecutor(2) as pool:
+  with concurrent.futures.ThreadPoolExecutor(3) as pool:
     good = pool.submit(jax_tests_part, jax_tests_kit(tmp_path / "kit", 90), tmp_path / "out")
     hung = pool.submit(jax_tests_part, jax_tests_kit(tmp_path / "hung-kit", 30), tmp_path / "hung-out",
                        STANDIN_HANG="1")
-    good, hung = good.result(), hung.result()
+    alias = pool.submit(gpu_alias_run, tmp_path / "alias")
+    good, hung, alias = good.result(), hung.result(), alias.result()
+  assert alias.returncode == 0 and "alias_test.py: 1/1 " in alias.stdout, alias.output
   r = good
   assert r.returncode == 0, r.output
   assert sorted(os.listdir(tmp_path / "out")) == ["environment.txt", "jax-tests-runs.tar.gz", "jax-tests.json",
