@@ -196,13 +196,24 @@ def pytest_command(args, platform: str) -> tuple[list[str], dict]:
     return cmd, env
 
 
+def die_with_parent() -> None:
+    """In the child before exec: SIGKILL when this driver dies (Linux's
+    PR_SET_PDEATHSIG), so a driver killed from outside (its caller's
+    deadline) leaves no pytest behind in its own process group."""
+    try:
+        import ctypes
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 def run_bounded(cmd, env, cwd, log: Path, timeout: float) -> int:
     """Runs cmd in its own process group. At the deadline: SIGINT (pytest
     stops and writes what it has), then SIGKILL of the group; returns
     -SIGINT or -SIGKILL then, whatever the process itself returned."""
     with open(log, "w") as out:
         proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+                                stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=die_with_parent)
         try:
             return proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -464,6 +475,8 @@ def main() -> int:
     parser.add_argument("--collect-only", action="store_true",
                         help="only check that each file of --subset selects tests (on jax's CPU backend)")
     args = parser.parse_args()
+    # SIGTERM (timeout(1) around this driver) unwinds, killing the running test's group.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     if args.write_selection:
         args.write_selection.write_text(json.dumps(GPU_SUBSET, indent=1) + "\n")
         return 0
