@@ -352,3 +352,26 @@ def test_jax_tests_part_on_the_cpu(tmp_path):
   assert r.returncode == 1 and "the kit has no jax-tests/" in r.stdout, r.output
   r = kit("--offline", str(tmp_path / "old-kit"), "--part", "gpu", "--dry-run")
   assert r.returncode == 2 and "--dry-run goes with the online run or --offline --part jax-tests" in r.stderr, r.stderr
+
+
+def test_jax_tests_commands_side_by_side_with_cuda(tmp_path):
+  """What the GPU run starts (no CUDA client here: the commands only):
+  myplugin over the CUDA engine told the device is a GPU, jax's cuda
+  backend as it is, both with the helpers' plugin; and its plan's time."""
+  import argparse
+  sys.path.insert(0, os.path.join(ROOT, "ci"))
+  import jax_tests
+  args = argparse.Namespace(python="python3", out=tmp_path, jax_src=tmp_path / "src", dut="gpu", reference="cuda",
+                            generated_cases=2)
+  cmd, env = jax_tests.pytest_command(args, "myplugin")
+  assert cmd[-3:] == ["-p", "myplugin_test_dut", "--jax_test_dut=gpu"], cmd
+  assert (env["JAX_PLATFORMS"], env["MYPLUGIN_ENGINE"], env["JAX_NUM_GENERATED_CASES"]) == ("myplugin", "cuda", "2")
+  assert env.get("MYPLUGIN_NUM_DEVICES") == os.environ.get("MYPLUGIN_NUM_DEVICES")  # one device per GPU
+  assert env["PYTHONPATH"].split(os.pathsep)[0] == str(tmp_path)
+  cmd, env = jax_tests.pytest_command(args, "cuda")
+  assert cmd[-2:] == ["-p", "myplugin_test_dut"] and env["JAX_PLATFORMS"] == "cuda", cmd
+  assert not {"XLA_FLAGS", "MYPLUGIN_ENGINE", "MYPLUGIN_NUM_DEVICES"} & (set(env) - set(os.environ)), env
+  assert str(tmp_path / "src") in (tmp_path / "myplugin_test_dut.py").read_text()
+  r = run([sys.executable, os.path.join(ROOT, "ci", "jax_tests.py"), "--subset", "gpu", "--plan", "--budget", "100"],
+          dict(os.environ), timeout=60)
+  assert r.returncode == 1 and "5 files" in r.stdout and "over the budget of 100.0 s" in r.stderr, r.output
