@@ -3,8 +3,10 @@
 #
 # usage: ci/gpu_tests.sh [--leg single|multi] [--cuda 12|13] [--out DIR] [--dry-run]
 #        ci/gpu_tests.sh --prepare DIR                 (networked machine: gather the kit)
-#        ci/gpu_tests.sh --offline DIR [--part gpu|collectives|multiprocess] [--bench-args ARGS] [--out DIR]
+#        ci/gpu_tests.sh --offline DIR [--part gpu|collectives|multiprocess|jax-tests] [--bench-args ARGS] [--out DIR]
 #                                                      (GPU machine, no network: install the kit, run)
+#        ci/gpu_tests.sh --offline DIR --part jax-tests --dry-run [--out DIR]
+#                                                      (any machine: that part on CPUs)
 #
 # Default (a GPU machine with network): build with CUDA's headers, record
 # nvidia-smi, run the tests marked gpu, the multi-process NCCL tests (one
@@ -15,7 +17,9 @@
 # a machine lacks: the Debian packages of the libraries the wheel links
 # outside the system's (libgloo and its own), pytest's wheels, and the raw
 # Gloo baseline of bench/collectives.py (bin/raw_gloo_allreduce, its
-# libraries among those .debs). The wheel leaves out the CPU engine
+# libraries among those .debs), and jax's own GPU test files of --part
+# jax-tests (jax-tests/: jax's wheel has no tests; JAX_SOURCE names a
+# checkout of jax's sources for $GPU_JAX, which --prepare copies them from). The wheel leaves out the CPU engine
 # (lammps-jax-pjrt-cpu, ~200 MB, 63 MB as its wheel packs it): single-GPU
 # tests never partition on it; multi-process programs do, so the kit
 # carries it xz-compressed (engine/) for --part multiprocess alone.
@@ -38,6 +42,12 @@
 #     tests/gpu/test_nccl_shared_gpu.py with MYPLUGIN_ENGINE=cuda, the CPU
 #     engine from engine/ as the partitioner (MYPLUGIN_SHADOW_ENGINE_PATH),
 #     the kit's 1x2x1 and 1x4x1 executables (MYPLUGIN_GPU_KIT_AOT).
+#   --part jax-tests (5 files): ci/jax_tests.py --subset gpu --reference cuda
+#     on the kit's jax-tests/: a subset of jax's own GPU test files on
+#     myplugin (CUDA engine) and on jax's cuda backend side by side, each
+#     file with a deadline; the shares in jax-tests.json and jax-tests.md.
+#     With --dry-run: the same files' CPU subset on myplugin's CPU engine
+#     and jax's CPU backend, with the installed myplugin (no wheel, no GPU).
 #
 # --dry-run runs everything that needs no GPU (argument checks, tool
 # checks, the CUDA engines' availability on the package index, test
@@ -63,6 +73,14 @@ AOT_TOPOLOGIES=1x1x1,1x2x1,1x4x1
 # minutes of GPU time with the kit's install), and each one.
 MULTIPROCESS_TIMEOUT_S=300
 MULTIPROCESS_TEST_TIMEOUT_S=150
+# The helpers of jax's test files that jax's wheel leaves out (--prepare
+# copies those the source has into the kit's jax-tests/jax-src).
+JAX_TEST_HELPERS="jax/_src/pallas/pallas_test_util.py jax/_src/hypothesis_test_util.py"
+# --part jax-tests: the worst case of ci/jax_tests.py's GPU subset (every
+# file's deadline on both backends, checked by the dry run), and the hard
+# limit of the whole driver run above it.
+JAX_TESTS_BUDGET_S=250
+JAX_TESTS_TIMEOUT_S=300
 
 leg=single
 cuda=13
@@ -72,7 +90,7 @@ mode=online
 kit=""
 part=""
 bench_args=""
-usage="usage: $0 [--leg single|multi] [--cuda 12|13] [--out DIR] [--dry-run] | --prepare DIR | --offline DIR [--part gpu|collectives|multiprocess] [--bench-args ARGS] [--out DIR]"
+usage="usage: $0 [--leg single|multi] [--cuda 12|13] [--out DIR] [--dry-run] | --prepare DIR | --offline DIR [--part gpu|collectives|multiprocess|jax-tests] [--dry-run] [--bench-args ARGS] [--out DIR]"
 while [ $# -gt 0 ]; do
   case "$1" in
     --leg) leg="$2"; shift 2 ;;
@@ -81,16 +99,20 @@ while [ $# -gt 0 ]; do
     --dry-run) dry=1; shift ;;
     --prepare) mode=prepare; kit="${2:?--prepare needs a folder}"; shift 2 ;;
     --offline) mode=offline; kit="${2:?--offline needs a folder}"; shift 2 ;;
-    --part) part="${2:?--part needs gpu, collectives or multiprocess}"; shift 2 ;;
+    --part) part="${2:?--part needs gpu, collectives, multiprocess or jax-tests}"; shift 2 ;;
     --bench-args) bench_args="${2?--bench-args needs the arguments}"; shift 2 ;;
     *) echo "$usage" >&2; exit 2 ;;
   esac
 done
 case "$leg" in single|multi) ;; *) echo "--leg must be single or multi, not '$leg'" >&2; exit 2 ;; esac
 case "$cuda" in 12|13) ;; *) echo "--cuda must be 12 or 13, not '$cuda'" >&2; exit 2 ;; esac
-case "${part:-gpu}" in gpu|collectives|multiprocess) ;; *) echo "--part must be gpu, collectives or multiprocess, not '$part'" >&2; exit 2 ;; esac
+case "${part:-gpu}" in gpu|collectives|multiprocess|jax-tests) ;; *) echo "--part must be gpu, collectives, multiprocess or jax-tests, not '$part'" >&2; exit 2 ;; esac
 if [ -n "$part" ] && [ "$mode" != offline ]; then echo "--part goes with --offline" >&2; exit 2; fi
 part="${part:-gpu}"
+if [ "$dry" = 1 ] && [ "$mode" = prepare ]; then echo "--dry-run does not go with --prepare" >&2; exit 2; fi
+if [ "$dry" = 1 ] && [ "$mode" = offline ] && [ "$part" != jax-tests ]; then
+  echo "--dry-run goes with the online run or --offline --part jax-tests" >&2; exit 2
+fi
 if [ -n "$bench_args" ] && [ "$part" != collectives ]; then echo "--bench-args goes with --part collectives" >&2; exit 2; fi
 read -r -a bench_args <<<"$bench_args"
 
@@ -120,6 +142,15 @@ if [ "$mode" = prepare ]; then
   py="${PYTHON312:-$(pyenv root 2>/dev/null)/versions/3.12.1/bin/python}"
   [ -x "$py" ] && "$py" -c 'import sys; assert sys.version_info[:2] == (3, 12)' 2>/dev/null ||
     { echo "--prepare needs Python 3.12 (the GPU machine's): $py is missing or another version; set PYTHON312" >&2; exit 2; }
+  # jax's own test files of --part jax-tests: not in jax's wheel or sdist,
+  # so from a checkout of jax's sources (its tests/ and jax/), checked first.
+  mapfile -t jax_test_files < <("$py" ci/jax_tests.py --subset gpu --list-files)
+  for f in "${jax_test_files[@]}"; do
+    [ -f "${JAX_SOURCE:-/nonexistent}/tests/$f" ] || {
+      echo "--prepare needs jax's own test files for --part jax-tests: set JAX_SOURCE to a checkout of jax's sources" \
+           "for $GPU_JAX (its tests/ and jax/ folders; jax's wheel and sdist hold no tests); ${JAX_SOURCE:-JAX_SOURCE is unset}" \
+           "has no tests/$f" >&2; exit 2; }
+  done
   rm -rf "$kit" && mkdir -p "$kit/wheels" "$kit/debs"
   kit="$(cd "$kit" && pwd)"
   repo="$(pwd)"
@@ -176,7 +207,22 @@ if [ "$mode" = prepare ]; then
   echo "Debian packages the wheel and bin/ need beyond the base system: $pkgs"
   # shellcheck disable=SC2086
   (cd "$kit/debs" && apt-get download $pkgs)
-  "$vpy" -m pip download -q --only-binary=:all: -d "$kit/wheels" pytest pytest-timeout
+  "$vpy" -m pip download -q --only-binary=:all: -d "$kit/wheels" pytest pytest-timeout absl-py
+  # --part jax-tests: the selected test files, the helpers they import that
+  # jax's wheel leaves out, the subsets (selection.json), where they came
+  # from; each file must select tests with this jax (collected on the CPU).
+  mkdir -p "$kit/jax-tests/tests" "$kit/jax-tests/jax-src"
+  for f in "${jax_test_files[@]}"; do install -D -m 644 "$JAX_SOURCE/tests/$f" "$kit/jax-tests/tests/$f"; done
+  for f in $JAX_TEST_HELPERS; do
+    [ ! -f "$JAX_SOURCE/$f" ] || install -D -m 644 "$JAX_SOURCE/$f" "$kit/jax-tests/jax-src/$f"
+  done
+  "$vpy" ci/jax_tests.py --write-selection "$kit/jax-tests/selection.json"
+  { echo "jax's test files from $JAX_SOURCE"
+    git -C "$JAX_SOURCE" log -1 --format='commit %H (%cd)' 2>/dev/null || echo "(not a git checkout)"; } \
+    >"$kit/jax-tests/SOURCE"
+  "$vpy" -m pip install -q --no-index --find-links "$kit/wheels" absl-py pytest pytest-timeout
+  "$vpy" ci/jax_tests.py --python "$vpy" --tests "$kit/jax-tests/tests" --jax-src "$kit/jax-tests/jax-src" \
+    --selection "$kit/jax-tests/selection.json" --subset gpu --reference cuda --collect-only --out "$work/jax-tests"
   size_mb=$(( $(du -sk "$kit" | cut -f1) / 1024 ))
   { echo "myplugin GPU test kit, prepared $(date -u +%FT%TZ) on $(uname -n) for jax/jaxlib $GPU_JAX, CUDA 13"
     echo "commit: $(git rev-parse HEAD 2>/dev/null || echo unknown)"
@@ -245,6 +291,10 @@ PY
     fi
   elif [ "$part" = collectives ] && [ ! -x "$kit/bin/raw_gloo_allreduce" ]; then
     note "FAILED: the kit has no bin/raw_gloo_allreduce (prepared by an older gpu_tests.sh: --prepare it again)"; exit 1
+  elif [ "$part" = jax-tests ]; then
+    [ "$dry" = 1 ] || grep -h "^MISSING" "$out/environment.txt" >>"$summary" || true
+    [ -f "$kit/jax-tests/selection.json" ] ||
+      { note "FAILED: the kit has no jax-tests/ (prepared by an older gpu_tests.sh: --prepare it again, with JAX_SOURCE)"; exit 1; }
   elif [ "$part" = multiprocess ]; then
     grep -h "^MISSING" "$out/environment.txt" >>"$summary" || true
     engine_xz=""
@@ -254,14 +304,20 @@ PY
   fi
 
   site="$(mktemp -d)/site"
-  python3 -m pip install -q --no-index --no-deps --no-compile --target "$site" "$kit"/myplugin-*.whl
+  # The dry run of --part jax-tests runs the installed myplugin (its CPU engine): no wheel.
+  [ "$dry" = 1 ] || python3 -m pip install -q --no-index --no-deps --no-compile --target "$site" "$kit"/myplugin-*.whl
   [ "$part" = collectives ] || python3 -c "import pytest, pytest_timeout" 2>/dev/null ||
     python3 -m pip install -q --no-index --find-links "$kit/wheels" --no-compile --target "$site" pytest pytest-timeout
+  # jax's test files import absl's test harness (not a dependency of jax).
+  [ "$part" != jax-tests ] || python3 -c "import absl.testing" 2>/dev/null ||
+    python3 -m pip install -q --no-index --find-links "$kit/wheels" --no-compile --target "$site" absl-py
   export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}" PATH="$site/bin:$PATH"
   # The libraries the wheel and bin/ load that this system lacks (libgloo...), from the .debs.
-  loaded=("$site"/jax_plugin/*.so)
+  loaded=()
+  [ "$dry" = 1 ] || loaded+=("$site"/jax_plugin/*.so)
   [ ! -d "$kit/bin" ] || loaded+=("$kit"/bin/*)
   missing_libraries() {
+    [ ${#loaded[@]} -gt 0 ] || return 0
     LD_LIBRARY_PATH="$site/jax_plugin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" ldd "${loaded[@]}" | grep "not found" | sort -u || true
   }
   if [ -n "$(missing_libraries)" ]; then
@@ -302,6 +358,34 @@ PY
     [ $rc = 0 ] || failed="$failed multiprocess-tests(rc=$rc$([ $rc != 124 ] && [ $rc != 2 ] || echo ": over ${MULTIPROCESS_TIMEOUT_S} s?"))"
     if [ -n "$failed" ]; then note "FAILED:$failed"; exit 1; fi
     note "gpu_tests.sh --offline --part multiprocess: all passed (results in $out)"
+    exit 0
+  fi
+  if [ "$part" = jax-tests ]; then
+    # On a GPU: the GPU subset, myplugin over the CUDA engine against jax's
+    # cuda backend, every test on both. Dry run: the CPU subset, myplugin's
+    # CPU engine against jax's CPU backend, every test on both too.
+    if [ "$dry" = 1 ]; then subset=(--subset dry-run --reference cpu --full-reference)
+    else subset=(--subset gpu --reference cuda); fi
+    runs="$(mktemp -d)"
+    set +e
+    start=$SECONDS
+    timeout -k 15 "$JAX_TESTS_TIMEOUT_S" python3 "$root/ci/jax_tests.py" --python python3 --tests "$kit/jax-tests/tests" \
+      --jax-src "$kit/jax-tests/jax-src" --selection "$kit/jax-tests/selection.json" "${subset[@]}" \
+      --out "$runs" >"$out/jax-tests.log" 2>&1
+    rc=$?
+    set -e
+    cat "$out/jax-tests.log"
+    # Four files back: the shares, the table, the driver's log, every run's log and junit file.
+    [ ! -f "$runs/shares.json" ] || cp "$runs/shares.json" "$out/jax-tests.json"
+    [ ! -f "$runs/shares.md" ] || cp "$runs/shares.md" "$out/jax-tests.md"
+    tar -czf "$out/jax-tests-runs.tar.gz" -C "$runs" . 2>/dev/null || true
+    { [ ! -f "$kit/jax-tests/SOURCE" ] || cat "$kit/jax-tests/SOURCE"; cat "$out/jax-tests.md" 2>/dev/null; } >>"$summary"
+    grep -E "^no result: " "$out/jax-tests.log" >>"$summary" || true
+    note "jax's test files: $((SECONDS - start)) s"
+    if [ $rc != 0 ]; then
+      note "FAILED: ci/jax_tests.py (rc=$rc$([ $rc != 124 ] || echo ": over ${JAX_TESTS_TIMEOUT_S} s"))"; exit 1
+    fi
+    note "gpu_tests.sh --offline --part jax-tests$([ "$dry" = 0 ] || echo " --dry-run"): shares recorded (results in $out)"
     exit 0
   fi
   if [ "$part" = collectives ]; then
@@ -391,6 +475,9 @@ grep -q "test_" "$out/collected.txt" || { echo "no GPU test was collected" >&2; 
 grep -q "test_nccl_shared_gpu.py::test_every_collective_through_shard_map_pmap_and_jit\[4\]" "$out/collected.txt" ||
   { echo "the shared-GPU tests (tests/gpu/test_nccl_shared_gpu.py) were not collected with the gpu marker" >&2; exit 1; }
 always python3 tests/programs/gpu_aot_artifacts.py --help >/dev/null
+# --part jax-tests: its subsets, and the GPU one's worst case within its budget.
+always python3 ci/jax_tests.py --subset gpu --plan --budget "$JAX_TESTS_BUDGET_S"
+always python3 ci/jax_tests.py --subset dry-run --plan
 gpu bash -c "MYPLUGIN_ENGINE=cuda pytest -v -m gpu tests/gpu -k 'not multiprocess and not shared_gpu' --junitxml='$out/gpu-tests.xml' 2>&1 | tee '$out/gpu-tests.log'"
 gpu bash -c "MYPLUGIN_ENGINE=cuda timeout $MULTIPROCESS_TIMEOUT_S pytest -v --timeout $MULTIPROCESS_TEST_TIMEOUT_S -m gpu tests/gpu/test_nccl_shared_gpu.py --junitxml='$out/multiprocess-tests.xml' 2>&1 | tee '$out/multiprocess-tests.log'"
 if [ "$leg" = multi ]; then

@@ -83,7 +83,7 @@ def test_kit_script_refuses_bad_arguments(tmp_path):
   assert (tmp_path / "precious" / "notes.txt").read_text() == "keep"
   # The collectives part: --part and --bench-args only where they mean something.
   r = kit("--offline", str(tmp_path / "no-kit"), "--part", "nccl")
-  assert r.returncode == 2 and "--part must be gpu, collectives or multiprocess, not 'nccl'" in r.stderr, r.stderr
+  assert r.returncode == 2 and "--part must be gpu, collectives, multiprocess or jax-tests, not 'nccl'" in r.stderr, r.stderr
   r = kit("--part", "multiprocess", "--dry-run")
   assert r.returncode == 2 and "--part goes with --offline" in r.stderr, r.stderr
   # A kit of an older gpu_tests.sh: the multiprocess part says what it lacks.
@@ -209,3 +209,179 @@ def test_multiprocess_aot_references_on_the_cpu(tmp_path):
   assert r.stdout.count("ok   collectives-here-1x2x1.pkl") == 2 and "FAIL collectives-here-1x2x1.pkl" in r.stdout
   r = run_python([program, "build", str(tmp_path / "aot"), "--topologies", "1x2x2"], child_env(), timeout=60)
   assert r.returncode != 0 and "only one GPU per process" in r.output, r.output
+
+
+# --part jax-tests: jax's own test files on myplugin and a jax backend side
+# by side. jax's tests are not in its wheel (nor in CI), so the dry run
+# here runs the kit's part on stand-ins written in jax's harness, as jax's
+# files are: the device tag from --jax_test_dut, a helper that jax's wheel
+# lacks served from the kit's jax-src, and one test that only jax's own
+# backend passes (the share must miss it).
+STANDIN_TEST = '''
+import os
+import time
+
+from absl.testing import absltest
+import jax
+import numpy as np
+from jax._src import config
+from jax._src import test_util as jtu
+from jax._src import kit_standin_helper  # only in the kit's jax-src, as pallas_test_util
+
+config.parse_flags_with_absl()
+
+
+class StandinTest(jtu.JaxTestCase):
+
+  @jtu.run_on_devices("cpu")
+  def test_runs_where_the_harness_is_told_cpu(self):
+    self.assertAllClose(jax.jit(lambda x: x * 2)(np.arange(4.0)), np.arange(4.0) * 2)
+
+  def test_helper_left_out_of_the_wheel(self):
+    self.assertEqual(kit_standin_helper.ANSWER, 42)
+
+  def test_passes_on_jax_cpu_only(self):
+    self.assertEqual(jax.devices()[0].platform, "cpu")
+
+  def test_not_selected(self):
+    raise AssertionError("-k leaves this one out")
+
+  def test_waits_on_myplugin(self):
+    if jax.devices()[0].platform == "myplugin" and os.environ.get("STANDIN_HANG"):
+      time.sleep(120)
+
+
+if __name__ == "__main__":
+  absltest.main(testLoader=jtu.JaxTestLoader())
+'''
+
+
+# Told the device is a GPU, jax's harness asks for the "gpu" backend's
+# devices (the compute capability): on myplugin alone, its devices.
+GPU_ALIAS_TEST = '''
+from absl.testing import absltest
+import jax
+from jax._src import config
+from jax._src import test_util as jtu
+from jax._src import xla_bridge
+
+config.parse_flags_with_absl()
+
+
+class GpuAliasTest(jtu.JaxTestCase):
+
+  def test_harness_finds_the_device_under_test(self):
+    self.assertTrue(jtu.test_device_matches(["gpu"]))
+    self.assertEqual(xla_bridge.local_devices(backend="gpu"), jax.local_devices())
+'''
+
+
+def gpu_alias_run(path):
+  (path / "tests").mkdir(parents=True)
+  (path / "tests" / "alias_test.py").write_text(GPU_ALIAS_TEST)
+  return run([sys.executable, os.path.join(ROOT, "ci", "jax_tests.py"), "--python", sys.executable, "--tests",
+              str(path / "tests"), "--files", "alias_test.py", "--dut", "gpu", "--out", str(path / "out")],
+             dict(os.environ), timeout=150)
+
+
+def jax_tests_kit(path, deadline):
+  """A kit holding only jax-tests/: one file (in a folder, as pallas/), its helper, the selection."""
+  (path / "jax-tests" / "tests" / "sub").mkdir(parents=True)
+  (path / "jax-tests" / "tests" / "sub" / "standin_test.py").write_text(STANDIN_TEST)
+  helper = path / "jax-tests" / "jax-src" / "jax" / "_src" / "kit_standin_helper.py"
+  helper.parent.mkdir(parents=True)
+  helper.write_text("ANSWER = 42\n")
+  selection = {"gpu": [], "dry-run": [["sub/standin_test.py", "not test_not_selected", deadline]],
+               "generated_cases": 2}
+  (path / "jax-tests" / "selection.json").write_text(json.dumps(selection))
+  return path
+
+
+def jax_tests_part(kit_dir, out, **env):
+  env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"], **env)
+  return run(["bash", os.path.join(ROOT, "ci", "gpu_tests.sh"), "--offline", str(kit_dir), "--part", "jax-tests",
+              "--dry-run", "--out", str(out)], env, timeout=150, cwd=ROOT)
+
+
+def check_shares(path):
+  sys.path.insert(0, os.path.join(ROOT, "ci"))
+  import jax_tests
+  return jax_tests.check_shares(path, ["sub/standin_test.py"])
+
+
+def test_jax_tests_part_on_the_cpu(tmp_path):
+  """Two kits at once (independent jobs, each with its deadlines): one
+  records its shares, the other's myplugin run hangs past its deadline;
+  and the driver told the device is a GPU."""
+  import concurrent.futures
+  with concurrent.futures.ThreadPoolExecutor(3) as pool:
+    good = pool.submit(jax_tests_part, jax_tests_kit(tmp_path / "kit", 90), tmp_path / "out")
+    hung = pool.submit(jax_tests_part, jax_tests_kit(tmp_path / "hung-kit", 30), tmp_path / "hung-out",
+                       STANDIN_HANG="1")
+    alias = pool.submit(gpu_alias_run, tmp_path / "alias")
+    good, hung, alias = good.result(), hung.result(), alias.result()
+  assert alias.returncode == 0 and "alias_test.py: 1/1 " in alias.stdout, alias.output
+  r = good
+  assert r.returncode == 0, r.output
+  assert sorted(os.listdir(tmp_path / "out")) == ["environment.txt", "jax-tests-runs.tar.gz", "jax-tests.json",
+                                                  "jax-tests.log", "jax-tests.md", "summary.txt"]
+  shares = json.loads((tmp_path / "out" / "jax-tests.json").read_text())
+  assert (shares["reference"], shares["dut"], shares["subset"]) == ("cpu", "cpu", "dry-run")
+  [result] = shares["files"]
+  # Side by side: 4 selected on each; jax's CPU passes all, myplugin all but
+  # the one that asks for jax's own platform.
+  assert result["reference"] == {"passed": 4, "failed": 0, "skipped": 0}, result
+  assert result["myplugin"] == {"passed": 3, "failed": 1, "skipped": 0}, result
+  assert (result["myplugin_passes"], result["reference_passes"]) == (3, 4)
+  assert list(result["misses"]) == ["sub.standin_test.StandinTest::test_passes_on_jax_cpu_only"], result
+  assert check_shares(tmp_path / "out" / "jax-tests.json") == []
+  table = (tmp_path / "out" / "jax-tests.md").read_text()
+  assert "| `sub/standin_test.py` (`not test_not_selected`) | 3/4 | 3, 1, 0 | 4, 0, 0 |" in table, table
+  assert "3/4" in (tmp_path / "out" / "summary.txt").read_text()
+  # The check fails on a shares file that is wrong or incomplete.
+  broken = dict(shares, files=[dict(result, myplugin_passes=5)])
+  (tmp_path / "broken.json").write_text(json.dumps(broken))
+  assert check_shares(tmp_path / "broken.json") == ["sub/standin_test.py: 5/4 is not a share",
+                                                    "sub/standin_test.py: 1 misses named for 5/4"]
+  (tmp_path / "empty.json").write_text(json.dumps(dict(shares, files=[])))
+  assert check_shares(tmp_path / "empty.json") == ["sub/standin_test.py: no result"]
+  (tmp_path / "torn.json").write_text((tmp_path / "out" / "jax-tests.json").read_text()[:100])
+  assert "not a shares file" in check_shares(tmp_path / "torn.json")[0]
+
+  # The hung run: the part fails, saying why, and keeps what had run.
+  r = hung
+  assert r.returncode == 1, r.output
+  summary = (tmp_path / "hung-out" / "summary.txt").read_text()
+  assert "past its deadline" in summary and "FAILED: ci/jax_tests.py (rc=1)" in summary, summary
+  [result] = json.loads((tmp_path / "hung-out" / "jax-tests.json").read_text())["files"]
+  # Cut by SIGINT after the tests before it: pytest still wrote what had run.
+  assert result["rc"] < 0 and result["myplugin"] == {"passed": 2, "failed": 1, "skipped": 0}, result
+  # An older kit without jax-tests/ says so.
+  (tmp_path / "old-kit").mkdir()
+  r = jax_tests_part(tmp_path / "old-kit", tmp_path / "old-out")
+  assert r.returncode == 1 and "the kit has no jax-tests/" in r.stdout, r.output
+  r = kit("--offline", str(tmp_path / "old-kit"), "--part", "gpu", "--dry-run")
+  assert r.returncode == 2 and "--dry-run goes with the online run or --offline --part jax-tests" in r.stderr, r.stderr
+
+
+def test_jax_tests_commands_side_by_side_with_cuda(tmp_path):
+  """What the GPU run starts (no CUDA client here: the commands only):
+  myplugin over the CUDA engine told the device is a GPU, jax's cuda
+  backend as it is, both with the helpers' plugin; and its plan's time."""
+  import argparse
+  sys.path.insert(0, os.path.join(ROOT, "ci"))
+  import jax_tests
+  args = argparse.Namespace(python="python3", out=tmp_path, jax_src=tmp_path / "src", dut="gpu", reference="cuda",
+                            generated_cases=2)
+  cmd, env = jax_tests.pytest_command(args, "myplugin")
+  assert cmd[-3:] == ["-p", "myplugin_test_dut", "--jax_test_dut=gpu"], cmd
+  assert (env["JAX_PLATFORMS"], env["MYPLUGIN_ENGINE"], env["JAX_NUM_GENERATED_CASES"]) == ("myplugin", "cuda", "2")
+  assert env.get("MYPLUGIN_NUM_DEVICES") == os.environ.get("MYPLUGIN_NUM_DEVICES")  # one device per GPU
+  assert env["PYTHONPATH"].split(os.pathsep)[0] == str(tmp_path)
+  cmd, env = jax_tests.pytest_command(args, "cuda")
+  assert cmd[-2:] == ["-p", "myplugin_test_dut"] and env["JAX_PLATFORMS"] == "cuda", cmd
+  assert not {"XLA_FLAGS", "MYPLUGIN_ENGINE", "MYPLUGIN_NUM_DEVICES"} & (set(env) - set(os.environ)), env
+  assert str(tmp_path / "src") in (tmp_path / "myplugin_test_dut.py").read_text()
+  r = run([sys.executable, os.path.join(ROOT, "ci", "jax_tests.py"), "--subset", "gpu", "--plan", "--budget", "100"],
+          dict(os.environ), timeout=60)
+  assert r.returncode == 1 and "5 files" in r.stdout and "over the budget of 100.0 s" in r.stderr, r.output
