@@ -124,9 +124,9 @@ Status ServiceState::HandleKeyValueGet(ConnectionId conn, const std::string& pay
   }
   Status fits = CheckKey("key_value_get of " + QuotedKey(key), key);
   if (fits.ok()) fits = CheckWaitingOf(conn, "key_value_get of " + QuotedKey(key));
-  if (fits.ok() && Waiting() >= kMaxWaiting) {
+  if (fits.ok() && Waiting() >= MaxWaitingFor(options_.num_processes)) {
     fits = Status(Code::kResourceExhausted, "key_value_get of " + QuotedKey(key) + ": " +
-                                                std::to_string(kMaxWaiting) +
+                                                std::to_string(MaxWaitingFor(options_.num_processes)) +
                                                 " blocking gets and barriers are already waiting (the limit)");
   }
   if (!fits.ok()) {
