@@ -205,8 +205,10 @@ class Generator {
       if (n > 0) {
         bytes_in_ += n;
         Consume(s, buf, static_cast<size_t>(n));
-        if (s.fd < 0 || n < static_cast<ssize_t>(sizeof(buf))) break;
-        continue;
+        // One read per readiness (epoll is level-triggered): a process
+        // with a long reply in flight must not starve the others, as a
+        // real one, on its own host, would not.
+        break;
       }
       if (n < 0 && errno == EAGAIN) break;
       Lost(s, n == 0 ? "closed by the service" : std::strerror(errno));

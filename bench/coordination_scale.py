@@ -39,6 +39,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -72,29 +73,36 @@ def raise_nofile() -> None:
   resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
-def wait_for_line(proc: subprocess.Popen, word: str, timeout: float) -> str:
+def wait_for_line(proc: subprocess.Popen, log, word: str, timeout: float) -> str:
+  """The line of `log` (a file the process writes) with `word` in it."""
   deadline = time.monotonic() + timeout
   while time.monotonic() < deadline:
-    line = proc.stdout.readline()
-    if word in line:
-      return line
-    if not line and proc.poll() is not None:
+    log.seek(0)
+    for line in log.read().splitlines():
+      if word in line:
+        return line
+    if proc.poll() is not None:
       break
+    time.sleep(0.05)
   raise RuntimeError(f"the service did not say {word!r} within {timeout} s")
 
 
-def run_ours(generator: str, n: int, death: str, rounds: int, topology: str, idle_s: float) -> dict:
+def run_ours(generator: str, n: int, death: str, rounds: int, topology: str, idle_s: float,
+             frozen_timeout: float) -> dict:
   port = free_port()
   env = {k: v for k, v in os.environ.items() if not k.startswith("MYPLUGIN_")}
   env["MYPLUGIN_COORDINATOR_TOKEN"] = "scale-bench"
   cli = [sys.executable, "-m", "jax_plugin.coordinator_cli", "--port", str(port), "--num-processes", str(n),
          "--bind", "127.0.0.1"]
   if death == "frozen":
-    cli += ["--heartbeat-timeout", str(FROZEN_HEARTBEAT_TIMEOUT_S)]
-  service = subprocess.Popen(cli, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    cli += ["--heartbeat-timeout", str(frozen_timeout)]
+  # Its log goes to a file: a pipe nobody reads would stop the service
+  # once full (it logs under its state lock).
+  log = tempfile.TemporaryFile("w+")
+  service = subprocess.Popen(cli, env=env, stdout=log, stderr=subprocess.STDOUT, text=True,
                              start_new_session=True, cwd="/")
   try:
-    wait_for_line(service, "listening", 60)
+    wait_for_line(service, log, "listening", 60)
     rss_before = proc_rss_kib(service.pid)
     gen = subprocess.run([generator, "--port", str(port), "--token", "scale-bench", "--num-processes", str(n),
                           "--death", death, "--rounds", str(rounds), "--topology", topology, "--idle-seconds",
@@ -105,10 +113,14 @@ def run_ours(generator: str, n: int, death: str, rounds: int, topology: str, idl
     result = json.loads(gen.stdout.strip().splitlines()[-1])
     result["rss_before_kib"] = rss_before
     result["impl"] = "ours"
+    if result.get("problems"):
+      log.seek(0)
+      result["service_log"] = [line[:300] for line in log.read().splitlines()[-5:]]
     return result
   finally:
     kill_groups([service])
     service.wait()
+    log.close()
 
 
 def proc_rss_kib(pid: int) -> int:
@@ -187,12 +199,13 @@ def run_jax(n: int, rounds: int, per_process: int, idle_s: float) -> dict:
   env = {k: v for k, v in os.environ.items() if not k.startswith(("MYPLUGIN_", "JAX_"))}
   env["JAX_PLATFORMS"] = "cpu"
   procs = []
+  log = tempfile.TemporaryFile("w+")
   service = subprocess.Popen([sys.executable, "-c", JAX_SERVICE, str(n), str(port), str(hb)], env=env,
-                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+                             stdout=log, stderr=subprocess.DEVNULL, text=True, start_new_session=True)
   procs.append(service)
   result: dict = {"impl": "jax", "num_processes": n}
   try:
-    wait_for_line(service, "listening", 120)
+    wait_for_line(service, log, "listening", 120)
     result["rss_before_kib"] = proc_rss_kib(service.pid)
     # The last process holds one client alone: the one that dies.
     groups = [(first, min(per_process, n - 1 - first)) for first in range(0, n - 1, per_process)] + [(n - 1, 1)]
@@ -257,6 +270,7 @@ def run_jax(n: int, rounds: int, per_process: int, idle_s: float) -> dict:
     kill_groups(procs)
     for p in procs:
       p.wait()
+    log.close()
 
 
 def readline_within(p: subprocess.Popen, timeout: float) -> str:
@@ -369,6 +383,9 @@ def main() -> int:
   ap.add_argument("--impl", default="ours", choices=("ours", "jax"))
   ap.add_argument("--per-process", type=int, default=64, help="jax: clients per load process")
   ap.add_argument("--idle-seconds", type=float, default=10)
+  ap.add_argument("--frozen-timeout", type=float, default=FROZEN_HEARTBEAT_TIMEOUT_S,
+                  help="the heartbeat timeout of the frozen run (100 s is the default)")
+  ap.add_argument("--only-frozen", action="store_true", help="the frozen run only")
   ap.add_argument("--build", default=os.path.join(ROOT, "build-bench"))
   ap.add_argument("--json", default=None, help="append each run's result to this file (JSON lines)")
   ap.add_argument("--table", default=None, help="print the table of the results in these JSON-lines files "
@@ -390,12 +407,12 @@ def main() -> int:
   generator = build_generator(args.build) if args.impl == "ours" else None
   results = []
   for run in range(args.runs):
-    death = "frozen" if run == args.runs - 1 and args.runs > 1 else "closed"
+    death = "frozen" if args.only_frozen or (run == args.runs - 1 and args.runs > 1) else "closed"
     for n in counts:
       t0 = time.monotonic()
       try:
         if args.impl == "ours":
-          r = run_ours(generator, n, death, args.rounds, args.topology, args.idle_seconds)
+          r = run_ours(generator, n, death, args.rounds, args.topology, args.idle_seconds, args.frozen_timeout)
         else:
           r = run_jax(n, args.rounds, args.per_process, args.idle_seconds)
       except Exception as e:  # noqa: BLE001 - a size that fails is reported, the others go on

@@ -6,6 +6,7 @@
 // ticks the state's clock.
 #include "coordination/service.h"
 
+#include <poll.h>
 #include <sys/socket.h>
 
 #include <cerrno>
@@ -23,6 +24,12 @@ namespace {
 // What one readiness of one member reads at most before the loop moves on:
 // a member sending a 64 MiB value holds up nobody for long.
 constexpr size_t kReadBurstBytes = 1u << 20;
+
+// The socket has room for more now (the peer took bytes).
+bool Writable(int fd) {
+  pollfd p{fd, POLLOUT, 0};
+  return poll(&p, 1, 0) == 1 && (p.revents & POLLOUT);
+}
 
 }  // namespace
 
@@ -165,7 +172,15 @@ void CoordinationService::WatchStall(const std::shared_ptr<Connection>& conn) {
   conn->stall.async_wait([this, conn, timeout, timeout_s](const asio::error_code& ec) {
     conn->stall_armed = false;
     if (ec || conn->finished.load() || !conn->blocked) return;
-    if (std::chrono::steady_clock::now() - conn->progress < timeout) return WatchStall(conn);
+    const auto now = std::chrono::steady_clock::now();
+    if (now - conn->progress < timeout) return WatchStall(conn);
+    // The peer may have made room while this loop was too busy to send it
+    // more (a big job's topology going to thousands at once): the socket
+    // is the judge, not our last send.
+    if (Writable(conn->socket.native_handle())) {
+      conn->progress = now;
+      return WatchStall(conn);
+    }
     char buf[96];
     std::snprintf(buf, sizeof(buf), "%zu bytes queued, no progress for %g s", conn->queue.bytes(), timeout_s);
     StoppedReading(conn, buf);
