@@ -2,6 +2,8 @@
 // and the barriers a failed process leaves waiting (service_state.h).
 #include "coordination/service_state.h"
 
+#include <algorithm>
+
 #include "common/deadline.h"
 #include "coordination/messages.h"
 
@@ -37,6 +39,7 @@ void ServiceState::ArriveAtBarrier(const std::string& name, int pid, const Waite
   Barrier& b = barriers_[name];
   if (b.arrived.empty()) {
     b.deadline = After(timeout_s);
+    next_expiry_ = std::min(next_expiry_, b.deadline);
     b.timeout_s = SaturatedSeconds(timeout_s);
   }
   if (!b.arrived.insert(pid).second) {

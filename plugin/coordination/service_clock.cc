@@ -97,6 +97,10 @@ void ServiceState::Tick(Clock::time_point now, Outbox& out) {
 }
 
 void ServiceState::ExpireDeadlines(Clock::time_point now, Outbox& out) {
+  // Thousands of processes may each wait in a get: the waiters are scanned
+  // only once the earliest deadline among them has come.
+  if (now <= next_expiry_) return;
+  next_expiry_ = Clock::time_point::max();
   for (auto it = key_waiters_.begin(); it != key_waiters_.end();) {
     if (now > it->second.deadline) {
       ReplyError(it->second.waiter, Status(Code::kDeadlineExceeded, "key '" + it->first + "' was not set within " +
@@ -104,6 +108,7 @@ void ServiceState::ExpireDeadlines(Clock::time_point now, Outbox& out) {
       DropWaiter(it->second.waiter.conn);
       it = key_waiters_.erase(it);
     } else {
+      next_expiry_ = std::min(next_expiry_, it->second.deadline);
       ++it;
     }
   }
@@ -120,6 +125,7 @@ void ServiceState::ExpireDeadlines(Clock::time_point now, Outbox& out) {
       AnswerBarrier(b, st.WithFailure({FailureKind::kTimeout, {missing.begin(), missing.end()}, what, -1}), out);
       it = barriers_.erase(it);
     } else {
+      next_expiry_ = std::min(next_expiry_, b.deadline);
       ++it;
     }
   }

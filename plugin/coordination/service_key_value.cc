@@ -2,6 +2,8 @@
 // increment, get, try-get, delete and list (service_state.h).
 #include "coordination/service_state.h"
 
+#include <algorithm>
+
 #include "common/deadline.h"
 #include "common/parse_int.h"
 #include "coordination/messages.h"
@@ -134,7 +136,8 @@ Status ServiceState::HandleKeyValueGet(ConnectionId conn, const std::string& pay
     return OkStatus();
   }
   double timeout_s = m.value().timeout_ms / 1000.0;
-  key_waiters_.emplace(key, KeyWaiter{w, After(timeout_s), SaturatedSeconds(timeout_s)});
+  auto waiter = key_waiters_.emplace(key, KeyWaiter{w, After(timeout_s), SaturatedSeconds(timeout_s)});
+  next_expiry_ = std::min(next_expiry_, waiter->second.deadline);
   AddWaiter(conn);
   return OkStatus();
 }

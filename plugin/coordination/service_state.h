@@ -210,6 +210,8 @@ class ServiceState {
   Clock::time_point next_beat_;
   // No watched process can be silent too long before this (Tick).
   Clock::time_point next_liveness_check_ = Clock::time_point::max();
+  // No get or barrier can time out before this (ExpireDeadlines).
+  Clock::time_point next_expiry_ = Clock::time_point::max();
   bool registration_complete_ = false;
   size_t registered_ = 0;  // before registration completes
   std::vector<Waiter> registration_waiters_;
