@@ -253,8 +253,8 @@ def test_hello_is_capped_before_authentication(service):
 SERVICE_WITH_FEW_FDS = """
 import resource, sys, time
 from jax_plugin import _myplugin
-soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-resource.setrlimit(resource.RLIMIT_NOFILE, (64, hard))
+# The hard limit too: the service raises its soft limit as far as that.
+resource.setrlimit(resource.RLIMIT_NOFILE, (96, 96))
 s = _myplugin.CoordinationService.start("127.0.0.1", 0, 2, "%s", 5.0, 60.0)
 print(s.port, flush=True)
 sys.stdin.readline()
@@ -263,7 +263,7 @@ s.stop()
 
 
 def test_descriptor_exhaustion_does_not_wedge_the_service():
-  # With 64 descriptors allowed, 150 connections that send one byte exhaust
+  # With 96 descriptors allowed, 150 connections that send one byte exhaust
   # them; once they close, the service accepts again, and its accept errors
   # were logged at a bounded rate (not one line per failed accept).
   import time
@@ -310,6 +310,33 @@ def test_descriptor_exhaustion_does_not_wedge_the_service():
   rejected_lines = err.count("rejected a connection")
   assert 1 <= accept_lines <= 40, err[-2000:]
   assert rejected_lines <= 20 and "similar lines suppressed" in err, err[-2000:]
+
+
+DESCRIPTOR_LIMITS = """
+import resource
+from jax_plugin import _myplugin
+resource.setrlimit(resource.RLIMIT_NOFILE, (64, 8192))
+s = _myplugin.CoordinationService.start("127.0.0.1", 0, 3000, "%s", 5.0, 60.0)
+print("raised to", resource.getrlimit(resource.RLIMIT_NOFILE)[0], flush=True)
+s.stop()
+resource.setrlimit(resource.RLIMIT_NOFILE, (1024, 1024))
+try:
+  _myplugin.CoordinationService.start("127.0.0.1", 0, 3000, "%s", 5.0, 60.0)
+except RuntimeError as e:
+  print("refused:", e, flush=True)
+""" % (TOKEN, TOKEN)
+
+
+def test_service_takes_the_descriptors_a_big_job_needs():
+  # A job of 3,000 processes: the service raises its soft limit (64) to the
+  # connections it allows (2 x 3,000) + 64, within the hard limit; with a
+  # hard limit of 1,024 it refuses to start, saying what it needs.
+  r = run_python(["-c", DESCRIPTOR_LIMITS], child_env(), timeout=120)
+  assert r.returncode == 0, r.output
+  assert "raised to 6064" in r.stdout, r.output
+  assert ("refused: RESOURCE_EXHAUSTED: the myplugin coordinator needs 3064 file descriptors (one per process of the job, and a few), "
+          "and this process may open 1024 (its hard limit, ulimit -Hn, is 1024): raise it, e.g. ulimit -n 3064"
+          in r.stdout), r.output
 
 
 def _standalone(service, n=2):

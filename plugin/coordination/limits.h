@@ -21,7 +21,12 @@ inline constexpr size_t kMaxValueBytes = 32u << 20;
 // Keys plus values of the whole store.
 inline constexpr size_t kMaxStoreBytes = 256u << 20;
 // Blocking gets and open barriers, job-wide: each holds a key or a name.
+// A big job gets four for each of its processes (each can wait in a few
+// calls at once: a blocking get per process must never be refused).
 inline constexpr size_t kMaxWaiting = 16384;
+inline constexpr size_t MaxWaitingFor(int num_processes) {
+  return num_processes > static_cast<int>(kMaxWaiting / 4) ? 4 * static_cast<size_t>(num_processes) : kMaxWaiting;
+}
 // Blocking gets and barriers one process has waiting at once: a client
 // waits in one call per thread, so real ones stay far below; a process that
 // loops asynchronous gets is stopped here, before it holds the job-wide
@@ -34,9 +39,17 @@ inline constexpr size_t kMaxReasonBytes = 4u << 10;
 // Bytes waiting to be sent to one connection; beyond it the peer is not
 // reading and is dropped. Two of the largest frames fit.
 inline constexpr size_t kMaxSendQueueBytes = 2 * (64u << 20);
-// Connections at once (members, and peers still saying Hello). Each costs a
-// descriptor and a thread; a member costs a second thread (its writer).
+// Connections at once (members, and peers still saying Hello), unless the
+// caller says: the job's processes and as many again (restarted processes,
+// strays, peers still saying Hello), and never fewer than this. Each costs
+// a descriptor and a little memory (the event loop serves all of them).
 inline constexpr int kDefaultMaxConnections = 2048;
+inline constexpr int MaxConnectionsFor(int num_processes) {
+  return num_processes > kDefaultMaxConnections / 2 ? 2 * num_processes : kDefaultMaxConnections;
+}
+// Descriptors the service needs beyond its connections (the listener, the
+// event loop's, the host's own files).
+inline constexpr int kSpareDescriptors = 64;
 
 // "80 MiB", "4 KiB", "12 bytes".
 std::string ByteCount(size_t n);

@@ -2,6 +2,9 @@
 // Restart's fresh state for the job's next attempt, and the queries under the state lock.
 #include "coordination/service.h"
 
+#include <sys/resource.h>
+
+#include <algorithm>
 #include <chrono>
 #include <functional>
 #include <thread>
@@ -10,8 +13,32 @@
 
 namespace myplugin::coordination {
 
+namespace {
+
+// Raises the soft limit on descriptors towards `want` (up to the hard
+// limit: the service holds one per connection); an error when even the
+// hard limit leaves no room for `need`.
+Status EnsureDescriptors(rlim_t need, rlim_t want) {
+  rlimit rl{};
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return OkStatus();
+  if (rl.rlim_cur < want) {
+    rlimit raised = rl;
+    raised.rlim_cur = std::min(want, rl.rlim_max);
+    if (setrlimit(RLIMIT_NOFILE, &raised) == 0) rl = raised;
+  }
+  if (rl.rlim_cur >= need) return OkStatus();
+  return Status(Code::kResourceExhausted,
+                "the myplugin coordinator needs " + std::to_string(need) + " file descriptors (one per process of the job, "
+                "and a few), and this process may open " + std::to_string(rl.rlim_cur) + " (its hard limit, ulimit -Hn, is " +
+                std::to_string(rl.rlim_max) + "): raise it, e.g. ulimit -n " + std::to_string(need));
+}
+
+}  // namespace
+
 StatusOr<std::unique_ptr<CoordinationService>> CoordinationService::Start(const std::string& bind_host, int port,
-                                                                          const ServiceOptions& options) {
+                                                                          const ServiceOptions& options_in) {
+  ServiceOptions options = options_in;
+  if (options.max_connections == 0) options.max_connections = MaxConnectionsFor(options.num_processes);
   if (options.num_processes < 1) {
     return InvalidArgument("num_processes must be at least 1, got " + std::to_string(options.num_processes));
   }
@@ -23,6 +50,8 @@ StatusOr<std::unique_ptr<CoordinationService>> CoordinationService::Start(const 
                            ") must be at least the number of processes (" + std::to_string(options.num_processes) +
                            ")");
   }
+  MYPLUGIN_RETURN_IF_ERROR(EnsureDescriptors(static_cast<rlim_t>(options.num_processes) + kSpareDescriptors,
+                                             static_cast<rlim_t>(options.max_connections) + kSpareDescriptors));
   StatusOr<Socket> listener = Socket::Listen(bind_host, port);
   if (!listener.ok()) return listener.status();
   int bound = listener.value().LocalPort();
@@ -34,7 +63,6 @@ StatusOr<std::unique_ptr<CoordinationService>> CoordinationService::Start(const 
   if (ec) return Internal("cannot serve the coordinator's listening socket: " + ec.message());
   fd.Release();  // the acceptor owns it now
   service->AcceptNext();
-  service->ReapEvery();
   service->loop_thread_ = std::thread([s = service.get()] { s->loop_->io.run(); });
   service->monitor_thread_ = std::thread([s = service.get()] { s->MonitorLoop(); });
   return service;
@@ -47,57 +75,64 @@ CoordinationService::~CoordinationService() { Stop(); }
 
 void CoordinationService::Stop() {
   if (stopping_.exchange(true)) return;
-  // The event loop first: no more connections, and the peers still saying
-  // Hello are closed (their handlers, which own them, are destroyed with it).
-  loop_->io.stop();
-  if (loop_thread_.joinable()) loop_thread_.join();
-  loop_.reset();
   if (monitor_thread_.joinable()) monitor_thread_.join();
+  // No more connections; the peers still saying Hello end on their
+  // deadlines or with the loop.
+  asio::post(loop_->io, [this] {
+    asio::error_code ignored;
+    loop_->acceptor.close(ignored);
+    loop_->backoff.cancel();
+  });
   std::map<ConnectionId, std::shared_ptr<Connection>> conns;
   {
     std::lock_guard<std::mutex> lock(mu_);
     conns.swap(connections_);
   }
-  // An orderly close, bounded in time: replies already queued (the
-  // shutdown barrier's release above all: the host stops its service as
-  // soon as its own barrier returns) still go out; then each peer gets end
-  // of stream after them and closes its side. Closing while a peer's
-  // frames sit unread would reset the connection and could destroy a
-  // reply the peer has not read yet.
-  // The replies' wait is bounded by progress, as a peer's sends are while
-  // the service runs: a peer that reads slowly (megabytes of replies on a
-  // loaded machine) still gets its release; one that reads nothing for the
-  // send-progress bound is given up on.
+  // An orderly close while the loop still runs: replies already queued
+  // (the shutdown barrier's release above all: the host stops its service
+  // as soon as its own barrier returns) still go out; then each peer gets
+  // end of stream after them and closes its side. Closing while a peer's
+  // frames sit unread would reset the connection and could destroy a reply
+  // the peer has not read yet. The replies' wait is bounded by progress, as
+  // a peer's sends are while the service runs: a peer that reads slowly
+  // (megabytes of replies on a loaded machine) still gets its release; one
+  // that reads nothing for the send-progress bound is given up on.
   const auto stall = std::chrono::duration<double>(ServiceState::SendProgressTimeoutSeconds(options_.heartbeat_timeout_s));
   for (auto& [id, c] : conns) {
     size_t left = c->queue.bytes();
     auto last_progress = std::chrono::steady_clock::now();
-    while (left > 0 && std::chrono::steady_clock::now() - last_progress < stall) {
+    while (!c->finished.load() && left > 0 && std::chrono::steady_clock::now() - last_progress < stall) {
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
       const size_t now_left = c->queue.bytes();
       if (now_left < left) last_progress = std::chrono::steady_clock::now();
       left = now_left;
     }
   }
-  for (auto& [id, c] : conns) c->socket.ShutdownWrite();
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
   auto wait_until = [&](const std::function<bool()>& done) {
     while (!done() && std::chrono::steady_clock::now() < deadline) {
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
   };
+  asio::post(loop_->io, [&conns] {
+    asio::error_code ignored;
+    for (auto& [id, c] : conns) c->socket.shutdown(tcp::socket::shutdown_send, ignored);
+  });
   // After the shutdown barrier every member closes its side; otherwise
   // (a failed job) nobody is waited for.
   if (all_departed()) {
     for (auto& [id, c] : conns) wait_until([&c = c] { return c->finished.load(); });
   }
-  for (auto& [id, c] : conns) {
-    c->Close();
+  loop_->io.stop();
+  if (loop_thread_.joinable()) loop_thread_.join();
+  for (auto& [id, c] : conns) c->queue.Abort();
+  conns.clear();
+  std::unique_ptr<Loop> loop;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    loop.swap(loop_);
   }
-  for (auto& [id, c] : conns) {
-    if (c->reader.joinable()) c->reader.join();
-    if (c->writer.joinable()) c->writer.join();
-  }
+  // Its destruction closes every socket and ends the handlers still pending.
 }
 
 Status CoordinationService::Restart(const std::string& token, int num_processes) {
@@ -105,23 +140,17 @@ Status CoordinationService::Restart(const std::string& token, int num_processes)
     return InvalidArgument("a restart needs between 1 and " + std::to_string(options_.max_connections) +
                            " processes, got " + std::to_string(num_processes));
   }
-  std::vector<std::shared_ptr<Connection>> earlier;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (stopping_) return FailedPrecondition("the coordination service has stopped");
-    ServiceOptions next = state_.options();
-    if (token == next.token) return InvalidArgument("a restart needs a new token");
-    next.earlier_tokens.push_back(next.token);
-    next.token = token;
-    next.num_processes = num_processes;
-    next.attempt += 1;
-    state_ = ServiceState(next);
-    for (auto& [id, c] : connections_) earlier.push_back(c);
-  }
-  // Their readers then report to the new state, which does not know them.
-  for (auto& c : earlier) {
-    c->Close();
-  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stopping_) return FailedPrecondition("the coordination service has stopped");
+  ServiceOptions next = state_.options();
+  if (token == next.token) return InvalidArgument("a restart needs a new token");
+  next.earlier_tokens.push_back(next.token);
+  next.token = token;
+  next.num_processes = num_processes;
+  next.attempt += 1;
+  state_ = ServiceState(next);
+  // Their ends then reach the new state, which does not know them.
+  for (auto& [id, c] : connections_) CloseOnLoop(c);
   return OkStatus();
 }
 
@@ -158,17 +187,13 @@ void CoordinationService::ExpectRejoin(int pid, bool expected) {
 }
 
 void CoordinationService::ProcessEnded(int pid, const std::string& how) {
-  std::shared_ptr<Connection> dropped;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    Outbox out;
-    const ConnectionId conn = state_.OnProcessEnded(pid, how, out);
-    Deliver(out);
-    auto it = connections_.find(conn);
-    if (conn && it != connections_.end()) dropped = it->second;
-  }
-  // Its reader then sees the end and reports to a state that has let go of it.
-  if (dropped) dropped->Close();
+  std::lock_guard<std::mutex> lock(mu_);
+  Outbox out;
+  const ConnectionId conn = state_.OnProcessEnded(pid, how, out);
+  Deliver(out);
+  auto it = connections_.find(conn);
+  // Its end then reaches a state that has let go of it.
+  if (conn && it != connections_.end()) CloseOnLoop(it->second);
 }
 
 std::vector<uint64_t> CoordinationService::failures_per_process() {

@@ -5,11 +5,13 @@
 // job's state and answers every message. Here: accepting connections (at
 // most ServiceOptions::max_connections at once; the excess is refused with
 // a clear error) and reading their Hellos on one event-loop thread
-// (standalone Asio), so that peers that never prove the token cost no
-// thread; a reader thread, a writer thread and a bounded send queue per
-// member; and a monitor thread for heartbeats and deadlines. The state lock is never held during I/O: a member that stops
-// reading is dropped and declared failed once its queue overflows or it
-// takes no bytes for SendProgressTimeoutSeconds, and nobody else waits.
+// (standalone Asio), and serving every member on that same thread with a
+// bounded send queue each (so a job of thousands of processes costs
+// descriptors and memory, never a thread per process); and a monitor
+// thread for heartbeats and deadlines. The state lock is never held during
+// I/O: a member that stops reading is dropped and declared failed once its
+// queue overflows or it takes no bytes for SendProgressTimeoutSeconds, and
+// nobody else waits.
 #pragma once
 
 #include <atomic>
@@ -79,20 +81,28 @@ class CoordinationService {
   CoordinationService(int port, const ServiceOptions& options);
   // On the event loop: accept, and the Hello of each connection.
   void AcceptNext();
-  void ReapEvery();
   void StartHandshake(const std::shared_ptr<Handshake>& h);
   void OnHelloFrame(const std::shared_ptr<Handshake>& h);
   void Reject(const std::shared_ptr<Handshake>& h, const Status& why,
               std::vector<std::shared_ptr<const std::string>> frames);
+  // On the event loop: a member's frames in, its queue out, and its end.
   void ServeMember(const std::shared_ptr<Connection>& conn);
-  void MonitorLoop();
-  void Reap();
-  void ReadLoop(const std::shared_ptr<Connection>& conn);
-  void WriteLoop(const std::shared_ptr<Connection>& conn);
+  void ReadMore(const std::shared_ptr<Connection>& conn);
+  void OnReadable(const std::shared_ptr<Connection>& conn);
+  void Flush(const std::shared_ptr<Connection>& conn);
+  void WatchStall(const std::shared_ptr<Connection>& conn);
   // The member on `conn` is gone (`why`): the state hears of it, and the
   // connection is closed.
-  void Disconnect(const std::shared_ptr<Connection>& conn, const Status& why);
-  // mu_ held: hands the state's frames to the connections' queues.
+  void EndMember(const std::shared_ptr<Connection>& conn, const Status& why);
+  // The member on `conn` takes no more bytes (`detail`): the state hears of
+  // it, and the connection is ended.
+  void StoppedReading(const std::shared_ptr<Connection>& conn, const std::string& detail);
+  // mu_ held, from any thread: ends `conn` on the loop (which then reports
+  // its end as usual).
+  void CloseOnLoop(const std::shared_ptr<Connection>& conn);
+  void MonitorLoop();
+  // mu_ held: hands the state's frames to the connections' queues, and
+  // has the loop flush them.
   void Deliver(Outbox& out);
 
   const ServiceOptions options_;
@@ -104,11 +114,8 @@ class CoordinationService {
   std::atomic<uint64_t> refused_{0};
   // Members and peers still saying Hello, against max_connections.
   std::atomic<int> open_{0};
-  // Members whose threads are done, not yet reaped: the event loop scans
-  // for them only when there are some.
-  std::atomic<int> finished_{0};
-  // The event loop (the listener, connections before their Hello is
-  // accepted, their timers) and its thread.
+  // The event loop (the listener, every connection, their timers) and its
+  // thread; reset, under mu_, only when Stop is done with it.
   std::unique_ptr<Loop> loop_;
   std::thread loop_thread_;
   std::thread monitor_thread_;

@@ -2,6 +2,8 @@
 // and the barriers a failed process leaves waiting (service_state.h).
 #include "coordination/service_state.h"
 
+#include <algorithm>
+
 #include "common/deadline.h"
 #include "coordination/messages.h"
 
@@ -20,8 +22,9 @@ Status ServiceState::HandleBarrier(int pid, const std::string& payload, Outbox& 
   }
   Status fits = CheckKey("barrier " + QuotedKey(name), name);
   if (fits.ok()) fits = CheckWaitingOf(w.conn, "barrier " + QuotedKey(name));
-  if (fits.ok() && !barriers_.count(name) && Waiting() >= kMaxWaiting) {
-    fits = Status(Code::kResourceExhausted, "barrier " + QuotedKey(name) + ": " + std::to_string(kMaxWaiting) +
+  if (fits.ok() && !barriers_.count(name) && Waiting() >= MaxWaitingFor(options_.num_processes)) {
+    fits = Status(Code::kResourceExhausted, "barrier " + QuotedKey(name) + ": " +
+                                                std::to_string(MaxWaitingFor(options_.num_processes)) +
                                                 " blocking gets and barriers are already waiting (the limit)");
   }
   if (!fits.ok()) {
@@ -36,18 +39,23 @@ void ServiceState::ArriveAtBarrier(const std::string& name, int pid, const Waite
   Barrier& b = barriers_[name];
   if (b.arrived.empty()) {
     b.deadline = After(timeout_s);
+    next_expiry_ = std::min(next_expiry_, b.deadline);
     b.timeout_s = SaturatedSeconds(timeout_s);
   }
   if (!b.arrived.insert(pid).second) {
     ReplyError(w, FailedPrecondition("process " + std::to_string(pid) + " arrived twice at barrier '" + name + "'"), out);
     return;
   }
+  if (live_.count(pid)) ++b.live_arrived;
   b.waiters.push_back(w);
   AddWaiter(w.conn);
   if (name != kShutdownBarrier) {
-    for (int missing : Missing(b.arrived)) {
+    // Only processes that asked to shut down can be such a missing one:
+    // the job is not scanned at every arrival.
+    for (int missing : shutting_down_) {
       ProcessState s = processes_[missing].state;
-      if (s == ProcessState::kShuttingDown || s == ProcessState::kDeparted) {
+      if (live_.count(missing) && !b.arrived.count(missing) &&
+          (s == ProcessState::kShuttingDown || s == ProcessState::kDeparted)) {
         FailBarriersWaitingFor(missing, "process " + std::to_string(missing) + " is shutting down (it finished its work)",
                                out);
         return;
@@ -59,7 +67,8 @@ void ServiceState::ArriveAtBarrier(const std::string& name, int pid, const Waite
 
 void ServiceState::CheckBarrier(const std::string& name, Outbox& out) {
   auto it = barriers_.find(name);
-  if (it == barriers_.end() || !Missing(it->second.arrived).empty()) return;
+  // Arrivals are counted as they come: no scan of the job per arrival.
+  if (it == barriers_.end() || it->second.live_arrived < live_.size()) return;
   AnswerBarrier(it->second, OkStatus(), out);
   if (name == kShutdownBarrier) {
     for (int pid : live_) processes_[pid].state = ProcessState::kDeparted;

@@ -51,17 +51,27 @@ void ServiceState::Tick(Clock::time_point now, Outbox& out) {
   }
   // While the survivors of a failure may still agree, they are watched too.
   if (failure_ && !recoverable()) return;
-  // Heartbeats: a process that stops talking is failed.
-  for (size_t i = 0; i < processes_.size(); ++i) {
-    Process& p = processes_[i];
-    bool watched = p.state == ProcessState::kConnected || p.state == ProcessState::kRegistered ||
-                   p.state == ProcessState::kShuttingDown;
-    if (watched && now - p.last_heartbeat > Millis(options_.heartbeat_timeout_s)) {
-      DeclareFailure(static_cast<int>(i), "stopped responding: no heartbeat for " +
-                                              Seconds(options_.heartbeat_timeout_s) +
-                                              " (the process is frozen, stopped or overloaded)", out);
-      return;
+  // Heartbeats: a process that stops talking is failed. The job is
+  // scanned only when its quietest process can be due (a heartbeat only
+  // moves its process's time on), so ticking costs nothing per process.
+  if (now >= next_liveness_check_) {
+    const auto timeout = Millis(options_.heartbeat_timeout_s);
+    auto next = Clock::time_point::max();
+    for (size_t i = 0; i < processes_.size(); ++i) {
+      Process& p = processes_[i];
+      bool watched = p.state == ProcessState::kConnected || p.state == ProcessState::kRegistered ||
+                     p.state == ProcessState::kShuttingDown;
+      if (!watched) continue;
+      if (now - p.last_heartbeat > timeout) {
+        next_liveness_check_ = now;  // the others at the next tick
+        DeclareFailure(static_cast<int>(i), "stopped responding: no heartbeat for " +
+                                                Seconds(options_.heartbeat_timeout_s) +
+                                                " (the process is frozen, stopped or overloaded)", out);
+        return;
+      }
+      next = std::min(next, p.last_heartbeat + timeout);
     }
+    next_liveness_check_ = next;
   }
   if (!registration_complete_ && now >= next_init_report_ && now <= init_deadline_) {
     // A job that waits long for its processes says who is still missing
@@ -87,6 +97,10 @@ void ServiceState::Tick(Clock::time_point now, Outbox& out) {
 }
 
 void ServiceState::ExpireDeadlines(Clock::time_point now, Outbox& out) {
+  // Thousands of processes may each wait in a get: the waiters are scanned
+  // only once the earliest deadline among them has come.
+  if (now <= next_expiry_) return;
+  next_expiry_ = Clock::time_point::max();
   for (auto it = key_waiters_.begin(); it != key_waiters_.end();) {
     if (now > it->second.deadline) {
       ReplyError(it->second.waiter, Status(Code::kDeadlineExceeded, "key '" + it->first + "' was not set within " +
@@ -94,6 +108,7 @@ void ServiceState::ExpireDeadlines(Clock::time_point now, Outbox& out) {
       DropWaiter(it->second.waiter.conn);
       it = key_waiters_.erase(it);
     } else {
+      next_expiry_ = std::min(next_expiry_, it->second.deadline);
       ++it;
     }
   }
@@ -110,6 +125,7 @@ void ServiceState::ExpireDeadlines(Clock::time_point now, Outbox& out) {
       AnswerBarrier(b, st.WithFailure({FailureKind::kTimeout, {missing.begin(), missing.end()}, what, -1}), out);
       it = barriers_.erase(it);
     } else {
+      next_expiry_ = std::min(next_expiry_, b.deadline);
       ++it;
     }
   }

@@ -1,5 +1,5 @@
-// The service's event loop: accepting connections (within the limit), reaping finished
-// members, and each connection's Hello, read with a deadline, then served or rejected.
+// The service's event loop: accepting connections (within the limit), and each
+// connection's Hello, read with a deadline, then served as a member or rejected.
 #include "coordination/service.h"
 
 #include <algorithm>
@@ -20,8 +20,6 @@ constexpr std::chrono::milliseconds kHandshakeTimeout{10000};
 // What a refused or rejected peer gets to read its error frame: it is not
 // a member, and nobody waits for it.
 constexpr std::chrono::milliseconds kRejectSendTimeout{1000};
-// How often the event loop looks for members whose threads are done.
-constexpr std::chrono::milliseconds kReapInterval{100};
 
 std::string ErrorFrame(const Status& status) { return msg::Error::From(0, status).Encode(); }
 
@@ -48,47 +46,9 @@ struct CoordinationService::Handshake {
   bool member = false;
 };
 
-void CoordinationService::Reap() {
-  if (finished_.load() == 0) return;
-  std::vector<std::shared_ptr<Connection>> finished;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (auto it = connections_.begin(); it != connections_.end();) {
-      if (it->second->finished.load()) {
-        --finished_;
-        finished.push_back(it->second);
-        it = connections_.erase(it);
-      } else {
-        ++it;
-      }
-    }
-  }
-  for (auto& c : finished) {
-    // Its reader is done, so nobody reads the peer's side any more: what is
-    // still queued cannot matter, and the writer must not wait for more
-    // (a reader that ends while the service stops leaves the queue open).
-    c->Close();
-    if (c->reader.joinable()) c->reader.join();
-    if (c->writer.joinable()) c->writer.join();
-    --open_;
-  }
-}
-
-void CoordinationService::ReapEvery() {
-  loop_->reap.expires_after(kReapInterval);
-  loop_->reap.async_wait([this](const asio::error_code& ec) {
-    if (ec || stopping_) return;
-    Reap();
-    ReapEvery();
-  });
-}
-
 void CoordinationService::AcceptNext() {
   loop_->acceptor.async_accept([this](const asio::error_code& ec, tcp::socket socket) {
     if (stopping_ || ec == asio::error::operation_aborted) return;
-    // Reap first: when accept fails for want of descriptors, those of the
-    // finished members are the ones to free.
-    Reap();
     if (ec) {
       // EMFILE and the like persist until descriptors are freed: back off
       // (up to 1 s) rather than spin, and say so at a bounded rate.
@@ -160,7 +120,7 @@ void CoordinationService::StartHandshake(const std::shared_ptr<Handshake>& h) {
 }
 
 void CoordinationService::OnHelloFrame(const std::shared_ptr<Handshake>& h) {
-  auto conn = std::make_shared<Connection>();
+  auto conn = std::make_shared<Connection>(loop_->io);
   conn->id = h->id;
   conn->peer = h->peer;
   Status st;
@@ -177,13 +137,11 @@ void CoordinationService::OnHelloFrame(const std::shared_ptr<Handshake>& h) {
     while (auto f = conn->queue.TryPop()) frames.push_back(std::move(f));
     return Reject(h, st, std::move(frames));
   }
-  // A member: its slot passes to the connection (Reap gives it back), and
-  // blocking code with a reader and a writer thread serves it from here.
-  asio::error_code ec;
+  // A member: its slot passes to the connection (EndMember gives it back),
+  // and the loop serves it from here.
   h->timer.cancel();
   h->member = true;
-  conn->socket = Socket::FromEventLoop(h->socket.release(ec));
-  conn->socket.SetSendTimeout(ServiceState::SendProgressTimeoutSeconds(options_.heartbeat_timeout_s));
+  conn->socket = std::move(h->socket);
   ServeMember(conn);
 }
 

@@ -14,6 +14,7 @@ Status ServiceState::HandleShutdown(int pid, const std::string& payload, Outbox&
   Process& self = processes_[pid];
   Waiter w{self.conn, m.value().request_id};
   self.state = ProcessState::kShuttingDown;
+  shutting_down_.insert(pid);
   FailBarriersWaitingFor(pid, "process " + std::to_string(pid) + " is shutting down (it finished its work)", out);
   // The others' collectives may be waiting for it: tell them.
   msg::PeerShutdown note;

@@ -2,6 +2,8 @@
 // increment, get, try-get, delete and list (service_state.h).
 #include "coordination/service_state.h"
 
+#include <algorithm>
+
 #include "common/deadline.h"
 #include "common/parse_int.h"
 #include "coordination/messages.h"
@@ -124,9 +126,9 @@ Status ServiceState::HandleKeyValueGet(ConnectionId conn, const std::string& pay
   }
   Status fits = CheckKey("key_value_get of " + QuotedKey(key), key);
   if (fits.ok()) fits = CheckWaitingOf(conn, "key_value_get of " + QuotedKey(key));
-  if (fits.ok() && Waiting() >= kMaxWaiting) {
+  if (fits.ok() && Waiting() >= MaxWaitingFor(options_.num_processes)) {
     fits = Status(Code::kResourceExhausted, "key_value_get of " + QuotedKey(key) + ": " +
-                                                std::to_string(kMaxWaiting) +
+                                                std::to_string(MaxWaitingFor(options_.num_processes)) +
                                                 " blocking gets and barriers are already waiting (the limit)");
   }
   if (!fits.ok()) {
@@ -134,7 +136,8 @@ Status ServiceState::HandleKeyValueGet(ConnectionId conn, const std::string& pay
     return OkStatus();
   }
   double timeout_s = m.value().timeout_ms / 1000.0;
-  key_waiters_.emplace(key, KeyWaiter{w, After(timeout_s), SaturatedSeconds(timeout_s)});
+  auto waiter = key_waiters_.emplace(key, KeyWaiter{w, After(timeout_s), SaturatedSeconds(timeout_s)});
+  next_expiry_ = std::min(next_expiry_, waiter->second.deadline);
   AddWaiter(conn);
   return OkStatus();
 }

@@ -89,6 +89,11 @@ void ServiceState::CheckAgreement(Outbox& out) {
     if (!next.count(pid) && p.state == ProcessState::kFailed && p.conn == 0) p.state = ProcessState::kAbsent;
   }
   live_ = next;
+  // A barrier counts its arrivals from the epoch's members: count again.
+  for (auto& [name, b] : barriers_) {
+    b.live_arrived = 0;
+    for (int pid : b.arrived) b.live_arrived += live_.count(pid);
+  }
   failure_.reset();
   failed_process_ = -1;
   msg::Membership verdict;
@@ -98,9 +103,15 @@ void ServiceState::CheckAgreement(Outbox& out) {
   std::vector<Waiter> answer;
   for (const auto& [pid, w] : agreement_->arrived) answer.push_back(w);
   for (const auto& [pid, w] : joiners_) answer.push_back(w);
+  // Every member's topology is in it: encoded once per request id, not per member.
+  std::map<uint32_t, std::shared_ptr<const std::string>> encoded;
   for (const Waiter& w : answer) {
-    verdict.request_id = w.request_id;
-    out.Send(w.conn, verdict.Encode());
+    auto& frame = encoded[w.request_id];
+    if (!frame) {
+      verdict.request_id = w.request_id;
+      frame = std::make_shared<const std::string>(verdict.Encode());
+    }
+    out.Send(w.conn, frame);
   }
   agreement_.reset();
   joiners_.clear();

@@ -2,7 +2,8 @@
 // every process's topology and answers all of them once the last has registered.
 #include "coordination/service_state.h"
 
-#include <algorithm>
+#include <map>
+#include <memory>
 
 #include "coordination/messages.h"
 
@@ -48,15 +49,24 @@ Status ServiceState::HandleRegister(int pid, const std::string& payload, Outbox&
     return OkStatus();
   }
   registration_waiters_.push_back(w);
-  bool all = std::all_of(processes_.begin(), processes_.end(),
-                         [](const Process& p) { return p.state == ProcessState::kRegistered; });
-  if (!all) return OkStatus();
+  // Before registration completes a registered process stays registered
+  // (a failure then ends the job), so a count says when all are: no scan
+  // of every process at each registration.
+  if (++registered_ < processes_.size()) return OkStatus();
   registration_complete_ = true;
   msg::Topology t;
+  t.processes.reserve(processes_.size());
   for (const Process& p : processes_) t.processes.push_back({p.incarnation, p.topology});
+  // The reply carries every topology, so it is encoded once per request id
+  // (the clients' first request: nearly always one), never once per process.
+  std::map<uint32_t, std::shared_ptr<const std::string>> encoded;
   for (const Waiter& each : registration_waiters_) {
-    t.request_id = each.request_id;
-    out.Send(each.conn, t.Encode());
+    auto& frame = encoded[each.request_id];
+    if (!frame) {
+      t.request_id = each.request_id;
+      frame = std::make_shared<const std::string>(t.Encode());
+    }
+    out.Send(each.conn, frame);
   }
   registration_waiters_.clear();
   return OkStatus();

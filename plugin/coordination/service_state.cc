@@ -143,6 +143,7 @@ Status ServiceState::OnHello(ConnectionId conn, const std::string& peer, const s
   p.peer = peer;
   p.incarnation = h.incarnation;
   p.last_heartbeat = Clock::now();
+  next_liveness_check_ = std::min(next_liveness_check_, p.last_heartbeat + Millis(options_.heartbeat_timeout_s));
   members_[conn] = static_cast<int>(h.process_id);
   msg::HelloOk ok;
   ok.request_id = h.request_id;
@@ -276,7 +277,7 @@ std::string ServiceState::CheckInvariants() const {
   }
   if (bytes != store_bytes_) return "store_bytes_ disagrees with the store";
   if (store_bytes_ > kMaxStoreBytes) return "the store is over its limit";
-  if (Waiting() > kMaxWaiting + 1) return "more waiters than the limit";
+  if (Waiting() > MaxWaitingFor(options_.num_processes) + 1) return "more waiters than the limit";
   std::map<ConnectionId, size_t> waiting;
   for (const auto& kw : key_waiters_) ++waiting[kw.second.waiter.conn];
   for (const auto& b : barriers_) {

@@ -34,7 +34,8 @@ struct ServiceOptions {
   std::string token;
   double heartbeat_timeout_s = kDefaultHeartbeatTimeoutSeconds;
   double initialization_timeout_s = kDefaultInitializationTimeoutSeconds;
-  int max_connections = kDefaultMaxConnections;
+  // 0: MaxConnectionsFor(num_processes) (limits.h).
+  int max_connections = 0;
   // The launcher's restarts: this is attempt `attempt` of the job, and
   // `earlier_tokens` are the tokens of the attempts before it (index =
   // attempt), so a process left over from one is told so, not "wrong token".
@@ -126,6 +127,7 @@ class ServiceState {
   };
   struct Barrier {
     std::set<int> arrived;
+    size_t live_arrived = 0;  // of `arrived`, the members of the epoch (live_)
     std::vector<Waiter> waiters;
     Clock::time_point deadline;
     double timeout_s;  // set with the deadline (no initializer here: clang then refuses optional<Agreement>::emplace())
@@ -206,12 +208,19 @@ class ServiceState {
   Clock::time_point init_deadline_;
   Clock::time_point next_init_report_;
   Clock::time_point next_beat_;
+  // No watched process can be silent too long before this (Tick).
+  Clock::time_point next_liveness_check_ = Clock::time_point::max();
+  // No get or barrier can time out before this (ExpireDeadlines).
+  Clock::time_point next_expiry_ = Clock::time_point::max();
   bool registration_complete_ = false;
+  size_t registered_ = 0;  // before registration completes
   std::vector<Waiter> registration_waiters_;
   std::map<std::string, std::string> kv_;
   size_t store_bytes_ = 0;
   std::multimap<std::string, KeyWaiter> key_waiters_;
   std::map<std::string, Barrier> barriers_;
+  // The processes that asked to shut down (a barrier they miss cannot complete).
+  std::set<int> shutting_down_;
   std::map<ConnectionId, size_t> waiting_of_;
   std::optional<Status> failure_;
   int failed_process_ = -1;

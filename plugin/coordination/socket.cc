@@ -109,7 +109,9 @@ StatusOr<Socket> Socket::Listen(const std::string& bind_host, int port) {
                  : Internal(Errno(("bind " + where).c_str()));
       continue;
     }
-    if (listen(s.fd(), 256) != 0) {
+    // All of a big job's processes connect at once: a short backlog drops
+    // their SYNs, and each dropped one costs its process a second or more.
+    if (listen(s.fd(), SOMAXCONN) != 0) {
       last = Internal(Errno("listen"));
       continue;
     }
@@ -139,10 +141,6 @@ void Socket::MarkAccepted(int fd) {
   SetNoDelay(fd);
 }
 
-Socket Socket::FromEventLoop(int fd) {
-  if (fd >= 0) fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
-  return Socket(fd);
-}
 
 int Socket::LocalPort() const {
   sockaddr_storage addr{};
@@ -236,10 +234,6 @@ Status Socket::SendAll(const std::string& data) {
     if (rc < 0 && errno != EINTR) return Status(Code::kUnavailable, Errno("poll"));
   }
   return OkStatus();
-}
-
-void Socket::SetSendTimeout(double seconds) {
-  send_timeout_ms_ = static_cast<int>(std::min<int64_t>(Millis(seconds).count(), INT32_MAX));
 }
 
 void Socket::TrySend(const std::string& data) {

@@ -40,8 +40,6 @@ class Socket {
   // What Accept sets on its connections (close-on-exec, no Nagle), for
   // one the service's event loop accepted.
   static void MarkAccepted(int fd);
-  // Such a connection, once it proved the token, handed to blocking code.
-  static Socket FromEventLoop(int fd);
   // "host:port" of the peer of a connected descriptor, "?" if unknown.
   static std::string PeerNameOf(int fd);
 
@@ -59,9 +57,6 @@ class Socket {
   // Sends a whole buffer. DEADLINE_EXCEEDED when the peer took no bytes for
   // the send timeout (a peer that stopped reading).
   Status SendAll(const std::string& data);
-  // How long SendAll may go without the peer taking a byte (kSendTimeoutS
-  // unless set).
-  void SetSendTimeout(double seconds);
   // Sends what the kernel takes now, never waiting (a last word to a peer
   // that is being refused).
   void TrySend(const std::string& data);

@@ -59,7 +59,7 @@ void BindService(nb::module_& m) {
           },
           nb::arg("bind_host"), nb::arg("port"), nb::arg("num_processes"), nb::arg("token"),
           nb::arg("heartbeat_timeout"), nb::arg("initialization_timeout"),
-          nb::arg("max_connections") = coord::kDefaultMaxConnections)
+          nb::arg("max_connections") = 0)
       .def_prop_ro("port", &coord::CoordinationService::port)
       .def("connections", &coord::CoordinationService::connections)
       .def("refused_connections", &coord::CoordinationService::refused_connections)

@@ -317,6 +317,33 @@ void TestWaitingIsBounded() {
   CHECK(job.state.CheckInvariants().empty());
 }
 
+void TestBigJobWaitsInFourCallsEach() {
+  // Past 4,096 processes the job-wide limit is 4 per process: every
+  // process of a 5,000-process job may wait in 4 gets, the next is refused.
+  const int n = 5000;
+  CHECK(MaxWaitingFor(n) == 20000 && MaxWaitingFor(64) == kMaxWaiting);
+  FakeJob job(n);
+  msg::KeyValueGet get;
+  get.timeout_ms = 60000;
+  for (int pid = 0; pid < n; ++pid) {
+    const ConnectionId conn = static_cast<ConnectionId>(pid + 1);
+    CHECK(job.Hello(conn, pid).ok());
+    for (int i = 0; i < 4; ++i) {
+      get.request_id = static_cast<uint32_t>(i);
+      get.key = "never/" + std::to_string(pid) + "/" + std::to_string(i);
+      CHECK(job.Send(conn, get).ok());
+    }
+  }
+  size_t errors = 0;
+  for (const auto& f : job.out.frames) errors += msg::Error::Decode(Payload(*f.bytes)).ok();
+  CHECK(errors == 0);
+  job.out.frames.clear();
+  get.key = "never/one-more";
+  CHECK(job.Send(1, get).ok());
+  CHECK(job.ErrorFor(1).find("20000 blocking gets and barriers are already waiting (the limit)") != std::string::npos);
+  CHECK(job.state.CheckInvariants().empty());
+}
+
 void TestWaitingIsBoundedPerProcess() {
   FakeJob job(2);
   CHECK(job.Hello(1, 0).ok());
@@ -429,6 +456,35 @@ std::vector<uint32_t> Ids(const msg::Membership& m) {
   std::vector<uint32_t> ids;
   for (const Member& member : m.members) ids.push_back(member.process_id);
   return ids;
+}
+
+void TestBarrierOfABigJobAfterAnAgreement() {
+  // Arrivals are counted, not looked up: a barrier of every member of a
+  // big job completes at its last arrival and not before, also after an
+  // agreement changed who the members are.
+  const int n = 3000;
+  FakeJob job(n);
+  RegisterAll(job, n);
+  msg::Barrier b;
+  b.name = "all";
+  b.timeout_ms = 60000;
+  for (int p = 0; p + 1 < n; ++p) CHECK(job.Send(10 + p, b).ok());
+  CHECK(job.out.frames.empty());
+  CHECK(job.Send(10 + n - 1, b).ok());
+  CHECK(job.out.frames.size() == static_cast<size_t>(n));
+  for (const auto& f : job.out.frames) CHECK(msg::Ok::Decode(Payload(*f.bytes)).ok());
+  job.out.frames.clear();
+  // Process n-1 fails; the others agree on a membership without it.
+  job.state.OnDisconnect(10 + n - 1, myplugin::Status(Code::kUnavailable, "gone"), job.out);
+  for (int p = 0; p + 1 < n; ++p) CHECK(job.Send(10 + p, AgreeWithin(60000)).ok());
+  CHECK(job.state.live().size() == static_cast<size_t>(n - 1));
+  job.out.frames.clear();
+  b.name = "survivors";
+  for (int p = 0; p + 2 < n; ++p) CHECK(job.Send(10 + p, b).ok());
+  CHECK(job.out.frames.empty());
+  CHECK(job.Send(10 + n - 2, b).ok());
+  CHECK(job.out.frames.size() == static_cast<size_t>(n - 1));
+  CHECK(job.state.CheckInvariants().empty());
 }
 
 void TestSurvivorsAgreeOnOneVerdict() {
@@ -647,6 +703,8 @@ void RunServiceStateTests() {
   TestStoppedReaderIsDeclaredFailed();
   TestWaitingIsBounded();
   TestWaitingIsBoundedPerProcess();
+  TestBigJobWaitsInFourCallsEach();
+  TestBarrierOfABigJobAfterAnAgreement();
   TestSurvivorsAgreeOnOneVerdict();
   TestRestartedProcessRejoinsAtNextAgreement();
   TestAgreementWaitsForAnExpectedRestart();
