@@ -19,3 +19,102 @@ def test_device_put_across_processes_equals_numpy():
   assert sorted(res.pop("rank") for res in results) == [0, 1], r.output
   for res in results:
     assert len(res) == 15 and all(res.values()), (res, r.output)
+
+
+# ---- The direct path: size, memory, faults (tests/programs/transfer_worker.py) ----
+import signal  # noqa: E402
+import time  # noqa: E402
+
+import pytest  # noqa: E402
+
+from job import Job  # noqa: E402
+
+TRANSFER_WORKER = "transfer_worker.py"
+ONE_DEVICE = {"MYPLUGIN_NUM_DEVICES": "1"}
+
+
+def test_a_transfer_over_256_mib_succeeds_with_bounded_memory():
+  """300 MiB: more than the coordination store's limit (which the old path
+  went through, twice); the data equals what was sent, and neither side
+  holds more than a few pieces beyond the arrays themselves."""
+  with Job(2, ["big"], program=TRANSFER_WORKER, env=ONE_DEVICE) as job:
+    codes = job.wait(timeout=240)
+    assert codes == {0: 0, 1: 0}, job.all_output()
+    sender, receiver = job.event(0, "big"), job.event(1, "big")
+    assert receiver["ok"], job.all_output()
+    # The sender's array exists before; the receiver's is made as it arrives.
+    assert sender["peak_mib"] - sender["before_mib"] < 64, sender
+    assert receiver["peak_mib"] - receiver["before_mib"] < 300 + 64, receiver
+
+
+def test_sender_killed_mid_transfer_ends_the_receivers_wait_naming_it():
+  env = dict(ONE_DEVICE, TEST_HEARTBEAT_TIMEOUT="60")  # the transfer, not the heartbeat, must notice
+  with Job(2, ["ping_pong"], program=TRANSFER_WORKER, env=env) as job:
+    job.wait_event("looping")
+    time.sleep(0.5)
+    job.signal(0, signal.SIGKILL)
+    t0 = time.monotonic()
+    job.wait_event("error", ranks=[1], timeout=30)
+    assert time.monotonic() - t0 < 10, job.all_output()
+    e = job.event(1, "error")
+    assert "process 0" in e["error"], e
+    assert "failed" in e["error"] or "closed" in e["error"], e  # the cause
+    # Nothing left behind: the connections to the dead process are closed.
+    assert e["sockets"] <= job.event(1, "looping")["sockets"] - 1, (e, job.event(1, "looping"))
+    assert e["shm"] == job.event(1, "looping")["shm"], e
+
+
+def test_receiver_killed_frees_the_sender_naming_it():
+  env = dict(ONE_DEVICE, TEST_HEARTBEAT_TIMEOUT="60")
+  with Job(2, ["ping_pong"], program=TRANSFER_WORKER, env=env) as job:
+    job.wait_event("looping")
+    time.sleep(0.5)
+    job.signal(1, signal.SIGKILL)
+    t0 = time.monotonic()
+    job.wait_event("error", ranks=[0], timeout=30)
+    assert time.monotonic() - t0 < 10, job.all_output()
+    e = job.event(0, "error")
+    assert "process 1" in e["error"], e
+    assert e["sockets"] <= job.event(0, "looping")["sockets"] - 1, (e, job.event(0, "looping"))
+    codes = job.wait([0], timeout=30)  # and it is free to go
+    assert codes[0] == 0, job.all_output()
+
+
+def test_a_stopped_sender_is_named_within_the_stall_bound():
+  """SIGSTOP: the connection stays open and heartbeats are slow to tell
+  (300 s here); the transfer's own bounds (2 s without data, 4 s for the
+  sender to come) must name the stopped process."""
+  env = dict(ONE_DEVICE, TEST_HEARTBEAT_TIMEOUT="300", MYPLUGIN_COLLECTIVE_STALL_SECONDS="2",
+             MYPLUGIN_COLLECTIVE_TIMEOUT_SECONDS="4")
+  with Job(2, ["ping_pong"], program=TRANSFER_WORKER, env=env) as job:
+    job.wait_event("looping")
+    time.sleep(0.5)
+    job.signal(0, signal.SIGSTOP)
+    job.wait_event("error", ranks=[1], timeout=30)
+    e = job.event(1, "error")
+    assert e["waited"] < 15, e
+    assert "process 0" in e["error"], e
+    assert ("sent no data for 2 s" in e["error"] or "never sent it" in e["error"]), e
+    assert e["code"] == "DEADLINE_EXCEEDED" and e["processes"] == [0], e
+
+
+def test_a_shape_mismatch_is_an_error_naming_both_sides():
+  with Job(2, ["mismatch"], program=TRANSFER_WORKER, env=ONE_DEVICE) as job:
+    job.wait(timeout=120)
+    e = job.event(1, "error")
+    assert e, job.all_output()
+    assert "process 0 sends type 11 [8]" in e["error"] and "process 1 expects type 11 [4]" in e["error"], e
+    assert not job.event(1, "received")
+    # The sender hears the refusal too.
+    assert "refused it" in job.output(0) and "expects type 11 [4]" in job.output(0), job.all_output()
+
+
+def test_a_receiver_that_gives_up_frees_the_late_sender():
+  env = dict(ONE_DEVICE, MYPLUGIN_COLLECTIVE_TIMEOUT_SECONDS="3")
+  with Job(2, ["late_sender"], program=TRANSFER_WORKER, env=env) as job:
+    job.wait(timeout=120)
+    e = job.event(1, "error")
+    assert e and "process 0 never sent it" in e["error"] and e["code"] == "DEADLINE_EXCEEDED", job.all_output()
+    assert 2.5 < e["waited"] < 10, e
+    # The sender, late, is told at once that process 1 gave up.
+    assert "process 1 refused it: process 1 gave up" in job.output(0), job.all_output()
