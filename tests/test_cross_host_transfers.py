@@ -43,8 +43,11 @@ def test_a_transfer_over_256_mib_succeeds_with_bounded_memory():
     sender, receiver = job.event(0, "big"), job.event(1, "big")
     assert receiver["ok"], job.all_output()
     # The sender's array exists before; the receiver's is made as it arrives.
-    assert sender["peak_mib"] - sender["before_mib"] < 64, sender
-    assert receiver["peak_mib"] - receiver["before_mib"] < 300 + 64, receiver
+    # Beyond the arrays, each side maps the ring between them (4 pieces of
+    # 16 MiB, transfer_endpoint.h) and little else; a copy of the whole array
+    # (as the old path made on the sender) is 300 MiB.
+    assert sender["peak_mib"] - sender["before_mib"] < 96, sender
+    assert receiver["peak_mib"] - receiver["before_mib"] < 300 + 96, receiver
 
 
 def test_sender_killed_mid_transfer_ends_the_receivers_wait_naming_it():

@@ -59,7 +59,7 @@ namespace myplugin::collectives {
 
 // The largest piece of a transfer: what each side holds at once. Measured
 // with bench/cross_host_transfers.py (docs/performance.md).
-inline constexpr size_t kTransferPieceBytes = size_t{4} << 20;
+inline constexpr size_t kTransferPieceBytes = size_t{16} << 20;
 
 // What one transfer carries, as both sides name it.
 struct TransferSpec {
