@@ -48,6 +48,7 @@ def test_a_transfer_over_256_mib_succeeds_with_bounded_memory():
     # (as the old path made on the sender) is 300 MiB.
     assert sender["peak_mib"] - sender["before_mib"] < 96, sender
     assert receiver["peak_mib"] - receiver["before_mib"] < 300 + 96, receiver
+    assert sender["rings"] == receiver["rings"] == 1, (sender, receiver)  # one host: through shared memory
 
 
 def test_sender_killed_mid_transfer_ends_the_receivers_wait_naming_it():
@@ -62,9 +63,11 @@ def test_sender_killed_mid_transfer_ends_the_receivers_wait_naming_it():
     e = job.event(1, "error")
     assert "process 0" in e["error"], e
     assert "failed" in e["error"] or "closed" in e["error"], e  # the cause
-    # Nothing left behind: the connections to the dead process are closed.
+    # Nothing left behind: the connections to the dead process are closed,
+    # their rings unmapped.
     assert e["sockets"] <= job.event(1, "looping")["sockets"] - 1, (e, job.event(1, "looping"))
     assert e["shm"] == job.event(1, "looping")["shm"], e
+    assert job.event(1, "looping")["rings"] == 2 and e["rings"] == 0, (e, job.event(1, "looping"))
 
 
 def test_receiver_killed_frees_the_sender_naming_it():
@@ -79,6 +82,7 @@ def test_receiver_killed_frees_the_sender_naming_it():
     e = job.event(0, "error")
     assert "process 1" in e["error"], e
     assert e["sockets"] <= job.event(0, "looping")["sockets"] - 1, (e, job.event(0, "looping"))
+    assert e["rings"] == 0, e
     codes = job.wait([0], timeout=30)  # and it is free to go
     assert codes[0] == 0, job.all_output()
 
@@ -121,3 +125,41 @@ def test_a_receiver_that_gives_up_frees_the_late_sender():
     assert 2.5 < e["waited"] < 10, e
     # The sender, late, is told at once that process 1 gave up.
     assert "process 1 refused it: process 1 gave up" in job.output(0), job.all_output()
+
+
+# ---- Between hosts: two network namespaces, so the bytes go over TCP ----
+from cluster.hosts import module_hosts  # noqa: E402
+from cluster.job import ClusterJob  # noqa: E402
+
+_ports = iter(range(29720, 29760))
+
+
+@pytest.fixture(scope="module")
+def net():
+  yield from module_hosts(2)
+
+
+def test_across_hosts_over_tcp(net, tmp_path):
+  """300 MiB between namespaces: over the TCP connection (no ring), equal
+  to what was sent, memory bounded as on one host."""
+  with ClusterJob(net, net.hosts, [f"{HERE}/programs/{TRANSFER_WORKER}", "big"], tmp_path, port=next(_ports)) as job:
+    job.wait(300)
+    assert job.returncodes() == [0, 0], job.all_output()
+    sender, receiver = job.event(0, "big"), job.event(1, "big")
+    assert receiver["ok"] and sender["rings"] == receiver["rings"] == 0, (sender, receiver)
+    assert sender["peak_mib"] - sender["before_mib"] < 96, sender
+    assert receiver["peak_mib"] - receiver["before_mib"] < 300 + 96, receiver
+
+
+def test_across_hosts_a_killed_sender_is_named(net, tmp_path):
+  with ClusterJob(net, net.hosts, [f"{HERE}/programs/{TRANSFER_WORKER}", "ping_pong"], tmp_path, port=next(_ports),
+                  heartbeat=60) as job:
+    job.wait_event("looping", timeout=120)
+    time.sleep(0.5)
+    job.procs[0].send_signal(signal.SIGKILL)
+    t0 = time.monotonic()
+    job.wait_event("error", ranks=[1], timeout=30)
+    assert time.monotonic() - t0 < 10, job.all_output()
+    e = job.event(1, "error")
+    assert "process 0" in e["error"] and ("failed" in e["error"] or "closed" in e["error"]), e
+    assert e["sockets"] <= job.event(1, "looping")["sockets"] - 1, (e, job.event(1, "looping"))

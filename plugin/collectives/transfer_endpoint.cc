@@ -58,8 +58,13 @@ std::string Secs(double s) {
 // A ring's mapping, unmapped with its owner.
 struct Mapping {
   char* base = nullptr;
-  ~Mapping() {
+  Mapping() = default;
+  Mapping(const Mapping&) = delete;
+  Mapping& operator=(const Mapping&) = delete;
+  ~Mapping() { Reset(); }
+  void Reset() {
     if (base != nullptr) ::munmap(base, kRingBytes);
+    base = nullptr;
   }
   Status Map(int fd) {
     void* p = ::mmap(nullptr, kRingBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -406,8 +411,17 @@ void TransferEndpoint::SendLoop(Outgoing* out) {
     SendJob job;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stopping_ || !out->queue.empty(); });
-      if (out->queue.empty()) return;
+      // After an abort, the connection and its ring go at once: nothing of
+      // a failed job (or peer) is kept.
+      cv_.wait(lock, [&] { return stopping_ || !out->queue.empty() || (aborted_ && out->socket.valid()); });
+      if (aborted_ && out->socket.valid()) {
+        out->socket = coordination::Socket();
+        out->ring.Reset();
+      }
+      if (out->queue.empty()) {
+        if (stopping_) return;
+        continue;
+      }
       job = std::move(out->queue.front());
       out->queue.pop_front();
     }
@@ -423,6 +437,7 @@ void TransferEndpoint::SendLoop(Outgoing* out) {
     if (!st.ok()) {
       std::lock_guard<std::mutex> lock(mu_);
       out->socket = coordination::Socket();  // out of step: the next send connects anew
+      out->ring.Reset();
     }
     if (!st.ok()) {
       std::fprintf(stderr, "myplugin: %s\n", st.message().c_str());
@@ -472,7 +487,7 @@ Status TransferEndpoint::Connect(Outgoing* out) {
   Put(hello, &flags, 4);
   Io io{socket.fd(), [this] { return aborted(); }};
   MYPLUGIN_RETURN_IF_ERROR(io.WriteAll(hello.data(), hello.size(), limits_.stall_s));
-  out->ring = Mapping();
+  out->ring.Reset();
   out->ring_pieces = 0;
   if (local) {
     Fd ring(::memfd_create("myplugin-transfer-ring", MFD_CLOEXEC));

@@ -62,6 +62,12 @@ def shm():
   return sorted(os.listdir("/dev/shm"))
 
 
+def rings():
+  """The transfer rings this process maps (transfers between processes of one host)."""
+  with open("/proc/self/maps") as f:
+    return len({line.split()[0] for line in f if "memfd:myplugin-transfer-ring" in line})
+
+
 def on(p, value):
   """A committed array on process p's device (only p holds its data)."""
   value = np.asarray(value)
@@ -98,7 +104,7 @@ if scenario == "big":
   if me == 1:
     data = np.asarray(z.addressable_shards[0].data)
     ok = data.shape == (n,) and bool((data == 2.5).all())
-  result(event="big", ok=ok, before_mib=before, peak_mib=peak[0])
+  result(event="big", ok=ok, before_mib=before, peak_mib=peak[0], rings=rings())
 elif scenario == "ping_pong":
   x = np.arange((16 << 20) // 4, dtype=np.float32)
   y = on(0, x) if me == 0 else on_shape(0, x.shape, np.float32, 0)
@@ -113,11 +119,11 @@ elif scenario == "ping_pong":
       else:
         assert np.array_equal(np.asarray(z.addressable_shards[0].data), x)
       if i == 0:
-        result(event="looping", sockets=sockets(), shm=shm())
+        result(event="looping", sockets=sockets(), shm=shm(), rings=rings())
   except Exception as e:  # noqa: BLE001
     waited = time.monotonic() - round_start
     time.sleep(1.5)  # connections closed by the failure are let go within moments
-    result(event="error", waited=waited, sockets=sockets(), shm=shm(), **error_fields(e))
+    result(event="error", waited=waited, sockets=sockets(), shm=shm(), rings=rings(), **error_fields(e))
     sys.stdout.flush()
     os._exit(0)
 elif scenario == "mismatch":
