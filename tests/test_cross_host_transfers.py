@@ -3,6 +3,8 @@ transfer, through our PJRT CrossHostTransfers extension): every case of
 tests/programs/cross_host_worker.py equals numpy on the receiving process,
 and the other process holds no shard of the result."""
 import json
+import os
+import re
 import sys
 
 from job import HERE
@@ -68,6 +70,15 @@ def test_sender_killed_mid_transfer_ends_the_receivers_wait_naming_it():
     assert e["sockets"] <= job.event(1, "looping")["sockets"] - 1, (e, job.event(1, "looping"))
     assert e["shm"] == job.event(1, "looping")["shm"], e
     assert job.event(1, "looping")["rings"] == 2 and e["rings"] == 0, (e, job.event(1, "looping"))
+    # The transfers are calls in the flight recorder that the failure wrote:
+    # sends and receives between the two processes, the last one not done.
+    trace = re.search(r"flight recorder written to (\S+)", job.output(1))
+    assert trace, job.all_output()
+    with open(os.path.join(trace.group(1), "process-1.json")) as f:
+      calls = [c for c in json.load(f)["calls"] if c["op"] in ("send", "receive")]
+    assert {c["op"] for c in calls} == {"send", "receive"}, calls[-4:]
+    assert all(c["processes"] == [0, 1] or c["processes"] == [1, 0] for c in calls), calls[-4:]
+    assert calls[-1]["state"] != "done", calls[-4:]
 
 
 def test_receiver_killed_frees_the_sender_naming_it():
