@@ -174,3 +174,14 @@ def test_across_hosts_a_killed_sender_is_named(net, tmp_path):
     e = job.event(1, "error")
     assert "process 0" in e["error"] and ("failed" in e["error"] or "closed" in e["error"]), e
     assert e["sockets"] <= job.event(1, "looping")["sockets"] - 1, (e, job.event(1, "looping"))
+
+
+def test_a_waiting_receive_shows_in_the_straggler_report():
+  """A receive whose sender is late is a call like a collective's: the
+  straggler watch reports it, naming the sender as not arrived."""
+  env = dict(ONE_DEVICE, MYPLUGIN_COLLECTIVE_TIMEOUT_SECONDS="5", MYPLUGIN_STRAGGLER_SECONDS="1.5")
+  with Job(2, ["late_sender"], program=TRANSFER_WORKER, env=env) as job:
+    job.wait(timeout=120)
+    report = job.output(0)  # the first member prints the reports
+    assert "receive u8[32] (call #0) on processes [0, 1] has waited" in report, job.all_output()
+    assert "arrived: processes [1]; not arrived: processes [0]" in report, job.all_output()
