@@ -20,7 +20,7 @@ def test_device_put_across_processes_equals_numpy():
   results = [json.loads(l.split("RESULT ", 1)[1]) for l in r.stdout.splitlines() if "RESULT " in l]
   assert sorted(res.pop("rank") for res in results) == [0, 1], r.output
   for res in results:
-    assert len(res) == 15 and all(res.values()), (res, r.output)
+    assert len(res) == 16 and all(res.values()), (res, r.output)
 
 
 # ---- The direct path: size, memory, faults (tests/programs/transfer_worker.py) ----
