@@ -232,6 +232,21 @@ Signature SignatureOf(CollectiveOp op, const TransferSpec& spec) {
   return sig;
 }
 
+// After a write to the receiver failed: what it said before it closed, if
+// anything (its reason for giving up, behind any slots it freed).
+std::optional<Status> ReceiverSaid(Io& io) {
+  for (int frames = 0; frames < static_cast<int>(kRingSlots) + 1; ++frames) {
+    uint32_t type = 0;
+    std::string payload;
+    if (!io.ReadControl(&type, &payload, 0.5).ok()) return std::nullopt;
+    if (type == kReply) {
+      Status why = DecodeReply(payload);
+      if (!why.ok()) return why;
+    }
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 std::string TransferSpec::Name() const {
@@ -589,6 +604,10 @@ Status TransferEndpoint::StreamOverSocket(Outgoing* out, SendJob& job, const std
                                                    "link is down")
             .WithFailure({FailureKind::kTimeout, {out->process}, "send", spec.key});
       }
+      if (std::optional<Status> why = ReceiverSaid(io)) {
+        return Status(why->code(), what + ": " + peer + " gave up: " + why->message())
+            .WithFailure({FailureKind::kPeerFailure, {out->process}, "send", spec.key});
+      }
       return lost(st);
     }
     offset += n;
@@ -644,7 +663,13 @@ Status TransferEndpoint::StreamThroughRing(Outgoing* out, SendJob& job, const st
     const uint32_t t = kRingPiece, len = static_cast<uint32_t>(n);
     Put(head, &t, 4);
     Put(head, &len, 4);
-    if (Status st = io.WriteAll(head.data(), head.size(), limits_.stall_s); !st.ok()) return lost(st);
+    if (Status st = io.WriteAll(head.data(), head.size(), limits_.stall_s); !st.ok()) {
+      if (std::optional<Status> why = ReceiverSaid(io)) {
+        return Status(why->code(), what + ": " + peer + " gave up: " + why->message())
+            .WithFailure({FailureKind::kPeerFailure, {out->process}, "send", spec.key});
+      }
+      return lost(st);
+    }
     ++out->ring_pieces;
     ++in_flight;
     offset += n;
@@ -889,13 +914,11 @@ bool TransferEndpoint::ServeTransfer(Incoming* in, const TransferSpec& spec) {
     }
     offset += n;
     Status taken = r->sink(offset - n, data, n, offset == spec.bytes);
-    // The slot is free again once the sink has the bytes.
-    if (taken.ok() && in->ring.base != nullptr) {
-      if (Status freed = io.WriteFrame(kSlotFree, "", limits_.stall_s); !freed.ok()) {
-        finish(lost(freed));
-        return false;
-      }
-    }
+    // The slot is free again once the sink has the bytes. A notice that
+    // cannot be sent is no error yet: the next frame says why (a sender
+    // that failed says so before it closes), and after the last piece the
+    // data is all here.
+    if (taken.ok() && in->ring.base != nullptr) (void)io.WriteFrame(kSlotFree, "", limits_.stall_s);
     if (!taken.ok()) {
       (void)io.WriteFrame(kReply, EncodeReply(Status(taken.code(), "process " + std::to_string(me_) +
                                                                       " could not take the data: " + taken.message())),

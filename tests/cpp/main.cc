@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   RunEngineClientTests();
   RunProcessRuntimeTests();
   RunBufferCaptureTests();
+  RunTransferEndpointTests();
   RunWireTests();
   RunProcessInfoTests();
   RunSocketTests();
