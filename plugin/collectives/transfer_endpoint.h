@@ -19,10 +19,13 @@
 //             posted and its type and shape agree; else the reason (a
 //             mismatch names both sides), and no data follows
 //   sender -> the bytes, in pieces of at most kTransferPieceBytes, each
-//             read from the source and handed to the sink as it comes, so
-//             memory stays at a piece or two on each side, whatever the size
+//             read from the source and handed to the sink as it comes (on
+//             one host: a notice per piece put in the ring, and the
+//             receiver's notice per slot freed), so memory stays at the ring
+//             or a piece per side, whatever the size
 //   receiver -> (only on a failure while the bytes move) a reply with the
-//             reason; then it closes the connection
+//             reason; then it closes the connection. A sender whose source
+//             fails says why in the same way.
 // Sends are queued per destination and run on that destination's thread,
 // so a send never blocks its caller, and two processes sending to each other
 // at once do not wait on each other. A receive is matched by its key and
@@ -118,8 +121,8 @@ class TransferEndpoint {
   struct Incoming;
   struct SendJob;
   TransferEndpoint(std::shared_ptr<coordination::CoordinationClient> client, uint64_t epoch, int me, int n,
-                   WaitLimits limits, coordination::Socket listener, Fd unix_listener, std::string unix_name,
-                   std::string secret, std::vector<bool> same_host);
+                   WaitLimits limits, coordination::Socket listener, Fd unix_listener, std::string secret,
+                   std::vector<bool> same_host);
   void AcceptLoop();
   void ReadLoop(Incoming* in);
   void SendLoop(Outgoing* out);
@@ -145,7 +148,6 @@ class TransferEndpoint {
   const WaitLimits limits_;
   coordination::Socket listener_;
   Fd unix_listener_;  // an abstract Unix socket, for processes of this host
-  const std::string unix_name_;
   const std::string secret_;
   const std::vector<bool> same_host_;
   int failure_callback_ = 0;
