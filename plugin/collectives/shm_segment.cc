@@ -9,12 +9,8 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <chrono>
-#include <climits>
-#include <cstring>
-#include <random>
 
 #include "collectives/fd_passing.h"
 #include "collectives/shm_segment.h"
