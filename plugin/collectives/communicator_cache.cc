@@ -134,9 +134,7 @@ StatusOr<std::shared_ptr<Communicator>> CommunicatorCache::Make(
   return comm;
 }
 
-StatusOr<std::unique_ptr<GlooCommunicator>> CommunicatorCache::MakeGloo(
-    const std::vector<int>& process_group, const std::shared_ptr<coordination::CoordinationClient>& client,
-    const std::string& prefix, const WaitLimits& limits) {
+StatusOr<std::string> ListenHostFor(const std::vector<int>& process_group) {
   coordination::DistributedRuntime& runtime = ProcessRuntime::Get().distributed();
   // Each process listens at the address it advertised when it registered
   // (coordination/runtime.h says how that is chosen). A loopback address is
@@ -175,7 +173,16 @@ StatusOr<std::unique_ptr<GlooCommunicator>> CommunicatorCache::MakeGloo(
                              "advertised address or interface setting differs between them)");
     }
   }
-  return GlooCommunicator::Create(process_group, runtime.process_id(), limits, host, client, prefix);
+  return host;
+}
+
+StatusOr<std::unique_ptr<GlooCommunicator>> CommunicatorCache::MakeGloo(
+    const std::vector<int>& process_group, const std::shared_ptr<coordination::CoordinationClient>& client,
+    const std::string& prefix, const WaitLimits& limits) {
+  StatusOr<std::string> host = ListenHostFor(process_group);
+  if (!host.ok()) return host.status();
+  return GlooCommunicator::Create(process_group, ProcessRuntime::Get().distributed().process_id(), limits,
+                                  host.value(), client, prefix);
 }
 
 }  // namespace myplugin::collectives

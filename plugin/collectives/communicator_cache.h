@@ -17,6 +17,13 @@
 
 namespace myplugin::collectives {
 
+// The address this process listens at for direct connections from the
+// processes of `process_group` (process ids): the one it advertised when it
+// registered, or, where that is a loopback address and a peer is on another
+// host, where the route to that peer leaves from. INVALID_ARGUMENT when the
+// processes advertised addresses of different families.
+StatusOr<std::string> ListenHostFor(const std::vector<int>& process_group);
+
 // One per process, owned by the process runtime (process_runtime.h).
 class CommunicatorCache {
  public:

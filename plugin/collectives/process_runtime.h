@@ -22,7 +22,9 @@
 //                      map (client.cc), live compile targets (gpu_compile.cc),
 //                      cost-analysis table, executables' origins
 //                      (executable.cc), the running engine's FFI probe
-//                      (ffi_extension.cc); spmd/'s hook slots (program_hooks.cc,
+//                      (ffi_extension.cc), the transfer endpoint of the
+//                      current job and epoch (cross_host_transfers.cc);
+//                      spmd/'s hook slots (program_hooks.cc,
 //                      cost_analysis_hook.cc)
 // The floors above reach theirs through Attached<T>, keyed by type: the owner
 // names none of their types, so no include runs up a floor, and each is held
@@ -45,7 +47,8 @@
 //      watch follows the new epoch;
 //   3. the job's end (distributed().Shutdown) lets go of the coordination
 //      client: the communicators made on it are dropped when the next job
-//      asks for one, and the straggler watch's threads end;
+//      asks for one, as is the transfer endpoint (its threads joined), and
+//      the straggler watch's threads end;
 //   4. the flight recorder, the local rendezvous, the settings, the library
 //      choice, the engines, the pack buffers, the in-process key-value store
 //      and the attachments stay until the process exits (a PJRT object's

@@ -13,6 +13,8 @@ const char* Name(CollectiveOp op) {
     case CollectiveOp::kAllToAll: return "all-to-all";
     case CollectiveOp::kCollectivePermute: return "collective-permute";
     case CollectiveOp::kBarrier: return "barrier";
+    case CollectiveOp::kSend: return "send";
+    case CollectiveOp::kReceive: return "receive";
   }
   return "?";
 }

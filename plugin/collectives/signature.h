@@ -14,6 +14,8 @@ namespace myplugin::collectives {
 
 enum class CollectiveOp : uint8_t {
   kAllReduce = 1, kAllGather, kReduceScatter, kAllToAll, kCollectivePermute, kBarrier,
+  // The two sides of a transfer between two processes (transfer_endpoint.h).
+  kSend, kReceive,
 };
 const char* Name(CollectiveOp op);
 

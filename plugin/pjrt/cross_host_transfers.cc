@@ -1,15 +1,17 @@
 #include "pjrt/cross_host_transfers.h"
 
-#include <algorithm>
-#include <cstring>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "collectives/communicator_cache.h"
+#include "collectives/failure_record.h"
 #include "collectives/process_runtime.h"
-#include "common/profile_spans.h"
+#include "collectives/transfer_endpoint.h"
 #include "coordination/runtime.h"
+#include "engine/buffer_capture.h"
 #include "pjrt/client.h"
 #include "pjrt/device.h"
 #include "pjrt/error.h"
@@ -18,72 +20,14 @@
 namespace myplugin {
 namespace {
 
-constexpr uint32_t kHeaderMagic = 0x58484f53;  // "XHOS"
+using collectives::TransferEndpoint;
+using collectives::TransferSpec;
 
 template <typename Args>
 Args Init() {
   Args a{};
   a.struct_size = sizeof(Args);
   return a;
-}
-
-// What the sender publishes first: the array's type and shape, so that a
-// receiver expecting another one fails with both named instead of reading
-// bytes of the wrong size.
-struct Header {
-  int32_t element_type = 0;
-  std::vector<int64_t> dims;
-  uint64_t bytes = 0;
-
-  std::string Encode() const {
-    std::string out(4 + 4 + 4 + 8 * dims.size() + 8, '\0');
-    char* p = out.data();
-    auto put = [&p](const void* v, size_t n) {
-      std::memcpy(p, v, n);
-      p += n;
-    };
-    const uint32_t magic = kHeaderMagic, n = static_cast<uint32_t>(dims.size());
-    put(&magic, 4);
-    put(&element_type, 4);
-    put(&n, 4);
-    for (int64_t d : dims) put(&d, 8);
-    put(&bytes, 8);
-    return out;
-  }
-
-  static StatusOr<Header> Decode(const std::string& in) {
-    Header h;
-    uint32_t magic = 0, n = 0;
-    if (in.size() < 12) return Status(Code::kDataLoss, "a cross-host transfer header is truncated");
-    std::memcpy(&magic, in.data(), 4);
-    std::memcpy(&h.element_type, in.data() + 4, 4);
-    std::memcpy(&n, in.data() + 8, 4);
-    if (magic != kHeaderMagic || in.size() != 12 + 8 * size_t{n} + 8) {
-      return Status(Code::kDataLoss, "a cross-host transfer header is malformed");
-    }
-    h.dims.resize(n);
-    if (n > 0) std::memcpy(h.dims.data(), in.data() + 12, 8 * size_t{n});
-    std::memcpy(&h.bytes, in.data() + 12 + 8 * size_t{n}, 8);
-    return h;
-  }
-
-  std::string Describe() const {
-    std::string s = "type " + std::to_string(element_type) + " [";
-    for (size_t i = 0; i < dims.size(); ++i) s += (i ? "," : "") + std::to_string(dims[i]);
-    return s + "]";
-  }
-};
-
-// Piece 0 is the header; pieces 1.. the bytes.
-std::string KeyOf(uint64_t epoch, int64_t transfer_key, int32_t src, int32_t dst, size_t piece) {
-  return "myplugin/xhost/" + std::to_string(epoch) + "/" + std::to_string(transfer_key) + "/" + std::to_string(src) +
-         "/" + std::to_string(dst) + "/" + std::to_string(piece);
-}
-
-size_t PiecesOf(uint64_t bytes) { return static_cast<size_t>((bytes + kCrossHostPieceBytes - 1) / kCrossHostPieceBytes); }
-
-std::shared_ptr<coordination::CoordinationClient> Coordination() {
-  return collectives::ProcessRuntime::Get().distributed().client();
 }
 
 Status Await(PJRT_Event* event) {
@@ -97,92 +41,235 @@ Status Await(PJRT_Event* event) {
   return st;
 }
 
-Status SendOne(PJRT_Buffer* buffer, int32_t dst, int64_t transfer_key) {
-  profile::Span span("cross-host send");  // a profile's hook (common/profile_spans.h)
-  auto coordination = Coordination();
-  if (!coordination) {
-    return FailedPrecondition("copying an array to another process's device needs a job of several processes");
+// The process's endpoint, made on first use for the current job and
+// membership epoch; held by the process runtime (its Attached<T>).
+struct EndpointSlot {
+  std::mutex mu;
+  std::shared_ptr<TransferEndpoint> endpoint;  // under mu
+  const void* client = nullptr;                 // under mu: the coordination client it belongs to
+};
+
+StatusOr<std::shared_ptr<TransferEndpoint>> Endpoint(const char* what) {
+  collectives::ProcessRuntime& runtime = collectives::ProcessRuntime::Get();
+  std::shared_ptr<coordination::CoordinationClient> client = runtime.distributed().client();
+  if (!client) return FailedPrecondition(std::string(what) + " needs a job of several processes");
+  const coordination::MembershipSnapshot membership = runtime.distributed().membership();
+  EndpointSlot& slot = runtime.Attached<EndpointSlot>();
+  std::lock_guard<std::mutex> lock(slot.mu);
+  if (slot.endpoint && slot.client == client.get() && slot.endpoint->epoch() == membership.epoch) {
+    return slot.endpoint;
   }
-  auto device = Init<PJRT_Buffer_Device_Args>();
-  device.buffer = buffer;
-  MYPLUGIN_RETURN_IF_ERROR(MYPLUGIN_ENGINE_STATUS(PJRT_Buffer_Device, &device));
-  Device* src_device = DeviceOfEngine(device.device);
-  if (src_device == nullptr) return Internal("the buffer to send lives on a device myplugin does not know");
+  slot.endpoint.reset();
+  const int n = static_cast<int>(membership.member_ids.size());
+  std::vector<int> everyone;
+  for (int p = 0; p < n; ++p) everyone.push_back(p);
+  StatusOr<std::string> host = collectives::ListenHostFor(everyone);
+  if (!host.ok()) return host.status();
+  // Processes that can share memory with this one (coordination/host_identity.h).
+  const std::vector<coordination::ProcessInfo> processes = runtime.distributed().processes();
+  std::vector<bool> same_host(n, false);
+  for (int p = 0; p < n && p < static_cast<int>(processes.size()); ++p) {
+    same_host[p] = !processes[p].host_id.empty() && processes[p].host_id == processes[membership.index].host_id;
+  }
+  StatusOr<std::unique_ptr<TransferEndpoint>> made =
+      TransferEndpoint::Create(client, membership.epoch, membership.index, n, host.value(), std::move(same_host),
+                               collectives::CommunicatorCache::Limits(*runtime.settings()));
+  if (!made.ok()) return made.status();
+  slot.endpoint = std::shared_ptr<TransferEndpoint>(made.take().release());
+  slot.client = client.get();
+  return slot.endpoint;
+}
+
+// The process that owns global device `id`, checked to be another one.
+StatusOr<int> ProcessOf(Client* client, int32_t id, const char* role) {
+  Device* device = client->LookupDevice(id);
+  if (device == nullptr) return InvalidArgument(std::string("the ") + role + " device " + std::to_string(id) + " does not exist");
+  if (device->addressable()) {
+    return InvalidArgument(std::string("the ") + role + " device " + std::to_string(id) +
+                           " belongs to this process: a cross-host transfer goes to another process");
+  }
+  return device->description().process_index();
+}
+
+// One send: the source buffer, kept until the last byte left, and the event
+// that jax waits on (the ready event of a buffer of no bytes that this send
+// fills, or fails, when it ends: the engine's events are the only ones jax
+// can wait on).
+class SendState {
+ public:
+  static StatusOr<std::shared_ptr<SendState>> Make(PJRT_Buffer* source, Client* client, Device* device,
+                                                   PJRT_Event** event) {
+    auto s = std::shared_ptr<SendState>(new SendState(source));
+    PJRT_ShapeSpec spec{};
+    spec.struct_size = PJRT_ShapeSpec_STRUCT_SIZE;
+    spec.element_type = PJRT_Buffer_Type_U8;
+    static const int64_t kNone[1] = {0};
+    spec.dims = kNone;
+    spec.num_dims = 1;
+    auto create = Init<PJRT_Client_CreateBuffersForAsyncHostToDevice_Args>();
+    create.client = client->engine_client().get();
+    create.shape_specs = &spec;
+    create.num_shape_specs = 1;
+    create.memory = device->default_memory()->engine();
+    MYPLUGIN_RETURN_IF_ERROR(MYPLUGIN_ENGINE_STATUS(PJRT_Client_CreateBuffersForAsyncHostToDevice, &create));
+    s->manager_ = create.transfer_manager;
+    auto retrieve = Init<PJRT_AsyncHostToDeviceTransferManager_RetrieveBuffer_Args>();
+    retrieve.transfer_manager = s->manager_;
+    retrieve.buffer_index = 0;
+    MYPLUGIN_RETURN_IF_ERROR(MYPLUGIN_ENGINE_STATUS(PJRT_AsyncHostToDeviceTransferManager_RetrieveBuffer, &retrieve));
+    s->done_buffer_ = retrieve.buffer_out;
+    auto ready = Init<PJRT_Buffer_ReadyEvent_Args>();
+    ready.buffer = s->done_buffer_;
+    MYPLUGIN_RETURN_IF_ERROR(MYPLUGIN_ENGINE_STATUS(PJRT_Buffer_ReadyEvent, &ready));
+    *event = ready.event;
+    HoldBufferForExport(source);
+    s->held_ = true;
+    return s;
+  }
+
+  ~SendState() {
+    if (done_buffer_ != nullptr) {
+      auto destroy = Init<PJRT_Buffer_Destroy_Args>();
+      destroy.buffer = done_buffer_;
+      (void)MYPLUGIN_ENGINE_STATUS(PJRT_Buffer_Destroy, &destroy);
+    }
+    if (manager_ != nullptr) {
+      auto destroy = Init<PJRT_AsyncHostToDeviceTransferManager_Destroy_Args>();
+      destroy.transfer_manager = manager_;
+      (void)MYPLUGIN_ENGINE_STATUS(PJRT_AsyncHostToDeviceTransferManager_Destroy, &destroy);
+    }
+    // jax destroyed the source while the bytes moved: its destroy is ours.
+    if (held_ && ReleaseBufferForExport(source_)) {
+      auto destroy = Init<PJRT_Buffer_Destroy_Args>();
+      destroy.buffer = source_;
+      (void)MYPLUGIN_ENGINE_STATUS(PJRT_Buffer_Destroy, &destroy);
+    }
+  }
+
+  // Bytes of the source at `offset`, copied into `scratch` by the engine
+  // (from device memory on the CUDA engine), once the source is ready.
+  StatusOr<const char*> Read(uint64_t offset, size_t size, char* scratch) {
+    if (!source_ready_) {
+      auto ready = Init<PJRT_Buffer_ReadyEvent_Args>();
+      ready.buffer = source_;
+      MYPLUGIN_RETURN_IF_ERROR(MYPLUGIN_ENGINE_STATUS(PJRT_Buffer_ReadyEvent, &ready));
+      MYPLUGIN_RETURN_IF_ERROR(Await(ready.event));
+      source_ready_ = true;
+    }
+    auto copy = Init<PJRT_Buffer_CopyRawToHost_Args>();
+    copy.buffer = source_;
+    copy.dst = scratch;
+    copy.offset = static_cast<int64_t>(offset);
+    copy.transfer_size = static_cast<int64_t>(size);
+    MYPLUGIN_RETURN_IF_ERROR(MYPLUGIN_ENGINE_STATUS(PJRT_Buffer_CopyRawToHost, &copy));
+    MYPLUGIN_RETURN_IF_ERROR(Await(copy.event));
+    return static_cast<const char*>(scratch);
+  }
+
+  // The send ended: jax's event fires, with the error if it failed.
+  void Finish(const Status& st) {
+    if (st.ok()) {
+      static const char kNothing = 0;
+      auto t = Init<PJRT_AsyncHostToDeviceTransferManager_TransferData_Args>();
+      t.transfer_manager = manager_;
+      t.buffer_index = 0;
+      t.data = &kNothing;
+      t.offset = 0;
+      t.transfer_size = 0;
+      t.is_last_transfer = true;
+      if (MYPLUGIN_ENGINE_STATUS(PJRT_AsyncHostToDeviceTransferManager_TransferData, &t).ok()) {
+        (void)Await(t.done_with_h2d_transfer);
+      }
+      return;
+    }
+    const std::string message = "myplugin: copying an array across processes failed: " + st.message();
+    auto e = Init<PJRT_AsyncHostToDeviceTransferManager_SetBufferError_Args>();
+    e.transfer_manager = manager_;
+    e.buffer_index = 0;
+    e.error_code = static_cast<PJRT_Error_Code>(st.code());
+    e.error_message = message.data();
+    e.error_message_size = message.size();
+    (void)MYPLUGIN_ENGINE_STATUS(PJRT_AsyncHostToDeviceTransferManager_SetBufferError, &e);
+  }
+
+ private:
+  explicit SendState(PJRT_Buffer* source) : source_(source) {}
+  PJRT_Buffer* source_;
+  bool held_ = false;
+  bool source_ready_ = false;
+  PJRT_AsyncHostToDeviceTransferManager* manager_ = nullptr;
+  PJRT_Buffer* done_buffer_ = nullptr;
+};
+
+// The type, shape and size of `buffer`, as a transfer names them.
+Status Describe(PJRT_Buffer* buffer, TransferSpec* spec) {
   auto type = Init<PJRT_Buffer_ElementType_Args>();
   type.buffer = buffer;
   MYPLUGIN_RETURN_IF_ERROR(MYPLUGIN_ENGINE_STATUS(PJRT_Buffer_ElementType, &type));
   auto dims = Init<PJRT_Buffer_Dimensions_Args>();
   dims.buffer = buffer;
   MYPLUGIN_RETURN_IF_ERROR(MYPLUGIN_ENGINE_STATUS(PJRT_Buffer_Dimensions, &dims));
-  Header header;
-  header.element_type = static_cast<int32_t>(type.type);
-  header.dims.assign(dims.dims, dims.dims + dims.num_dims);
-  // The bytes, in the buffer's own layout (the receiver's default one: the
-  // engines lay out every array of a shape alike).
-  auto to_host = Init<PJRT_Buffer_ToHostBuffer_Args>();
-  to_host.src = buffer;
-  MYPLUGIN_RETURN_IF_ERROR(MYPLUGIN_ENGINE_STATUS(PJRT_Buffer_ToHostBuffer, &to_host));
-  std::string bytes(to_host.dst_size, '\0');
-  to_host.dst = bytes.data();
-  to_host.event = nullptr;
-  MYPLUGIN_RETURN_IF_ERROR(MYPLUGIN_ENGINE_STATUS(PJRT_Buffer_ToHostBuffer, &to_host));
-  MYPLUGIN_RETURN_IF_ERROR(Await(to_host.event));
-  header.bytes = bytes.size();
-  const uint64_t epoch = coordination->epoch();
-  const int32_t src = src_device->id();
-  for (size_t piece = 1; piece <= PiecesOf(bytes.size()); ++piece) {
-    const size_t offset = (piece - 1) * kCrossHostPieceBytes;
-    Status st = coordination->KeyValueSet(KeyOf(epoch, transfer_key, src, dst, piece),
-                                          bytes.substr(offset, std::min(kCrossHostPieceBytes, bytes.size() - offset)));
-    if (!st.ok()) {
-      return Status(st.code(), "sending " + header.Describe() + " from device " + std::to_string(src) + " to device " +
-                                   std::to_string(dst) + " (transfer " + std::to_string(transfer_key) +
-                                   ") through the coordination service failed: " + st.message());
-    }
-  }
-  // The header last: a receiver that has it finds every piece in place.
-  return coordination->KeyValueSet(KeyOf(epoch, transfer_key, src, dst, 0), header.Encode());
+  auto size = Init<PJRT_Buffer_OnDeviceSizeInBytes_Args>();
+  size.buffer = buffer;
+  MYPLUGIN_RETURN_IF_ERROR(MYPLUGIN_ENGINE_STATUS(PJRT_Buffer_OnDeviceSizeInBytes, &size));
+  spec->element_type = static_cast<int32_t>(type.type);
+  spec->dims.assign(dims.dims, dims.dims + dims.num_dims);
+  spec->bytes = size.on_device_size_in_bytes;
+  return OkStatus();
+}
+
+Status SendOne(Client* client, PJRT_Buffer* buffer, int32_t dst, int64_t transfer_key, PJRT_Event** event) {
+  auto device = Init<PJRT_Buffer_Device_Args>();
+  device.buffer = buffer;
+  MYPLUGIN_RETURN_IF_ERROR(MYPLUGIN_ENGINE_STATUS(PJRT_Buffer_Device, &device));
+  Device* src_device = DeviceOfEngine(device.device);
+  if (src_device == nullptr) return Internal("the buffer to send lives on a device myplugin does not know");
+  StatusOr<int> dst_process = ProcessOf(client, dst, "destination");
+  if (!dst_process.ok()) return dst_process.status();
+  TransferSpec spec;
+  spec.key = transfer_key;
+  spec.src_device = src_device->id();
+  spec.dst_device = dst;
+  MYPLUGIN_RETURN_IF_ERROR(Describe(buffer, &spec));
+  StatusOr<std::shared_ptr<TransferEndpoint>> endpoint = Endpoint("copying an array to another process's device");
+  if (!endpoint.ok()) return endpoint.status();
+  StatusOr<std::shared_ptr<SendState>> state = SendState::Make(buffer, client, src_device, event);
+  if (!state.ok()) return state.status();
+  std::shared_ptr<SendState> s = state.take();
+  endpoint.value()->Send(
+      dst_process.value(), spec,
+      [s](uint64_t offset, size_t size, char* scratch) { return s->Read(offset, size, scratch); },
+      [s](const Status& st) mutable {
+        s->Finish(st);
+        s.reset();  // the source goes now, not when the queue's copy of this callback does
+      });
+  return OkStatus();
 }
 
 PJRT_Error* SendBuffers(CrossHostSendArgs* args) {
   if (args == nullptr || args->struct_size < sizeof(CrossHostSendArgs)) {
     return ToPjrtError(InvalidArgument("CrossHostSendBuffers: the args struct is smaller than this plugin needs"));
   }
+  Client* client = FromC(args->client);
   for (size_t i = 0; i < args->num_buffers; ++i) args->send_events[i] = nullptr;
   for (size_t i = 0; i < args->num_buffers; ++i) {
-    Status st = SendOne(args->buffers[i], args->dst_global_device_ids[i], args->transfer_keys[i]);
+    // The sends queued before a refusal go on: their receivers wait for them.
+    Status st = SendOne(client, args->buffers[i], args->dst_global_device_ids[i], args->transfer_keys[i],
+                        &args->send_events[i]);
     if (!st.ok()) {
       for (size_t j = 0; j < i; ++j) (void)Await(args->send_events[j]);
       for (size_t j = 0; j < i; ++j) args->send_events[j] = nullptr;
       return ToPjrtError(st);
     }
-    // The data has left the buffer: the send is done once the buffer is
-    // (it is already).
-    auto ready = Init<PJRT_Buffer_ReadyEvent_Args>();
-    ready.buffer = args->buffers[i];
-    if (Status r = MYPLUGIN_ENGINE_STATUS(PJRT_Buffer_ReadyEvent, &ready); !r.ok()) return ToPjrtError(r);
-    args->send_events[i] = ready.event;
   }
   return nullptr;
 }
 
-struct Expected {
-  int32_t element_type;
-  std::vector<int64_t> dims;
-  int32_t src;
-  int64_t transfer_key;
-};
-
 class Receiver {
  public:
-  Receiver(PJRT_AsyncHostToDeviceTransferManager* manager, std::vector<Expected> expected, int32_t dst,
-           uint64_t epoch, double timeout_s, std::shared_ptr<coordination::CoordinationClient> coordination)
-      : manager_(manager),
-        expected_(std::move(expected)),
-        dst_(dst),
-        epoch_(epoch),
-        timeout_s_(timeout_s),
-        coordination_(std::move(coordination)) {}
+  Receiver(PJRT_AsyncHostToDeviceTransferManager* manager, std::vector<TransferSpec> expected,
+           std::vector<int> sources, std::shared_ptr<TransferEndpoint> endpoint)
+      : manager_(manager), expected_(std::move(expected)), sources_(std::move(sources)), endpoint_(std::move(endpoint)) {}
 
   ~Receiver() {
     auto destroy = Init<PJRT_AsyncHostToDeviceTransferManager_Destroy_Args>();
@@ -190,70 +277,37 @@ class Receiver {
     (void)MYPLUGIN_ENGINE_STATUS(PJRT_AsyncHostToDeviceTransferManager_Destroy, &destroy);
   }
 
-  // After a failure the rest fail with it: their sender is as gone.
+  // Every receive is posted before any is waited for: the senders' order
+  // across devices need not be this one.
   void Run() {
-    Status failed;
+    std::vector<std::shared_ptr<TransferEndpoint::Receive>> posted;
     for (size_t i = 0; i < expected_.size(); ++i) {
-      if (failed.ok()) failed = ReceiveOne(static_cast<int>(i));
-      if (!failed.ok()) Fail(static_cast<int>(i), failed);
+      const int index = static_cast<int>(i);
+      posted.push_back(endpoint_->Post(sources_[i], expected_[i],
+                                       [this, index](uint64_t offset, const char* data, size_t size, bool last) {
+                                         return Transfer(index, data, offset, size, last);
+                                       }));
+    }
+    for (size_t i = 0; i < posted.size(); ++i) {
+      Status st = endpoint_->Wait(posted[i]);
+      if (!st.ok()) {
+        collectives::RecordFailure(st);
+        Fail(static_cast<int>(i), st);
+      }
     }
   }
 
  private:
-  std::string Describe(const Expected& e) const {
-    return "transfer " + std::to_string(e.transfer_key) + " from device " + std::to_string(e.src) + " to device " +
-           std::to_string(dst_);
-  }
-
-  Status ReceiveOne(int i) {
-    profile::Span span("cross-host receive");  // a profile's hook (common/profile_spans.h)
-    const Expected& e = expected_[i];
-    StatusOr<std::string> encoded =
-        coordination_->KeyValueGet(KeyOf(epoch_, e.transfer_key, e.src, dst_, 0), timeout_s_);
-    if (!encoded.ok()) {
-      return Status(encoded.status().code(), Describe(e) + ": " + encoded.status().message());
-    }
-    StatusOr<Header> header = Header::Decode(encoded.value());
-    if (!header.ok()) return Status(header.status().code(), Describe(e) + ": " + header.status().message());
-    Header want;
-    want.element_type = e.element_type;
-    want.dims = e.dims;
-    if (header.value().element_type != e.element_type || header.value().dims != e.dims) {
-      return InvalidArgument(Describe(e) + ": the sender sent " + header.value().Describe() + ", this process expects " +
-                             want.Describe());
-    }
-    const uint64_t bytes = header.value().bytes;
-    const size_t pieces = PiecesOf(bytes);
-    (void)coordination_->KeyValueDelete(KeyOf(epoch_, e.transfer_key, e.src, dst_, 0));
-    if (pieces == 0) {
-      static const char kNothing = 0;
-      return Transfer(i, &kNothing, 0, 0, true);
-    }
-    for (size_t piece = 1; piece <= pieces; ++piece) {
-      const std::string key = KeyOf(epoch_, e.transfer_key, e.src, dst_, piece);
-      StatusOr<std::string> data = coordination_->KeyValueGet(key, timeout_s_);
-      if (!data.ok()) return Status(data.status().code(), Describe(e) + ": " + data.status().message());
-      (void)coordination_->KeyValueDelete(key);
-      const uint64_t offset = (piece - 1) * uint64_t{kCrossHostPieceBytes};
-      if (data.value().size() != std::min<uint64_t>(kCrossHostPieceBytes, bytes - offset)) {
-        return Status(Code::kDataLoss, Describe(e) + ": piece " + std::to_string(piece) + " has " +
-                                           std::to_string(data.value().size()) + " bytes");
-      }
-      MYPLUGIN_RETURN_IF_ERROR(Transfer(i, data.value().data(), static_cast<int64_t>(offset),
-                                        static_cast<int64_t>(data.value().size()), piece == pieces));
-    }
-    return OkStatus();
-  }
-
   // Hands bytes to the engine and waits until it has them (so that `data`
   // may go away).
-  Status Transfer(int i, const void* data, int64_t offset, int64_t size, bool last) {
+  Status Transfer(int i, const char* data, uint64_t offset, size_t size, bool last) {
+    static const char kNothing = 0;
     auto t = Init<PJRT_AsyncHostToDeviceTransferManager_TransferData_Args>();
     t.transfer_manager = manager_;
     t.buffer_index = i;
-    t.data = data;
-    t.offset = offset;
-    t.transfer_size = size;
+    t.data = size > 0 ? data : &kNothing;
+    t.offset = static_cast<int64_t>(offset);
+    t.transfer_size = static_cast<int64_t>(size);
     t.is_last_transfer = last;
     MYPLUGIN_RETURN_IF_ERROR(MYPLUGIN_ENGINE_STATUS(PJRT_AsyncHostToDeviceTransferManager_TransferData, &t));
     return Await(t.done_with_h2d_transfer);
@@ -271,35 +325,36 @@ class Receiver {
   }
 
   PJRT_AsyncHostToDeviceTransferManager* manager_;
-  std::vector<Expected> expected_;
-  int32_t dst_;
-  uint64_t epoch_;
-  double timeout_s_;
-  std::shared_ptr<coordination::CoordinationClient> coordination_;
+  std::vector<TransferSpec> expected_;
+  std::vector<int> sources_;
+  std::shared_ptr<TransferEndpoint> endpoint_;
 };
 
 PJRT_Error* ReceiveBuffers(CrossHostReceiveArgs* args) {
   if (args == nullptr || args->struct_size < sizeof(CrossHostReceiveArgs)) {
     return ToPjrtError(InvalidArgument("CrossHostReceiveBuffers: the args struct is smaller than this plugin needs"));
   }
-  auto coordination = Coordination();
-  if (!coordination) {
-    return ToPjrtError(
-        FailedPrecondition("copying an array from another process's device needs a job of several processes"));
-  }
   Client* client = FromC(args->client);
   Device* device = FromC(args->device);
   if (device->default_memory() == nullptr) return ToPjrtError(Internal("the destination device has no memory"));
+  StatusOr<std::shared_ptr<TransferEndpoint>> endpoint = Endpoint("copying an array from another process's device");
+  if (!endpoint.ok()) return ToPjrtError(endpoint.status());
   std::vector<PJRT_ShapeSpec> specs(args->num_shapes);
-  std::vector<Expected> expected;
+  std::vector<TransferSpec> expected(args->num_shapes);
+  std::vector<int> sources;
   for (size_t i = 0; i < args->num_shapes; ++i) {
     specs[i].struct_size = PJRT_ShapeSpec_STRUCT_SIZE;
     specs[i].dims = args->num_dims[i];
     specs[i].num_dims = args->shape_num_dims[i];
     specs[i].element_type = args->element_types[i];
-    expected.push_back({static_cast<int32_t>(args->element_types[i]),
-                        std::vector<int64_t>(args->num_dims[i], args->num_dims[i] + args->shape_num_dims[i]),
-                        args->src_global_device_ids[i], args->transfer_keys[i]});
+    expected[i].key = args->transfer_keys[i];
+    expected[i].src_device = args->src_global_device_ids[i];
+    expected[i].dst_device = device->id();
+    expected[i].element_type = static_cast<int32_t>(args->element_types[i]);
+    expected[i].dims.assign(args->num_dims[i], args->num_dims[i] + args->shape_num_dims[i]);
+    StatusOr<int> source = ProcessOf(client, args->src_global_device_ids[i], "source");
+    if (!source.ok()) return ToPjrtError(source.status());
+    sources.push_back(source.value());
   }
   auto create = Init<PJRT_Client_CreateBuffersForAsyncHostToDevice_Args>();
   create.client = client->engine_client().get();
@@ -309,9 +364,20 @@ PJRT_Error* ReceiveBuffers(CrossHostReceiveArgs* args) {
   if (Status st = MYPLUGIN_ENGINE_STATUS(PJRT_Client_CreateBuffersForAsyncHostToDevice, &create); !st.ok()) {
     return ToPjrtError(st);
   }
-  auto receiver = std::make_unique<Receiver>(create.transfer_manager, std::move(expected), device->id(),
-                                             coordination->epoch(), client->settings().collective_timeout_s,
-                                             coordination);
+  for (size_t i = 0; i < args->num_shapes; ++i) {
+    auto size = Init<PJRT_AsyncHostToDeviceTransferManager_BufferSize_Args>();
+    size.transfer_manager = create.transfer_manager;
+    size.buffer_index = static_cast<int>(i);
+    if (Status st = MYPLUGIN_ENGINE_STATUS(PJRT_AsyncHostToDeviceTransferManager_BufferSize, &size); !st.ok()) {
+      auto destroy = Init<PJRT_AsyncHostToDeviceTransferManager_Destroy_Args>();
+      destroy.transfer_manager = create.transfer_manager;
+      (void)MYPLUGIN_ENGINE_STATUS(PJRT_AsyncHostToDeviceTransferManager_Destroy, &destroy);
+      return ToPjrtError(st);
+    }
+    expected[i].bytes = size.buffer_size;
+  }
+  auto receiver = std::make_unique<Receiver>(create.transfer_manager, std::move(expected), std::move(sources),
+                                             endpoint.take());
   for (size_t i = 0; i < args->num_shapes; ++i) {
     auto retrieve = Init<PJRT_AsyncHostToDeviceTransferManager_RetrieveBuffer_Args>();
     retrieve.transfer_manager = create.transfer_manager;

@@ -5,12 +5,15 @@
 // it owns the source shard and CrossHostReceiveBuffers where it owns the
 // destination, with transfer keys that every process numbers alike.
 //
-// The bytes go through the coordination service's key-value store, in
-// pieces (kPieceBytes), under keys made of the membership epoch, the
-// transfer key and both device ids; the receiver takes each piece and
-// deletes it. The receive returns buffers at once; they become ready when
-// their data arrived, or carry the error (a peer that failed, a timeout, a
-// shape that differs).
+// The bytes go straight from the sending process to the receiving one
+// (collectives/transfer_endpoint.h): read from the source buffer a piece at
+// a time (PJRT_Buffer_CopyRawToHost, so on the CUDA engine the path is
+// staged through host memory), and handed to the destination buffer a piece
+// at a time (an async host-to-device transfer manager). A send returns at
+// once; its event fires when the last byte left, and the source buffer is
+// kept (its destroy deferred) until then. A receive returns its buffers at
+// once; they become ready when their data arrived, or carry the error (a
+// peer that failed, a timeout, a shape that differs).
 //
 // The structs below are the ABI of XLA's
 // pjrt_c_api_cross_host_transfers_extension.h (not shipped with the header we
@@ -82,8 +85,5 @@ static_assert(sizeof(CrossHostTransfersExtension) == 0x38, "the extension's layo
 
 // The extension, to chain into PJRT_Api (`next` is the rest of the chain).
 PJRT_Extension_Base* OurCrossHostTransfersExtension(PJRT_Extension_Base* next);
-
-// The largest piece of a transfer in the key-value store.
-inline constexpr size_t kCrossHostPieceBytes = size_t{16} << 20;
 
 }  // namespace myplugin

@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   RunEngineExtensionsTests();
   RunProcessRuntimeTests();
   RunBufferCaptureTests();
+  RunTransferEndpointTests();
   RunWireTests();
   RunProcessInfoTests();
   RunSocketTests();

@@ -29,6 +29,7 @@ void RunEngineClientTests();
 void RunEngineExtensionsTests();
 void RunProcessRuntimeTests();
 void RunBufferCaptureTests();
+void RunTransferEndpointTests();
 // False when the NCCL backend is not built.
 bool RunNcclTests();
 // One process of the NCCL tests' four on one GPU (main's --nccl-share-child).

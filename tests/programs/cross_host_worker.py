@@ -1,7 +1,8 @@
 """jax.device_put of an array onto another process's devices (jax's
 cross-host transfer), unchanged, in a job of 2 processes with 2 devices
 each: single-device and named shardings, committed and uncommitted, every
-direction, a large array (several pieces), several dtypes. Each result is
+direction, both directions at once, a large array (several pieces),
+several dtypes. Each result is
 compared with numpy on the process that receives it; one RESULT line per
 process.
 """
@@ -52,6 +53,17 @@ big = np.random.default_rng(0).normal(size=(10, 1 << 20)).astype(np.float32)  # 
 single(0, 1, big, "large")
 for dtype in (np.float16, ml_dtypes.bfloat16, np.bool_, np.int8, np.complex64, np.uint64):
   single(0, 1, (np.arange(24).reshape(2, 3, 4) % 5).astype(dtype), f"dtype_{np.dtype(dtype).name}")
+# Both directions at once: each process sends 40 MiB to the other before
+# either waits (sends must not block each other).
+a = np.random.default_rng(1).normal(size=(10, 1 << 20)).astype(np.float32)
+b = a[::-1] * 2
+on = [SingleDeviceSharding(jax.local_devices(process_index=p)[0]) for p in (0, 1)]
+ya, yb = jax.device_put(a, on[0]), jax.device_put(b, on[1])
+za, zb = jax.device_put(ya, on[1]), jax.device_put(yb, on[0])
+check("crossing_a", a, za, 1)
+ok_a = results.pop("crossing_a")
+check("crossing", b, zb, 0)
+results["crossing"] = results["crossing"] and ok_a
 single(0, 1, np.zeros((0, 3), np.float32), "empty")
 single(0, 1, np.float32(7.5), "scalar")
 print("RESULT " + json.dumps({"rank": me, **results}), flush=True)
