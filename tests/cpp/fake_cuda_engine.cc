@@ -11,6 +11,7 @@
 #include <cstring>
 #include <string>
 
+#include "pjrt/engine_extensions.h"
 #include "pjrt_c_api.h"
 
 struct PJRT_Error {
@@ -104,7 +105,20 @@ PJRT_Error* MemoryStats(PJRT_Device_MemoryStats_Args* args) {
   return Ok();
 }
 
-// ---- Extensions: the ABI of XLA's extension headers, as myplugin reads them ----
+// ---- Extensions: the ABI of XLA's extension headers, declared once, in
+// myplugin's pjrt/engine_extensions.h (UBSan's function check then sees the
+// same types on both sides of a forwarded call) ----
+
+using CustomCallArgs = myplugin::GpuRegisterCustomCallArgs;
+using GpuCustomCall = myplugin::GpuCustomCallExtension;
+using PartitionerArgs = myplugin::RegisterCustomPartitionerArgs;
+using BatchArgs = myplugin::RegisterBatchPartitionableArgs;
+using CustomPartitioner = myplugin::CustomPartitionerExtension;
+using GetStreamArgs = myplugin::GetStreamArgs;
+using WaitStreamArgs = myplugin::WaitStreamArgs;
+using Stream = myplugin::StreamExtension;
+using TritonArgs = myplugin::TritonCompileArgs;
+using Triton = myplugin::TritonExtension;
 
 std::string calls;  // "what(name);..." of the extension entries called
 
@@ -112,104 +126,38 @@ void Record(const std::string& what) { calls += what + ";"; }
 bool Fails(const char* name, size_t size) { return size >= 4 && std::string(name, 4) == "fail"; }
 PJRT_Error* Failure(const std::string& what) { return new PJRT_Error{"the fake engine refuses " + what}; }
 
-struct CustomCallArgs {
-  size_t struct_size;
-  const char* function_name;
-  size_t function_name_size;
-  int api_version;
-  void* instantiate;
-  void* prepare;
-  void* initialize;
-  void* execute;
-  uint32_t traits;
-};
 PJRT_Error* CustomCall(CustomCallArgs* args) {
   std::string name(args->function_name, args->function_name_size);
   if (Fails(args->function_name, args->function_name_size)) return Failure(name);
   Record("custom_call(" + name + ")");
   return Ok();
 }
-struct GpuCustomCall {
-  PJRT_Extension_Base base;
-  PJRT_Error* (*custom_call)(CustomCallArgs*);
-  bool handles_traits;
-};
 
-struct PartitionerArgs {
-  size_t struct_size;
-  const char* name;
-  size_t name_size;
-  void* callbacks;
-};
 PJRT_Error* RegisterPartitioner(PartitionerArgs* args) {
   Record("partitioner(" + std::string(args->name, args->name_size) + ")");
   return Ok();
 }
-struct BatchArgs {
-  size_t struct_size;
-  const char* name;
-  size_t name_size;
-};
 PJRT_Error* RegisterBatch(BatchArgs* args) {
   Record("batch(" + std::string(args->name, args->name_size) + ")");
   return Ok();
 }
-struct CustomPartitioner {
-  PJRT_Extension_Base base;
-  PJRT_Error* (*register_partitioner)(PartitionerArgs*);
-  PJRT_Error* (*register_batch)(BatchArgs*);
-};
 
-struct GetStreamArgs {
-  size_t struct_size;
-  PJRT_Device* device;
-  intptr_t stream;
-};
 PJRT_Error* GetStream(GetStreamArgs* args) {
   args->stream = 1234;
   Record("get_stream");
   return Ok();
 }
-struct WaitStreamArgs {
-  size_t struct_size;
-  intptr_t stream;
-  PJRT_Buffer* buffer;
-};
 PJRT_Error* WaitStream(WaitStreamArgs* args) {
   Record("wait_stream(" + std::to_string(args->stream) + ")");
   return Ok();
 }
-struct Stream {
-  PJRT_Extension_Base base;
-  PJRT_Error* (*get_stream)(GetStreamArgs*);
-  PJRT_Error* (*wait_stream)(WaitStreamArgs*);
-};
 
-struct TritonArgs {
-  size_t struct_size;
-  const char* module;
-  size_t module_size;
-  const char* arch_name;
-  size_t arch_name_size;
-  int num_warps;
-  int num_ctas;
-  int num_stages;
-  const char* out_asm;
-  size_t out_asm_size;
-  int64_t out_smem_bytes;
-  const char* out_path;
-  size_t out_path_size;
-};
 PJRT_Error* TritonCompile(TritonArgs* args) {
   if (Fails(args->module, args->module_size)) return Failure("the module");
   Record("triton(" + std::string(args->arch_name, args->arch_name_size) + ")");
   args->out_smem_bytes = 4096;
   return Ok();
 }
-struct Triton {
-  PJRT_Extension_Base base;
-  PJRT_Error* (*compile)(TritonArgs*);
-};
 
 // Extensions whose entries no test may reach: a call through one would be
 // a type passed through that should not be.
