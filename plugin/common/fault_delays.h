@@ -13,6 +13,8 @@ enum class FaultPoint : int {
   kFailureNotice = 0,
   // A communicator, after its signature left for its peers and before it
   // reads theirs (a process late to read while its peers already moved on).
+  // On shared memory, where signatures travel as an all-gather, it is the
+  // first chunk of every all-gather, before this process says it is there.
   kSignatureSent = 1,
   kCount = 2,
 };
