@@ -194,7 +194,8 @@ def test_failure_reason_that_is_not_utf8(service):
   with connect(service) as s:
     s.sendall(hello())
     assert recv_reply(s)[0] == 2  # HelloOk
-    s.sendall(frame(struct.pack("<BI", 18, 7) + struct.pack("<I", len(reason)) + reason))  # ReportError
+    s.sendall(frame(struct.pack("<BI", 18, 7) + struct.pack("<I", len(reason)) + reason +
+                   struct.pack("<I", 0)))  # ReportError, blaming no other process
     deadline = __import__("time").monotonic() + 10
     while service.failure() is None and __import__("time").monotonic() < deadline:
       __import__("time").sleep(0.05)

@@ -14,6 +14,7 @@
 #include "collectives/process_runtime.h"
 #include "collectives/straggler_watch.h"
 #include "common/deadline.h"
+#include "common/fault_delays.h"
 
 namespace myplugin::collectives {
 namespace {
@@ -135,6 +136,7 @@ void Communicator::PeerFinished(int process, double grace_s) {
   int me = process_group_[rank_];
   std::thread([weak, call, what, collective, process, me, grace_s] {
     std::this_thread::sleep_for(Millis(grace_s));
+    FaultDelay(FaultPoint::kPeerExitGrace);
     auto self = weak.lock();
     if (!self) return;
     {
@@ -145,7 +147,7 @@ void Communicator::PeerFinished(int process, double grace_s) {
                       std::to_string(process) + ", which finished (entered shutdown) without issuing it: every "
                       "process must issue the same collectives (did one leave its loop early?)";
     const std::string trace = WithTrace(why);  // before the exit that FailThisProcess brings
-    if (self->coordination_) self->coordination_->FailThisProcess(why + trace);
+    if (self->coordination_) self->coordination_->FailThisProcess(why + trace, {process});
     self->Abort(Status(Code::kFailedPrecondition, why + trace)
                     .WithFailure({FailureKind::kPeerFailure, {process}, collective, call}));
   }).detach();
@@ -315,14 +317,31 @@ Status Communicator::Explain(const Signature& sig, const Status& backend_error) 
     // all had come, stopped moving data).
     const std::string prefix = std::string("myplugin/collectives/") + (moving ? "stalled/" : "arrived/") +
                                std::to_string(group_hash_) + "/" + std::to_string(sig.sequence) + "/";
-    if (coordination_->KeyValueSet(prefix + std::to_string(process_group_[rank_]), "1").ok()) {
+    // The value says whether this process waited its whole bound (and which)
+    // or only saw a connection close: a peer's timeout closes the others'
+    // connections, and the timeout, not the closed connection, is then what
+    // each names.
+    const std::string timeout_mark = "timeout after ";
+    const std::string own_bound = Seconds(moving ? limits().stall_s : limits().arrival_s);
+    if (coordination_->KeyValueSet(prefix + std::to_string(process_group_[rank_]),
+                                   timed_out ? timeout_mark + own_bound : "closed")
+            .ok()) {
       std::this_thread::sleep_for(std::chrono::milliseconds(static_cast<int>(kArrivalWaitS * 1000)));
       // A cause that came while this process waited still wins.
       if (std::optional<Status> cause = KnownCause(sig, what)) return *cause;
       auto arrived = coordination_->KeyValueList(prefix);
       if (arrived.ok()) {
         std::set<int> present;
-        for (const auto& [key, value] : arrived.value()) present.insert(std::atoi(key.c_str() + prefix.size()));
+        int timed_out_peer = -1;
+        std::string peer_bound;
+        for (const auto& [key, value] : arrived.value()) {
+          const int p = std::atoi(key.c_str() + prefix.size());
+          present.insert(p);
+          if (timed_out_peer < 0 && p != process_group_[rank_] && value.rfind(timeout_mark, 0) == 0) {
+            timed_out_peer = p;
+            peer_bound = value.substr(timeout_mark.size());
+          }
+        }
         std::vector<int> missing;
         for (int p : process_group_) {
           if (!present.count(p)) missing.push_back(p);
@@ -330,11 +349,21 @@ Status Communicator::Explain(const Signature& sig, const Status& backend_error) 
         if (!missing.empty()) {
           ProcessRuntime::Get().flight_recorder().End(record_, false);
           record_ = 0;
-          // Only a backend timeout waited the whole bound; any other
-          // error (a connection closed) came sooner and is named as it is.
-          const std::string how = timed_out ? (moving ? " made no progress for " + Seconds(limits().stall_s)
-                                                      : " timed out after " + Seconds(limits().arrival_s))
-                                            : " failed after " + Seconds(waited) + " (" + backend_error.message() + ")";
+          const bool stalled = timed_out || timed_out_peer >= 0;
+          // Only a timeout waited the whole bound, here or on a peer whose
+          // giving up closed this process's connection (named after it); any
+          // other error came sooner and is named as it is.
+          std::string how;
+          if (stalled) {
+            const std::string& bound_text = timed_out ? own_bound : peer_bound;
+            how = (moving ? " made no progress for " : " timed out after ") + bound_text;
+            if (!timed_out) {
+              how += " on process " + std::to_string(timed_out_peer) + " (here its giving up closed a connection after " +
+                     Seconds(waited) + ": " + backend_error.message() + ")";
+            }
+          } else {
+            how = " failed after " + Seconds(waited) + " (" + backend_error.message() + ")";
+          }
           const std::string why =
               what + how +
               (moving ? ": processes " + IdList(missing) + " stopped moving data in call #" +
@@ -343,8 +372,8 @@ Status Communicator::Explain(const Signature& sig, const Status& backend_error) 
                             std::to_string(sig.sequence) + " (stopped, stuck, or running other code)");
           // A connection that closed without a failure notice is still a
           // process that did not take part: named as one.
-          return Failed(timed_out ? Code::kDeadlineExceeded : Code::kAborted, why + WithTrace(why),
-                        timed_out ? FailureKind::kTimeout : FailureKind::kPeerFailure, missing, sig);
+          return Failed(stalled ? Code::kDeadlineExceeded : Code::kAborted, why + WithTrace(why),
+                        stalled ? FailureKind::kTimeout : FailureKind::kPeerFailure, missing, sig);
         }
       }
     }

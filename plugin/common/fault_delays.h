@@ -16,7 +16,11 @@ enum class FaultPoint : int {
   // On shared memory, where signatures travel as an all-gather, it is the
   // first chunk of every all-gather, before this process says it is there.
   kSignatureSent = 1,
-  kCount = 2,
+  // A communicator's wait for a peer that left (entered shutdown), after
+  // the grace and before it gives up: a process slower to give up than
+  // another that waits for the same peer.
+  kPeerExitGrace = 2,
+  kCount = 3,
 };
 
 // Every later pass through `point` in this process sleeps `seconds` (0: none).

@@ -163,7 +163,11 @@ void CoordinationClient::ReaderLoop() {
       const std::string who = note.ok() ? "process " + std::to_string(note.value().process_id) : "a process";
       const std::string reason = note.ok() ? note.value().reason : "(a malformed failure notice)";
       Status failed(Code::kAborted, who + " failed: " + reason);
-      if (note.ok()) failed = failed.WithFailure({FailureKind::kPeerFailure, {static_cast<int>(note.value().process_id)}});
+      if (note.ok()) {
+        std::vector<int> at_fault(note.value().blamed.begin(), note.value().blamed.end());
+        if (at_fault.empty()) at_fault.push_back(static_cast<int>(note.value().process_id));
+        failed = failed.WithFailure({FailureKind::kPeerFailure, at_fault});
+      }
       OnFailure(failed);
       continue;
     }

@@ -87,10 +87,12 @@ class CoordinationClient {
   Status Shutdown(double timeout_s);
   // Tells the service that this process is failing (an uncaught exception,
   // say), so that the others learn why instead of only "connection lost".
-  void ReportError(const std::string& reason);
+  // `blamed`: the processes that caused it, if not this one (the others'
+  // errors name them).
+  void ReportError(const std::string& reason, const std::vector<int>& blamed = {});
   // ReportError, and with fate-sharing on, exit shortly after: for a
   // process that is stuck for good (a collective that can never complete).
-  void FailThisProcess(const std::string& reason);
+  void FailThisProcess(const std::string& reason, const std::vector<int>& blamed = {});
 
   // Runs once, on the thread that learns of the failure, before any exit.
   int AddFailureCallback(std::function<void(const Status&)> callback);

@@ -12,7 +12,7 @@
 
 namespace myplugin::coordination {
 
-void CoordinationClient::ReportError(const std::string& reason) {
+void CoordinationClient::ReportError(const std::string& reason, const std::vector<int>& blamed) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (failure_ || shut_down_) return;
@@ -23,11 +23,12 @@ void CoordinationClient::ReportError(const std::string& reason) {
   std::lock_guard<std::mutex> lock(write_mu_);
   msg::ReportError m;
   m.reason = reason.size() > kMaxReasonBytes ? reason.substr(0, kMaxReasonBytes) : reason;
+  m.blamed.assign(blamed.begin(), blamed.end());
   socket_.SendAll(m.Encode());
 }
 
-void CoordinationClient::FailThisProcess(const std::string& reason) {
-  ReportError(reason);
+void CoordinationClient::FailThisProcess(const std::string& reason, const std::vector<int>& blamed) {
+  ReportError(reason, blamed);
   LogLine("myplugin: " + reason);
   if (options_.fate_sharing) {
     LogLine("myplugin: process " + std::to_string(options_.process_id) + " exits: it cannot make progress");

@@ -154,14 +154,45 @@ Status Barrier::Get(Reader& r) {
 void Shutdown::Put(Writer& w) const { w.U64(timeout_ms); }
 Status Shutdown::Get(Reader& r) { return r.U64(&timeout_ms); }
 
-void Failure::Put(Writer& w) const { w.U32(process_id).Bytes(reason); }
-Status Failure::Get(Reader& r) {
-  MYPLUGIN_RETURN_IF_ERROR(r.U32(&process_id));
-  return r.Bytes(&reason);
+namespace {
+
+void PutIds(Writer& w, const std::vector<uint32_t>& ids) {
+  w.U32(static_cast<uint32_t>(ids.size()));
+  for (uint32_t id : ids) w.U32(id);
 }
 
-void ReportError::Put(Writer& w) const { w.Bytes(reason); }
-Status ReportError::Get(Reader& r) { return r.Bytes(&reason); }
+Status GetIds(Reader& r, std::vector<uint32_t>* ids) {
+  uint32_t n;
+  MYPLUGIN_RETURN_IF_ERROR(r.U32(&n));
+  ids->clear();
+  for (uint32_t i = 0; i < n; ++i) {
+    uint32_t id;
+    MYPLUGIN_RETURN_IF_ERROR(r.U32(&id));
+    ids->push_back(id);
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
+void Failure::Put(Writer& w) const {
+  w.U32(process_id).Bytes(reason);
+  PutIds(w, blamed);
+}
+Status Failure::Get(Reader& r) {
+  MYPLUGIN_RETURN_IF_ERROR(r.U32(&process_id));
+  MYPLUGIN_RETURN_IF_ERROR(r.Bytes(&reason));
+  return GetIds(r, &blamed);
+}
+
+void ReportError::Put(Writer& w) const {
+  w.Bytes(reason);
+  PutIds(w, blamed);
+}
+Status ReportError::Get(Reader& r) {
+  MYPLUGIN_RETURN_IF_ERROR(r.Bytes(&reason));
+  return GetIds(r, &blamed);
+}
 
 void PeerShutdown::Put(Writer& w) const { w.U32(process_id); }
 Status PeerShutdown::Get(Reader& r) { return r.U32(&process_id); }

@@ -196,12 +196,16 @@ struct Heartbeat : Message<Heartbeat, MessageType::kHeartbeat> {
 struct Failure : Message<Failure, MessageType::kFailure> {
   uint32_t process_id = 0;
   std::string reason;
+  // The processes at fault as the failed one saw it (one that gave up
+  // waiting for a peer that left names that peer); empty: itself.
+  std::vector<uint32_t> blamed;
   void Put(Writer& w) const;
   Status Get(Reader& r);
 };
 
 struct ReportError : Message<ReportError, MessageType::kReportError> {
   std::string reason;
+  std::vector<uint32_t> blamed;  // as in Failure
   void Put(Writer& w) const;
   Status Get(Reader& r);
 };

@@ -2,6 +2,8 @@
 // lost connections, ended processes, and the job's failure that follows (DeclareFailure).
 #include "coordination/service_state.h"
 
+#include <algorithm>
+
 #include "coordination/messages.h"
 
 namespace myplugin::coordination {
@@ -27,7 +29,15 @@ Status ServiceState::HandleShutdown(int pid, const std::string& payload, Outbox&
 Status ServiceState::HandleReportError(int pid, const std::string& payload, Outbox& out) {
   StatusOr<msg::ReportError> m = msg::ReportError::Decode(payload);
   if (!m.ok()) return m.status();
-  DeclareFailure(pid, m.value().reason, out);
+  // Only ids of this job count; a peer's list never grows the notice past it.
+  std::vector<uint32_t> blamed;
+  for (uint32_t id : m.value().blamed) {
+    if (id < static_cast<uint32_t>(options_.num_processes) &&
+        std::find(blamed.begin(), blamed.end(), id) == blamed.end()) {
+      blamed.push_back(id);
+    }
+  }
+  DeclareFailure(pid, m.value().reason, out, blamed);
   return OkStatus();
 }
 
@@ -79,7 +89,8 @@ std::vector<uint64_t> ServiceState::failures_per_process() const {
   return counts;
 }
 
-void ServiceState::DeclareFailure(int process_id, const std::string& reason_in, Outbox& out) {
+void ServiceState::DeclareFailure(int process_id, const std::string& reason_in, Outbox& out,
+                                  const std::vector<uint32_t>& blamed) {
   processes_[process_id].state = ProcessState::kFailed;
   ++processes_[process_id].failures;
   std::string reason = reason_in.size() > kMaxReasonBytes ? reason_in.substr(0, kMaxReasonBytes) + "..." : reason_in;
@@ -99,14 +110,17 @@ void ServiceState::DeclareFailure(int process_id, const std::string& reason_in, 
     CheckAgreement(out);
     return;
   }
+  std::vector<int> at_fault(blamed.begin(), blamed.end());
+  if (at_fault.empty()) at_fault.push_back(process_id);
   const Status st = Status(Code::kAborted, "process " + std::to_string(process_id) + " failed: " + reason)
-                        .WithFailure({FailureKind::kPeerFailure, {process_id}, "", -1});
+                        .WithFailure({FailureKind::kPeerFailure, at_fault, "", -1});
   failure_ = st;
   failed_process_ = process_id;
   Log(st.message());
   msg::Failure note;
   note.process_id = static_cast<uint32_t>(process_id);
   note.reason = reason;
+  note.blamed = blamed;
   Broadcast(note.Encode(), process_id, out);
   FailAllWaiters(st, out);
   if (!recoverable()) {

@@ -176,7 +176,10 @@ class ServiceState {
 
   void ReplyError(const Waiter& w, const Status& status, Outbox& out);
   void ReplyOk(const Waiter& w, Outbox& out);
-  void DeclareFailure(int process_id, const std::string& reason, Outbox& out);
+  // `blamed`: the processes the failed one named as the cause (its
+  // ReportError); they are what the others' errors name.
+  void DeclareFailure(int process_id, const std::string& reason, Outbox& out,
+                      const std::vector<uint32_t>& blamed = {});
   void FailAllWaiters(const Status& status, Outbox& out);
   void ArriveAtBarrier(const std::string& name, int pid, const Waiter& w, double timeout_s, Outbox& out);
   void CheckBarrier(const std::string& name, Outbox& out);

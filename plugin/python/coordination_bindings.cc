@@ -122,7 +122,8 @@ void BindMembership(nb::module_& m) {
   // Tests widen the error path's races with these (common/fault_delays.h).
   nb::enum_<FaultPoint>(m, "FaultPoint")
       .value("failure_notice", FaultPoint::kFailureNotice)
-      .value("signature_sent", FaultPoint::kSignatureSent);
+      .value("signature_sent", FaultPoint::kSignatureSent)
+      .value("peer_exit_grace", FaultPoint::kPeerExitGrace);
   m.def("set_fault_delay", &SetFaultDelay, nb::arg("point"), nb::arg("seconds"));
 }
 

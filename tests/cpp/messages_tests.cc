@@ -138,9 +138,17 @@ void TestEveryMessageRoundTrips() {
   f.reason = "why";
   auto f2 = RoundTrip(f);
   CHECK(f2.process_id == 2 && f2.reason == "why");
+  f.blamed = {1, 3};
+  CHECK(RoundTrip(f).blamed == (std::vector<uint32_t>{1, 3}));
   msg::ReportError re;
   re.reason = "oops";
-  CHECK(RoundTrip(re).reason == "oops");
+  CHECK(RoundTrip(re).reason == "oops" && RoundTrip(re).blamed.empty());
+  re.blamed = {0};
+  CHECK(RoundTrip(re).blamed == (std::vector<uint32_t>{0}));
+  // A count with no ids behind it is refused, not trusted.
+  std::string cut = re.Encode();
+  cut.resize(cut.size() - 4);
+  CHECK(!msg::ReportError::Decode(Payload(cut)).ok());
   msg::PeerShutdown ps;
   ps.process_id = 1;
   CHECK(RoundTrip(ps).process_id == 1);

@@ -291,6 +291,34 @@ void TestStoppedReaderIsDeclaredFailed() {
   CHECK(job.state.CheckInvariants().empty());
 }
 
+void TestFailureNamesWhomTheReporterBlames() {
+  // Process 2 gives up waiting for process 1, which left: the others' notice
+  // and the job's failure name process 1 (ids outside the job are dropped).
+  FakeJob job(3);
+  for (int p = 0; p < 3; ++p) CHECK(job.Hello(10 + p, p).ok());
+  job.out.frames.clear();
+  msg::ReportError report;
+  report.reason = "process 2 waits for process 1, which finished";
+  report.blamed = {1, 7, 1};
+  CHECK(job.Send(12, report).ok());
+  CHECK(job.state.failed_process() == 2);
+  CHECK(job.state.failure()->failure()->processes == std::vector<int>{1});
+  bool told = false;
+  for (const std::string& p : job.Take(10)) {
+    auto f = msg::Failure::Decode(p);
+    told |= f.ok() && f.value().process_id == 2 && f.value().blamed == std::vector<uint32_t>{1};
+  }
+  CHECK(told);
+  // Without a list the failed process is the one at fault.
+  FakeJob plain(2);
+  for (int p = 0; p < 2; ++p) CHECK(plain.Hello(10 + p, p).ok());
+  msg::ReportError own;
+  own.reason = "boom";
+  CHECK(plain.Send(11, own).ok());
+  CHECK(plain.state.failure()->failure()->processes == std::vector<int>{1});
+  CHECK(job.state.CheckInvariants().empty() && plain.state.CheckInvariants().empty());
+}
+
 void TestWaitingIsBounded() {
   // Job-wide: enough processes, each under its own cap, to reach it.
   const int n = static_cast<int>(kMaxWaiting / kMaxWaitingPerProcess) + 1;
@@ -701,6 +729,7 @@ void RunServiceStateTests() {
   TestServiceRefusesStrangers();
   TestKeyValueLimits();
   TestStoppedReaderIsDeclaredFailed();
+  TestFailureNamesWhomTheReporterBlames();
   TestWaitingIsBounded();
   TestWaitingIsBoundedPerProcess();
   TestBigJobWaitsInFourCallsEach();
