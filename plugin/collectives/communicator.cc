@@ -10,6 +10,7 @@
 #include <set>
 #include <thread>
 
+#include "collectives/defaults.h"
 #include "collectives/flight_recorder.h"
 #include "collectives/process_runtime.h"
 #include "collectives/straggler_watch.h"
@@ -18,9 +19,6 @@
 namespace myplugin::collectives {
 namespace {
 
-// How long a process that saw a peer's connection break waits for the
-// coordination service to say which process failed.
-constexpr double kFailureNoticeWaitS = 3.0;
 // How long processes that timed out wait for each other to record arrival.
 constexpr double kArrivalWaitS = 1.0;
 
@@ -61,12 +59,6 @@ std::vector<int> Differing(const std::string& classes, const std::vector<int>& p
     if (of_rank[r] != of_rank[rank]) out.push_back(process_group[r]);
   }
   return out;
-}
-
-std::string Seconds(double s) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%g s", s);
-  return buf;
 }
 
 // `st`, its failure (if it reports one and names no call: a process that
@@ -305,7 +297,7 @@ Status Communicator::Explain(const Signature& sig, const Status& backend_error) 
     if (timed_out && clock_->CapReached()) {
       ProcessRuntime::Get().flight_recorder().End(record_, false);
       record_ = 0;
-      const std::string why = what + " reached its cap of " + Seconds(limits().cap_s) +
+      const std::string why = what + " reached its cap of " + SecondsText(limits().cap_s) +
                               " (MYPLUGIN_COLLECTIVE_CAP_SECONDS) " +
                               (moving ? "while its data still moved" : "while its processes were still arriving");
       return Failed(Code::kDeadlineExceeded, why + WithTrace(why), FailureKind::kTimeout, {}, sig);
@@ -332,9 +324,9 @@ Status Communicator::Explain(const Signature& sig, const Status& backend_error) 
           record_ = 0;
           // Only a backend timeout waited the whole bound; any other
           // error (a connection closed) came sooner and is named as it is.
-          const std::string how = timed_out ? (moving ? " made no progress for " + Seconds(limits().stall_s)
-                                                      : " timed out after " + Seconds(limits().arrival_s))
-                                            : " failed after " + Seconds(waited) + " (" + backend_error.message() + ")";
+          const std::string how = timed_out ? (moving ? " made no progress for " + SecondsText(limits().stall_s)
+                                                      : " timed out after " + SecondsText(limits().arrival_s))
+                                            : " failed after " + SecondsText(waited) + " (" + backend_error.message() + ")";
           const std::string why =
               what + how +
               (moving ? ": processes " + IdList(missing) + " stopped moving data in call #" +
@@ -350,7 +342,7 @@ Status Communicator::Explain(const Signature& sig, const Status& backend_error) 
     }
     if (moving && timed_out) {
       return Failed(Code::kDeadlineExceeded,
-                    what + " made no progress for " + Seconds(limits().stall_s) +
+                    what + " made no progress for " + SecondsText(limits().stall_s) +
                         " on any of its processes (is a link between them down?): " + backend_error.message(),
                     FailureKind::kTimeout, {}, sig);
     }
