@@ -136,6 +136,9 @@ Status NcclCommunicator::Guard(Clock::time_point started) {
   if (std::optional<Status> why = Aborted()) {
     return Status(Code::kAborted, "the NCCL communicator was aborted: " + why->message()).WithFailureOf(*why);
   }
+  // Inside a group (Group polled as it began), aborting would free the
+  // communicator under the calls already in the group.
+  if (in_group_) return OkStatus();
   // A kernel of an earlier call whose peer went away fails on the device:
   // NCCL says so only here.
   ncclResult_t async = ncclSuccess;
@@ -176,7 +179,9 @@ Status NcclCommunicator::Group(const std::function<Status()>& enqueue) {
   const auto started = Clock::now();
   MYPLUGIN_RETURN_IF_ERROR(Guard(started));
   MYPLUGIN_RETURN_IF_ERROR(Checked(api_.GroupStart(), "ncclGroupStart", started));
+  in_group_ = true;
   Status st = enqueue();
+  in_group_ = false;
   Status end = Checked(api_.GroupEnd(), "ncclGroupEnd", started);
   return st.ok() ? end : st;
 }

@@ -107,6 +107,9 @@ class NcclCommunicator {
   ncclComm_t comm_;
   int rank_, size_;
   NcclCauses causes_;
+  // Group's enqueue is running: its calls skip the asynchronous error. Only
+  // the device's own thread calls the communicator (and Abort, any thread).
+  bool in_group_ = false;
   std::mutex mu_;
   std::optional<Status> aborted_;
 };

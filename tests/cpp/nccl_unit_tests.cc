@@ -434,7 +434,15 @@ void TestNcclErrorStatesTheTimeWaited() {
   auto comm = device_groups.ForDevice({0}, 0);
   CHECK(comm.ok());
   if (!comm.ok()) return;
-  nccl.fail_after(1, ncclRemoteError);
+  // The calls inside a group leave the error to the next call: aborting
+  // there would free the communicator under the calls already grouped.
+  nccl.fail_after(2, ncclRemoteError);
+  const int aborts = nccl.aborts();
+  CHECK(comm.value()->Group([&] {
+    MYPLUGIN_RETURN_IF_ERROR(AllReduceOn(*comm.value()));
+    return AllReduceOn(*comm.value());
+  }).ok());
+  CHECK(nccl.aborts() == aborts);
   const auto start = std::chrono::steady_clock::now();
   myplugin::Status st = AllReduceOn(*comm.value());
   const double elapsed = SecondsSince(start);
