@@ -10,6 +10,7 @@
 #include <set>
 #include <thread>
 
+#include "collectives/defaults.h"
 #include "collectives/flight_recorder.h"
 #include "collectives/process_runtime.h"
 #include "collectives/straggler_watch.h"
@@ -19,9 +20,6 @@
 namespace myplugin::collectives {
 namespace {
 
-// How long a process that saw a peer's connection break waits for the
-// coordination service to say which process failed.
-constexpr double kFailureNoticeWaitS = 3.0;
 // How long processes that timed out wait for each other to record arrival.
 constexpr double kArrivalWaitS = 1.0;
 
@@ -62,12 +60,6 @@ std::vector<int> Differing(const std::string& classes, const std::vector<int>& p
     if (of_rank[r] != of_rank[rank]) out.push_back(process_group[r]);
   }
   return out;
-}
-
-std::string Seconds(double s) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%g s", s);
-  return buf;
 }
 
 // `st`, its failure (if it reports one and names no call: a process that
@@ -307,7 +299,7 @@ Status Communicator::Explain(const Signature& sig, const Status& backend_error) 
     if (timed_out && clock_->CapReached()) {
       ProcessRuntime::Get().flight_recorder().End(record_, false);
       record_ = 0;
-      const std::string why = what + " reached its cap of " + Seconds(limits().cap_s) +
+      const std::string why = what + " reached its cap of " + SecondsText(limits().cap_s) +
                               " (MYPLUGIN_COLLECTIVE_CAP_SECONDS) " +
                               (moving ? "while its data still moved" : "while its processes were still arriving");
       return Failed(Code::kDeadlineExceeded, why + WithTrace(why), FailureKind::kTimeout, {}, sig);
@@ -322,7 +314,7 @@ Status Communicator::Explain(const Signature& sig, const Status& backend_error) 
     // connections, and the timeout, not the closed connection, is then what
     // each names.
     const std::string timeout_mark = "timeout after ";
-    const std::string own_bound = Seconds(moving ? limits().stall_s : limits().arrival_s);
+    const std::string own_bound = SecondsText(moving ? limits().stall_s : limits().arrival_s);
     if (coordination_->KeyValueSet(prefix + std::to_string(process_group_[rank_]),
                                    timed_out ? timeout_mark + own_bound : "closed")
             .ok()) {
@@ -359,10 +351,10 @@ Status Communicator::Explain(const Signature& sig, const Status& backend_error) 
             how = (moving ? " made no progress for " : " timed out after ") + bound_text;
             if (!timed_out) {
               how += " on process " + std::to_string(timed_out_peer) + " (here its giving up closed a connection after " +
-                     Seconds(waited) + ": " + backend_error.message() + ")";
+                     SecondsText(waited) + ": " + backend_error.message() + ")";
             }
           } else {
-            how = " failed after " + Seconds(waited) + " (" + backend_error.message() + ")";
+            how = " failed after " + SecondsText(waited) + " (" + backend_error.message() + ")";
           }
           const std::string why =
               what + how +
@@ -379,7 +371,7 @@ Status Communicator::Explain(const Signature& sig, const Status& backend_error) 
     }
     if (moving && timed_out) {
       return Failed(Code::kDeadlineExceeded,
-                    what + " made no progress for " + Seconds(limits().stall_s) +
+                    what + " made no progress for " + SecondsText(limits().stall_s) +
                         " on any of its processes (is a link between them down?): " + backend_error.message(),
                     FailureKind::kTimeout, {}, sig);
     }

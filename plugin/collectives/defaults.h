@@ -26,5 +26,9 @@ inline constexpr size_t kStreamingCopyBytes = size_t{8} << 20;
 // processes: hierarchical, else Gloo over the whole group. Chosen by
 // bench/collectives.py --hosts (docs/performance.md, "Across hosts").
 inline constexpr bool kHierarchicalAcrossHosts = true;
+// How long a process whose link to a peer broke (a collective's connection,
+// a transfer, an NCCL communicator) waits for the coordination service to
+// say why: the peer's failure or mismatch report usually comes within moments.
+inline constexpr double kFailureNoticeWaitS = 3.0;
 
 }  // namespace myplugin::collectives

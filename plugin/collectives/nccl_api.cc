@@ -2,6 +2,8 @@
 
 #include <dlfcn.h>
 
+#include "common/deadline.h"
+
 namespace myplugin::collectives {
 
 int NcclVersionCode(int major, int minor, int patch) {
@@ -58,11 +60,13 @@ StatusOr<NcclApi> NcclApi::Load(const std::string& path) {
   return api;
 }
 
-Status NcclApi::Check(ncclResult_t result, const char* call) const {
+Status NcclApi::Check(ncclResult_t result, const char* call, double waited_s) const {
   if (result == ncclSuccess) return OkStatus();
   const char* text = GetErrorString ? GetErrorString(result) : "unknown NCCL error";
   Code code = result == ncclInvalidArgument || result == ncclInvalidUsage ? Code::kInvalidArgument : Code::kInternal;
-  return Status(code, std::string(call) + " failed: " + text + " (NCCL error " + std::to_string(result) + ")");
+  const std::string after = waited_s >= 0 ? " after " + SecondsText(waited_s) : "";
+  return Status(code, std::string(call) + " failed" + after + ": " + text + " (NCCL error " + std::to_string(result) +
+                          ")");
 }
 
 }  // namespace myplugin::collectives

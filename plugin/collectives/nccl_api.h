@@ -46,8 +46,9 @@ struct NcclApi {
   // FAILED_PRECONDITION, naming `path`, its version and the minimum, when
   // the library is older than kMinNccl*.
   Status CheckVersion(const std::string& path) const;
-  // A Status for an NCCL result, naming the call.
-  Status Check(ncclResult_t result, const char* call) const;
+  // A Status for an NCCL result, naming the call and, when `waited_s` is
+  // given (not negative), how long it took to be reported.
+  Status Check(ncclResult_t result, const char* call, double waited_s = -1) const;
 };
 
 }  // namespace myplugin::collectives

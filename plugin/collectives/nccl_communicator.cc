@@ -1,9 +1,28 @@
 #include "collectives/nccl_communicator.h"
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
+
+#include "common/deadline.h"
 
 namespace myplugin::collectives {
+namespace {
+
+// Seconds since `start`, to the hundredth: the time a call actually waited.
+double WaitedSince(std::chrono::steady_clock::time_point start) {
+  return std::round(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() * 100) / 100;
+}
+
+// The errors NCCL gives when a connection to a peer breaks under it (the
+// peer died, or aborted its communicator): a failure elsewhere may be
+// their cause. Argument and usage errors, and CUDA's, are this process's own.
+bool PeerMayCause(ncclResult_t result) {
+  return result == ncclSystemError || result == ncclInternalError || result == ncclRemoteError;
+}
+
+}  // namespace
 
 StatusOr<ncclUniqueId> ExchangeUniqueId(const NcclApi& api, const BootstrapStore& store, const std::string& key,
                                         int rank, double timeout_s) {
@@ -13,9 +32,12 @@ StatusOr<ncclUniqueId> ExchangeUniqueId(const NcclApi& api, const BootstrapStore
     MYPLUGIN_RETURN_IF_ERROR(store.set(key, std::string(id.internal, sizeof(id.internal))));
     return id;
   }
+  const auto start = std::chrono::steady_clock::now();
   StatusOr<std::string> published = store.get(key, timeout_s);
   if (!published.ok()) {
-    return Status(published.status().code(), "waiting for rank 0's NCCL unique id: " + published.status().message());
+    return Status(published.status().code(), "rank " + std::to_string(rank) + " waited " +
+                                                 SecondsText(WaitedSince(start)) + " for rank 0's NCCL unique id: " +
+                                                 published.status().message());
   }
   if (published.value().size() != sizeof(id.internal)) {
     return DataLoss("the NCCL unique id under '" + key + "' has " + std::to_string(published.value().size()) +
@@ -71,7 +93,8 @@ StatusOr<NcclOperands> ToNccl(DataType type, Reduction reduction) {
 
 StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(const NcclApi& api, int rank, int size,
                                                                      const BootstrapStore& store,
-                                                                     const std::string& key, double timeout_s) {
+                                                                     const std::string& key, double timeout_s,
+                                                                     NcclCauses causes) {
   StatusOr<ncclUniqueId> id = ExchangeUniqueId(api, store, key, rank, timeout_s);
   if (!id.ok()) return id.status();
   ncclComm_t comm = nullptr;
@@ -89,7 +112,7 @@ StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(const NcclA
                       (host_id ? "NCCL_HOSTID=" + std::string(host_id) : std::string("no NCCL_HOSTID")));
   }
   MYPLUGIN_RETURN_IF_ERROR(api.Check(result, "ncclCommInitRank"));
-  return std::unique_ptr<NcclCommunicator>(new NcclCommunicator(api, comm, rank, size));
+  return std::unique_ptr<NcclCommunicator>(new NcclCommunicator(api, comm, rank, size, std::move(causes)));
 }
 
 NcclCommunicator::~NcclCommunicator() {
@@ -104,72 +127,125 @@ void NcclCommunicator::Abort(const Status& why) {
   api_.CommAbort(comm_);  // ends kernels in flight; the communicator is gone after this
 }
 
-Status NcclCommunicator::Guard() {
+std::optional<Status> NcclCommunicator::Aborted() {
   std::lock_guard<std::mutex> lock(mu_);
-  if (aborted_) return Status(Code::kAborted, "the NCCL communicator was aborted: " + aborted_->message());
-  return OkStatus();
+  return aborted_;
+}
+
+Status NcclCommunicator::Guard(Clock::time_point started) {
+  if (std::optional<Status> why = Aborted()) {
+    return Status(Code::kAborted, "the NCCL communicator was aborted: " + why->message()).WithFailureOf(*why);
+  }
+  // Inside a group (Group polled as it began), aborting would free the
+  // communicator under the calls already in the group.
+  if (in_group_) return OkStatus();
+  // A kernel of an earlier call whose peer went away fails on the device:
+  // NCCL says so only here.
+  ncclResult_t async = ncclSuccess;
+  MYPLUGIN_RETURN_IF_ERROR(api_.Check(api_.CommGetAsyncError(comm_, &async), "ncclCommGetAsyncError"));
+  if (async == ncclSuccess || async == ncclInProgress) return OkStatus();
+  Status why = Explain(async, "an earlier call on this NCCL communicator", started);
+  Abort(why);
+  return why;
+}
+
+Status NcclCommunicator::Checked(ncclResult_t result, const char* call, Clock::time_point started) {
+  if (result == ncclSuccess || !PeerMayCause(result)) return api_.Check(result, call);
+  return Explain(result, call, started);
+}
+
+Status NcclCommunicator::Explain(ncclResult_t result, const char* call, Clock::time_point started) {
+  const Status nccl = api_.Check(result, call);
+  if (!causes_.find) return nccl;
+  // The cause wins over the broken connection it made (docs/debugging.md):
+  // an abort from the service's notice, a mismatch report, a failure.
+  const auto deadline = After(causes_.wait_s);
+  while (true) {
+    std::optional<Status> cause = Aborted();
+    if (!cause) cause = causes_.find();
+    if (cause) {
+      return Status(cause->ok() ? Code::kAborted : cause->code(), cause->message() + " (" + nccl.message() + ")")
+          .WithFailureOf(*cause);
+    }
+    if (Clock::now() >= deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return Status(nccl.code(), api_.Check(result, call, WaitedSince(started)).message() + " on rank " +
+                                 std::to_string(rank_) + " of " + std::to_string(size_) +
+                                 "; no process is known to have failed or reported a mismatch");
 }
 
 Status NcclCommunicator::Group(const std::function<Status()>& enqueue) {
-  MYPLUGIN_RETURN_IF_ERROR(Guard());
-  MYPLUGIN_RETURN_IF_ERROR(api_.Check(api_.GroupStart(), "ncclGroupStart"));
+  const auto started = Clock::now();
+  MYPLUGIN_RETURN_IF_ERROR(Guard(started));
+  MYPLUGIN_RETURN_IF_ERROR(Checked(api_.GroupStart(), "ncclGroupStart", started));
+  in_group_ = true;
   Status st = enqueue();
-  Status end = api_.Check(api_.GroupEnd(), "ncclGroupEnd");
+  in_group_ = false;
+  Status end = Checked(api_.GroupEnd(), "ncclGroupEnd", started);
   return st.ok() ? end : st;
 }
 
 Status NcclCommunicator::AllReduce(const void* send, void* recv, size_t count, DataType type, Reduction reduction,
                                    cudaStream_t stream) {
-  MYPLUGIN_RETURN_IF_ERROR(Guard());
+  const auto started = Clock::now();
+  MYPLUGIN_RETURN_IF_ERROR(Guard(started));
   StatusOr<NcclOperands> o = ToNccl(type, reduction);
   if (!o.ok()) return o.status();
-  return api_.Check(api_.AllReduce(send, recv, count * o.value().count_multiplier, o.value().type, o.value().op,
-                                   comm_, stream),
-                    "ncclAllReduce");
+  return Checked(api_.AllReduce(send, recv, count * o.value().count_multiplier, o.value().type, o.value().op,
+                                 comm_, stream),
+                 "ncclAllReduce", started);
 }
 
 Status NcclCommunicator::AllGather(const void* send, void* recv, size_t count, DataType type, cudaStream_t stream) {
-  MYPLUGIN_RETURN_IF_ERROR(Guard());
+  const auto started = Clock::now();
+  MYPLUGIN_RETURN_IF_ERROR(Guard(started));
   // Gathering moves bytes: any element type travels as u8.
-  return api_.Check(api_.AllGather(send, recv, count * ByteSize(type), ncclUint8, comm_, stream), "ncclAllGather");
+  return Checked(api_.AllGather(send, recv, count * ByteSize(type), ncclUint8, comm_, stream), "ncclAllGather",
+                 started);
 }
 
 Status NcclCommunicator::ReduceScatter(const void* send, void* recv, size_t count, DataType type,
                                        Reduction reduction, cudaStream_t stream) {
-  MYPLUGIN_RETURN_IF_ERROR(Guard());
+  const auto started = Clock::now();
+  MYPLUGIN_RETURN_IF_ERROR(Guard(started));
   StatusOr<NcclOperands> o = ToNccl(type, reduction);
   if (!o.ok()) return o.status();
-  return api_.Check(api_.ReduceScatter(send, recv, count * o.value().count_multiplier, o.value().type, o.value().op,
-                                       comm_, stream),
-                    "ncclReduceScatter");
+  return Checked(api_.ReduceScatter(send, recv, count * o.value().count_multiplier, o.value().type, o.value().op,
+                                     comm_, stream),
+                 "ncclReduceScatter", started);
 }
 
 Status NcclCommunicator::AllToAll(const void* send, void* recv, size_t count, DataType type, cudaStream_t stream) {
-  MYPLUGIN_RETURN_IF_ERROR(Guard());
+  const auto started = Clock::now();
+  MYPLUGIN_RETURN_IF_ERROR(Guard(started));
   const size_t bytes = count * ByteSize(type);
-  MYPLUGIN_RETURN_IF_ERROR(api_.Check(api_.GroupStart(), "ncclGroupStart"));
+  MYPLUGIN_RETURN_IF_ERROR(Checked(api_.GroupStart(), "ncclGroupStart", started));
   Status st;
   for (int peer = 0; peer < size_ && st.ok(); ++peer) {
-    st = api_.Check(api_.Send(static_cast<const char*>(send) + peer * bytes, bytes, ncclUint8, peer, comm_, stream),
-                    "ncclSend");
+    st = Checked(api_.Send(static_cast<const char*>(send) + peer * bytes, bytes, ncclUint8, peer, comm_, stream),
+                 "ncclSend", started);
     if (st.ok()) {
-      st = api_.Check(api_.Recv(static_cast<char*>(recv) + peer * bytes, bytes, ncclUint8, peer, comm_, stream),
-                      "ncclRecv");
+      st = Checked(api_.Recv(static_cast<char*>(recv) + peer * bytes, bytes, ncclUint8, peer, comm_, stream),
+                   "ncclRecv", started);
     }
   }
-  Status end = api_.Check(api_.GroupEnd(), "ncclGroupEnd");
+  Status end = Checked(api_.GroupEnd(), "ncclGroupEnd", started);
   return st.ok() ? end : st;
 }
 
 Status NcclCommunicator::CollectivePermute(const void* send, void* recv, size_t count, DataType type, int send_to,
                                            int recv_from, cudaStream_t stream) {
-  MYPLUGIN_RETURN_IF_ERROR(Guard());
+  const auto started = Clock::now();
+  MYPLUGIN_RETURN_IF_ERROR(Guard(started));
   const size_t bytes = count * ByteSize(type);
-  MYPLUGIN_RETURN_IF_ERROR(api_.Check(api_.GroupStart(), "ncclGroupStart"));
+  MYPLUGIN_RETURN_IF_ERROR(Checked(api_.GroupStart(), "ncclGroupStart", started));
   Status st;
-  if (send_to >= 0) st = api_.Check(api_.Send(send, bytes, ncclUint8, send_to, comm_, stream), "ncclSend");
-  if (st.ok() && recv_from >= 0) st = api_.Check(api_.Recv(recv, bytes, ncclUint8, recv_from, comm_, stream), "ncclRecv");
-  Status end = api_.Check(api_.GroupEnd(), "ncclGroupEnd");
+  if (send_to >= 0) st = Checked(api_.Send(send, bytes, ncclUint8, send_to, comm_, stream), "ncclSend", started);
+  if (st.ok() && recv_from >= 0) {
+    st = Checked(api_.Recv(recv, bytes, ncclUint8, recv_from, comm_, stream), "ncclRecv", started);
+  }
+  Status end = Checked(api_.GroupEnd(), "ncclGroupEnd", started);
   // A rank with no source gets zeros: that is a cudaMemsetAsync, which the
   // handler (holding the CUDA runtime) does.
   return st.ok() ? end : st;

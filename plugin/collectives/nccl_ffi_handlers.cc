@@ -31,11 +31,37 @@ BootstrapStore InProcessStore() {
   store.get = [](const std::string& key, double timeout_s) {
     return ProcessRuntime::Get().in_process_key_values().Get(key, timeout_s);
   };
+  store.try_get = [](const std::string& key) { return ProcessRuntime::Get().in_process_key_values().Get(key, 0); };
   return store;
 }
 
-NcclDeviceGroups::NcclDeviceGroups(NcclApi api, BootstrapStore store, double timeout_s)
-    : api_(std::move(api)), store_(std::move(store)), timeout_s_(timeout_s) {}
+namespace {
+
+// Where the epoch's first NCCL mismatch report goes: beside the epoch's unique
+// ids, whose keys are lists of device ids.
+std::string MismatchKey(uint64_t epoch) { return "myplugin/nccl/" + std::to_string(epoch) + "/mismatch"; }
+
+}  // namespace
+
+NcclDeviceGroups::NcclDeviceGroups(NcclApi api, BootstrapStore store, double timeout_s, double notice_wait_s)
+    : api_(std::move(api)), store_(std::move(store)), timeout_s_(timeout_s), notice_wait_s_(notice_wait_s) {}
+
+void NcclDeviceGroups::ReportMismatch(const Status& mismatch) {
+  (void)store_.set(MismatchKey(ProcessRuntime::Get().distributed().epoch()), mismatch.message());
+}
+
+std::optional<Status> NcclDeviceGroups::KnownCause(uint64_t epoch) {
+  // The look comes first: once it is answered, every failure notice the
+  // service sent before it has been applied (communicator.h, KnownCause).
+  if (store_.try_get) {
+    StatusOr<std::string> mismatch = store_.try_get(MismatchKey(epoch));
+    if (mismatch.ok()) {
+      return Status(Code::kFailedPrecondition, mismatch.value()).WithFailure({FailureKind::kMismatch, {}, "", -1});
+    }
+  }
+  if (store_.failure) return store_.failure();
+  return std::nullopt;
+}
 
 StatusOr<NcclCommunicator*> NcclDeviceGroups::ForDevice(const std::vector<int>& device_group, int device) {
   int rank = -1;
@@ -58,7 +84,8 @@ StatusOr<NcclCommunicator*> NcclDeviceGroups::ForDevice(const std::vector<int>& 
         std::string key = "myplugin/nccl/" + std::to_string(epoch) + "/";
         for (int d : device_group) key += std::to_string(d) + ",";
         StatusOr<std::unique_ptr<NcclCommunicator>> made =
-            NcclCommunicator::Create(api_, rank, static_cast<int>(device_group.size()), store_, key, timeout_s_);
+            NcclCommunicator::Create(api_, rank, static_cast<int>(device_group.size()), store_, key, timeout_s_,
+                                     {[this, epoch] { return KnownCause(epoch); }, notice_wait_s_});
         if (!made.ok()) {
           return Status(made.status().code(), "the NCCL communicator of device " + std::to_string(device) +
                                                   " (rank " + std::to_string(rank) + ") in device group " +
@@ -82,6 +109,8 @@ std::unique_ptr<NcclDeviceGroups> DeviceGroupsForJob(NcclApi api) {
   if (!client) return std::make_unique<NcclDeviceGroups>(std::move(api), std::move(store), timeout_s);
   store.set = [client](const std::string& k, const std::string& v) { return client->KeyValueSet(k, v); };
   store.get = [client](const std::string& k, double t) { return client->KeyValueGet(k, t); };
+  store.try_get = [client](const std::string& k) { return client->KeyValueTryGet(k, /*during_failure=*/true); };
+  store.failure = [client] { return client->failure(); };
   auto device_groups = std::make_unique<NcclDeviceGroups>(std::move(api), std::move(store), timeout_s);
   NcclDeviceGroups* aborted = device_groups.get();  // lives as long as the process (ProcessRuntime)
   client->AddFailureCallback([aborted](const Status& why) { aborted->AbortAll(why); });
@@ -113,15 +142,20 @@ Status EnsureNcclLoaded() { return DeviceGroups().status(); }
 
 Status RunNccl(const NcclCallSite& call, const std::function<Status(NcclCommunicator&)>& enqueue,
                NcclDeviceGroups* device_groups) {
-  MYPLUGIN_RETURN_IF_ERROR(MeetLocalDevices(call.ordinal, call.device_group, nullptr, nullptr,
-                                            [&](DeviceCollectives& dc, const DeviceBuffers&) {
-                                              return dc.Agree(call.op, call.reduction, call.type, call.count,
-                                                              call.extra);
-                                            }));
+  Status agreed = MeetLocalDevices(call.ordinal, call.device_group, nullptr, nullptr,
+                                   [&](DeviceCollectives& dc, const DeviceBuffers&) {
+                                     return dc.Agree(call.op, call.reduction, call.type, call.count, call.extra);
+                                   });
   if (device_groups == nullptr) {
     StatusOr<NcclDeviceGroups*> found = DeviceGroups();
-    if (!found.ok()) return found.status();
+    if (!found.ok()) return agreed.ok() ? found.status() : agreed;
     device_groups = found.value();
+  }
+  if (!agreed.ok()) {
+    if (agreed.failure() != nullptr && agreed.failure()->kind == FailureKind::kMismatch) {
+      device_groups->ReportMismatch(agreed);
+    }
+    return agreed;
   }
   StatusOr<NcclCommunicator*> comm = device_groups->ForDevice(call.device_group, LocationOf(call.ordinal).global_id);
   if (!comm.ok()) return comm.status();

@@ -17,6 +17,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -32,14 +33,26 @@ namespace myplugin::collectives {
 // created on first use; the unique id of each device group goes through `store`.
 class NcclDeviceGroups {
  public:
-  NcclDeviceGroups(NcclApi api, BootstrapStore store, double timeout_s);
+  // `notice_wait_s`: how long an NCCL error looks for its cause (NcclCauses).
+  NcclDeviceGroups(NcclApi api, BootstrapStore store, double timeout_s,
+                   double notice_wait_s = kFailureNoticeWaitS);
   StatusOr<NcclCommunicator*> ForDevice(const std::vector<int>& device_group, int device);
   void AbortAll(const Status& why);
+  // A mismatch that this process found agreeing on an NCCL call: published
+  // for the membership epoch before the call fails, so that a peer whose NCCL
+  // breaks when this process leaves its calls names the mismatch, not the
+  // broken connection.
+  void ReportMismatch(const Status& mismatch);
 
  private:
+  // What an NCCL error of `epoch`'s communicators may be the effect of: this
+  // epoch's mismatch report, else the job's failure (NcclCauses::find).
+  std::optional<Status> KnownCause(uint64_t epoch);
+
   NcclApi api_;
   BootstrapStore store_;
   double timeout_s_;
+  double notice_wait_s_;
   OncePerKey<std::pair<std::vector<int>, int>, NcclCommunicator> communicators_;
   // The membership epoch the communicators belong to: a new membership (an
   // agreement after a failure) renumbers the devices, so they are made anew.

@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "collectives/defaults.h"
 #include "collectives/fd_passing.h"
 #include "collectives/flight_recorder.h"
 #include "collectives/process_runtime.h"
@@ -33,9 +34,6 @@ constexpr size_t kRingSlots = 4;
 constexpr size_t kRingBytes = kRingSlots * kTransferPieceBytes;
 // How long an accepted connection may take to say who it is.
 constexpr double kHelloTimeoutS = 10;
-// How long a side that saw its connection break waits for the coordination
-// service to say why (as the collectives do).
-constexpr double kFailureNoticeWaitS = 3.0;
 // The longest header or reply; anything longer is a broken peer.
 constexpr uint32_t kMaxControlBytes = 1 << 20;
 // How often a blocked wait looks at the abort and stop flags.
@@ -47,12 +45,6 @@ enum FrameType : uint32_t { kHeader = 1, kReply = 2, kPiece = 3, kSenderFailed =
 
 std::string AddressKey(uint64_t epoch, int process) {
   return "myplugin/transfers/" + std::to_string(epoch) + "/" + std::to_string(process);
-}
-
-std::string Secs(double s) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%g s", s);
-  return buf;
 }
 
 // A ring's mapping, unmapped with its owner.
@@ -546,7 +538,7 @@ Status TransferEndpoint::RunSend(Outgoing* out, SendJob& job) {
   if (Status st = io.ReadControl(&type, &payload, limits_.arrival_s); !st.ok()) {
     if (st.code() == Code::kDeadlineExceeded) {
       return Status(Code::kDeadlineExceeded, what + ": " + peer + " did not take it within " +
-                                                 Secs(limits_.arrival_s) +
+                                                 SecondsText(limits_.arrival_s) +
                                                  " (MYPLUGIN_COLLECTIVE_TIMEOUT_SECONDS): stopped, stuck, or "
                                                  "running other code")
           .WithFailure({FailureKind::kTimeout, {out->process}, "send", spec.key});
@@ -598,7 +590,7 @@ Status TransferEndpoint::StreamOverSocket(Outgoing* out, SendJob& job, const std
     }
     if (!st.ok()) {
       if (st.code() == Code::kDeadlineExceeded) {
-        return Status(Code::kDeadlineExceeded, what + ": " + peer + " took no data for " + Secs(limits_.stall_s) +
+        return Status(Code::kDeadlineExceeded, what + ": " + peer + " took no data for " + SecondsText(limits_.stall_s) +
                                                    " (MYPLUGIN_COLLECTIVE_STALL_SECONDS): stopped, stuck, or its "
                                                    "link is down")
             .WithFailure({FailureKind::kTimeout, {out->process}, "send", spec.key});
@@ -628,7 +620,7 @@ Status TransferEndpoint::StreamThroughRing(Outgoing* out, SendJob& job, const st
     std::string payload;
     Status st = io.ReadControl(&type, &payload, limits_.stall_s);
     if (st.code() == Code::kDeadlineExceeded) {
-      return Status(Code::kDeadlineExceeded, what + ": " + peer + " took no data for " + Secs(limits_.stall_s) +
+      return Status(Code::kDeadlineExceeded, what + ": " + peer + " took no data for " + SecondsText(limits_.stall_s) +
                                                  " (MYPLUGIN_COLLECTIVE_STALL_SECONDS): stopped, stuck, or its "
                                                  "link is down")
           .WithFailure({FailureKind::kTimeout, {out->process}, "send", spec.key});
@@ -724,12 +716,12 @@ Status TransferEndpoint::Wait(const std::shared_ptr<Receive>& r) {
           r->status = Status(Code::kAborted, what + " was aborted: " + stop->message()).WithFailureOf(*stop);
         } else {
           r->status = Status(Code::kDeadlineExceeded,
-                             what + " timed out after " + Secs(limits_.arrival_s) +
+                             what + " timed out after " + SecondsText(limits_.arrival_s) +
                                  " (MYPLUGIN_COLLECTIVE_TIMEOUT_SECONDS): " + peer +
                                  " never sent it (stopped, stuck, or running other code)")
                           .WithFailure({FailureKind::kTimeout, {r->src_process}, "receive", r->expected.key});
           gave_up_[key] = "process " + std::to_string(me_) + " gave up " + r->expected.Name() + " after " +
-                          Secs(limits_.arrival_s);
+                          SecondsText(limits_.arrival_s);
         }
         break;
       }
@@ -835,7 +827,7 @@ bool TransferEndpoint::ServeTransfer(Incoming* in, const TransferSpec& spec) {
       if (Clock::now() >= deadline) {
         lock.unlock();
         Status why(Code::kDeadlineExceeded, "process " + std::to_string(me_) + " posted no receive for " +
-                                                spec.Name() + " within " + Secs(limits_.arrival_s));
+                                                spec.Name() + " within " + SecondsText(limits_.arrival_s));
         return io.WriteFrame(kReply, EncodeReply(why), limits_.stall_s).ok();
       }
       cv_.wait_until(lock, std::min(deadline, Clock::now() + kSlice));
@@ -900,9 +892,9 @@ bool TransferEndpoint::ServeTransfer(Incoming* in, const TransferSpec& spec) {
       if (st.code() == Code::kDeadlineExceeded) {
         (void)io.WriteFrame(kReply, EncodeReply(Status(Code::kDeadlineExceeded,
                                                        "process " + std::to_string(me_) + " received no data for " +
-                                                           Secs(limits_.stall_s))),
+                                                           SecondsText(limits_.stall_s))),
                             1);
-        finish(Status(Code::kDeadlineExceeded, what + ": " + peer + " sent no data for " + Secs(limits_.stall_s) +
+        finish(Status(Code::kDeadlineExceeded, what + ": " + peer + " sent no data for " + SecondsText(limits_.stall_s) +
                                                    " (MYPLUGIN_COLLECTIVE_STALL_SECONDS): stopped, stuck, or its "
                                                    "link is down")
                    .WithFailure({FailureKind::kTimeout, {in->process}, "receive", spec.key}));

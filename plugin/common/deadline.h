@@ -6,6 +6,8 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
+#include <string>
 
 namespace myplugin {
 
@@ -22,6 +24,13 @@ inline std::chrono::milliseconds Millis(double seconds) {
 
 inline std::chrono::steady_clock::time_point After(double seconds) {
   return std::chrono::steady_clock::now() + Millis(seconds);
+}
+
+// A duration for messages: "0.25 s", "300 s".
+inline std::string SecondsText(double seconds) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%g s", seconds);
+  return buf;
 }
 
 }  // namespace myplugin

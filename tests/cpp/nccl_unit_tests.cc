@@ -1,7 +1,8 @@
 // The NCCL backend's logic against a fake NCCL: bootstrap through the key-
 // value store, type and reduction mapping, the calls each collective makes,
-// abort, error reporting, the version check, and four processes whose one
-// device each is the same GPU (ordinal 0). No GPU, no libnccl.
+// abort, error reporting (an NCCL error named by its cause, or with the time
+// it took), the version check, and four processes whose one device each is
+// the same GPU (ordinal 0). No GPU, no libnccl.
 #include "check.h"
 
 #ifndef MYPLUGIN_HAVE_NCCL
@@ -15,10 +16,12 @@ int RunNcclShareChild(int, int) { return 1; }
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <string>
 #include <vector>
 
+#include <dlfcn.h>
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
@@ -30,6 +33,7 @@ int RunNcclShareChild(int, int) { return 1; }
 #include <memory>
 
 #include "collectives/device_ids.h"
+#include "collectives/in_process_key_values.h"
 #include "collectives/nccl_communicator.h"
 #include "collectives/nccl_ffi_handlers.h"
 #include "collectives/process_runtime.h"
@@ -285,6 +289,178 @@ void TestVersionCheck() {
   fake_version = -1;  // ncclGetVersion itself fails
   myplugin::Status broken = api.CheckVersion(path);
   CHECK(!broken.ok() && Has(broken, "ncclGetVersion failed: unhandled system error"));
+}
+
+// Seconds that `text` states right after `word` ("after 0.52 s": 0.52), or -1.
+double StatedSeconds(const std::string& text, const std::string& word) {
+  const size_t at = text.find(word);
+  if (at == std::string::npos) return -1;
+  char* end = nullptr;
+  const double s = std::strtod(text.c_str() + at + word.size(), &end);
+  return end != text.c_str() + at + word.size() && std::strncmp(end, " s", 2) == 0 ? s : -1;
+}
+
+double SecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// The stand-in libnccl (tests/cpp/fake_libnccl.cc) through NcclApi::Load, and
+// its test-only knobs.
+struct FakeLibnccl {
+  coll::NcclApi api;
+  void (*fail_after)(int polls, ncclResult_t error) = nullptr;
+  int (*aborts)() = nullptr;
+};
+FakeLibnccl LoadFakeLibnccl() {
+  FakeLibnccl fake_nccl;
+  auto api = coll::NcclApi::Load(MYPLUGIN_FAKE_NCCL_NEW);
+  CHECK(api.ok());
+  if (api.ok()) fake_nccl.api = api.take();
+  void* lib = dlopen(MYPLUGIN_FAKE_NCCL_NEW, RTLD_NOW | RTLD_LOCAL);  // the library Load opened
+  CHECK(lib != nullptr);
+  if (lib == nullptr) return fake_nccl;
+  fake_nccl.fail_after = reinterpret_cast<void (*)(int, ncclResult_t)>(dlsym(lib, "myplugin_fake_nccl_fail_after"));
+  fake_nccl.aborts = reinterpret_cast<int (*)()>(dlsym(lib, "myplugin_fake_nccl_aborts"));
+  CHECK(fake_nccl.fail_after != nullptr && fake_nccl.aborts != nullptr);
+  return fake_nccl;
+}
+
+// The job's key-value store, as a job of one process has it (in memory).
+coll::BootstrapStore StoreOf(coll::InProcessKeyValues& values) {
+  coll::BootstrapStore s;
+  s.set = [&values](const std::string& k, const std::string& v) { return values.Set(k, v); };
+  s.get = [&values](const std::string& k, double t) { return values.Get(k, t); };
+  s.try_get = [&values](const std::string& k) { return values.Get(k, 0); };
+  return s;
+}
+
+cudaStream_t const kStream = reinterpret_cast<cudaStream_t>(0x77);
+void* const kSend = reinterpret_cast<void*>(0x10000);
+void* const kRecv = reinterpret_cast<void*>(0x20000);
+
+myplugin::Status AllReduceOn(coll::NcclCommunicator& comm) {
+  return comm.AllReduce(kSend, kRecv, 8, coll::DataType::kF32, coll::Reduction::kSum, kStream);
+}
+
+// (a) A peer found a mismatch, published it and left its NCCL calls: the
+// kernel this process has in flight with it fails (ncclRemoteError, seen by
+// ncclCommGetAsyncError at the next call). The error is the mismatch, and
+// NCCL's communicator is aborted, as NCCL requires after such an error.
+void TestNcclErrorNamesTheMismatch() {
+  FakeLibnccl nccl = LoadFakeLibnccl();
+  if (nccl.fail_after == nullptr) return;
+  coll::InProcessKeyValues values;
+  coll::NcclDeviceGroups device_groups(nccl.api, StoreOf(values), 1.0, /*notice_wait_s=*/2.0);
+  auto comm = device_groups.ForDevice({0}, 0);
+  CHECK(comm.ok());
+  if (!comm.ok()) return;
+  nccl.fail_after(2, ncclRemoteError);
+  CHECK(AllReduceOn(*comm.value()).ok());  // the first poll: nothing has failed
+  const std::string mismatch =
+      "all-reduce sum f32[8] (call #4) on processes [0, 1]: process 1 issued all-gather f32[8] (call #4)";
+  device_groups.ReportMismatch(myplugin::Status(myplugin::Code::kFailedPrecondition, mismatch));
+  const int aborts = nccl.aborts();
+  myplugin::Status st = AllReduceOn(*comm.value());
+  CHECK(st.code() == myplugin::Code::kFailedPrecondition);
+  CHECK(st.message().rfind(mismatch, 0) == 0);  // the cause first
+  CHECK(Has(st, "remote process exited or there was a network error"));  // then what NCCL saw of it
+  CHECK(st.failure() != nullptr && st.failure()->kind == myplugin::FailureKind::kMismatch);
+  CHECK(nccl.aborts() == aborts + 1);
+  myplugin::Status later = comm.value()->AllGather(kSend, kRecv, 4, coll::DataType::kF32, kStream);
+  CHECK(later.code() == myplugin::Code::kAborted && Has(later, mismatch));
+  nccl.fail_after(0, ncclSuccess);
+}
+
+// (b) A peer died: NCCL's error here comes before the service's notice
+// (injected 0.3 s late), and the error names the failed process all the same;
+// likewise for an error that an NCCL call returns itself.
+void TestNcclErrorNamesTheFailedPeer() {
+  FakeLibnccl nccl = LoadFakeLibnccl();
+  if (nccl.fail_after == nullptr) return;
+  coll::InProcessKeyValues values;
+  coll::BootstrapStore store = StoreOf(values);
+  auto notice = std::make_shared<std::mutex>();
+  auto failure = std::make_shared<std::optional<myplugin::Status>>();
+  store.failure = [notice, failure] {
+    std::lock_guard<std::mutex> lock(*notice);
+    return *failure;
+  };
+  const myplugin::Status died = myplugin::Status(myplugin::Code::kAborted, "process 2 failed: killed by signal 9")
+                                    .WithFailure({myplugin::FailureKind::kPeerFailure, {2}, "", -1});
+  coll::NcclDeviceGroups device_groups(nccl.api, store, 1.0, /*notice_wait_s=*/3.0);
+  auto comm = device_groups.ForDevice({0}, 0);
+  CHECK(comm.ok());
+  if (!comm.ok()) return;
+  nccl.fail_after(1, ncclRemoteError);
+  std::thread late([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    std::lock_guard<std::mutex> lock(*notice);
+    *failure = died;
+  });
+  myplugin::Status st = AllReduceOn(*comm.value());
+  late.join();
+  nccl.fail_after(0, ncclSuccess);
+  CHECK(st.code() == myplugin::Code::kAborted);
+  CHECK(st.message().rfind("process 2 failed: killed by signal 9 (", 0) == 0);
+  CHECK(st.failure() != nullptr && st.failure()->kind == myplugin::FailureKind::kPeerFailure &&
+        st.failure()->processes == std::vector<int>{2});
+
+  // An NCCL call that returns the error itself (a connection NCCL makes as
+  // the call starts), with the notice already there.
+  kv.clear();
+  fake = FakeLog();
+  coll::NcclCauses causes{[died] { return std::optional<myplugin::Status>(died); }, 3.0};
+  auto direct = coll::NcclCommunicator::Create(FakeApi(), 0, 2, Store(), "nccl/b", 1.0, causes);
+  CHECK(direct.ok());
+  if (!direct.ok()) return;
+  fake.fail_all_reduce = ncclRemoteError;
+  myplugin::Status sync = AllReduceOn(*direct.value());
+  CHECK(sync.message().rfind("process 2 failed: killed by signal 9 (ncclAllReduce failed", 0) == 0);
+  CHECK(sync.failure() != nullptr && sync.failure()->processes == std::vector<int>{2});
+  fake.fail_all_reduce = ncclInvalidArgument;  // this process's own error is never blamed on a peer
+  myplugin::Status own = AllReduceOn(*direct.value());
+  CHECK(own.code() == myplugin::Code::kInvalidArgument && !Has(own, "process 2"));
+}
+
+// (c) Neither is known: NCCL's error, saying how long it actually took (the
+// wait for a cause included); and a rank that waits in vain for rank 0's
+// unique id says how long it waited.
+void TestNcclErrorStatesTheTimeWaited() {
+  FakeLibnccl nccl = LoadFakeLibnccl();
+  if (nccl.fail_after == nullptr) return;
+  coll::InProcessKeyValues values;
+  constexpr double kWait = 0.5;
+  coll::NcclDeviceGroups device_groups(nccl.api, StoreOf(values), 1.0, kWait);
+  auto comm = device_groups.ForDevice({0}, 0);
+  CHECK(comm.ok());
+  if (!comm.ok()) return;
+  // The calls inside a group leave the error to the next call: aborting
+  // there would free the communicator under the calls already grouped.
+  nccl.fail_after(2, ncclRemoteError);
+  const int aborts = nccl.aborts();
+  CHECK(comm.value()->Group([&] {
+    MYPLUGIN_RETURN_IF_ERROR(AllReduceOn(*comm.value()));
+    return AllReduceOn(*comm.value());
+  }).ok());
+  CHECK(nccl.aborts() == aborts);
+  const auto start = std::chrono::steady_clock::now();
+  myplugin::Status st = AllReduceOn(*comm.value());
+  const double elapsed = SecondsSince(start);
+  nccl.fail_after(0, ncclSuccess);
+  CHECK(st.code() == myplugin::Code::kInternal);
+  CHECK(Has(st, "an earlier call on this NCCL communicator failed after "));
+  CHECK(Has(st, ": remote process exited or there was a network error (NCCL error " +
+                    std::to_string(static_cast<int>(ncclRemoteError)) + ") on rank 0 of 1"));
+  CHECK(Has(st, "no process is known to have failed or reported a mismatch"));
+  const double stated = StatedSeconds(st.message(), "failed after ");
+  CHECK(stated >= kWait && stated <= elapsed + 0.01);
+
+  const auto asked = std::chrono::steady_clock::now();
+  auto id = coll::ExchangeUniqueId(nccl.api, StoreOf(values), "nccl/never", 1, 0.2);
+  const double waited = SecondsSince(asked);
+  CHECK(!id.ok() && id.status().code() == myplugin::Code::kDeadlineExceeded);
+  const double said = id.ok() ? -1 : StatedSeconds(id.status().message(), "rank 1 waited ");
+  CHECK(said >= 0.2 && said <= waited + 0.01);
 }
 
 // NCCL's answer to two ranks on one GPU with one host identity: the error
@@ -632,6 +808,9 @@ bool RunNcclTests() {
   TestCalls();
   TestLoadErrors();
   TestVersionCheck();
+  TestNcclErrorNamesTheMismatch();
+  TestNcclErrorNamesTheFailedPeer();
+  TestNcclErrorStatesTheTimeWaited();
   TestDuplicateGpu();
   TestFfiCallPath();
   TestShareOneGpu();
