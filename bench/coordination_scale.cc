@@ -5,8 +5,9 @@
 // by one epoll loop in this one process so that thousands fit on a small
 // machine. What a real client does is done here without its threads:
 // Hello, Register (a topology made by EncodeProcessInfo, eight processes to
-// a host, each host its own random boot id; random incarnations), heartbeats at the interval the service gives, barriers, key-value
-// calls, and noticing a peer's failure.
+// a host, each host its own random boot id; random incarnations),
+// heartbeats at the interval the service gives, barriers, key-value calls,
+// and noticing a peer's failure.
 //
 // Phases, in order: registration (all connect at once), an idle window of
 // heartbeats only (the service's CPU and memory read from /proc/PID), rounds

@@ -53,7 +53,7 @@ enum class MessageType : uint8_t {
   kReportError = 18,   // client -> service: this process is failing, and why (no reply)
   kPeerShutdown = 19,  // service -> client: process id has entered the shutdown barrier (it finished)
   kAgree = 20,         // client -> service: timeout ms: agree on the live members (recovery)
-  kMembership = 21,    // reply to kAgree (and to a rejoining kRegister): epoch, n, (process id, incarnation, table entry) * n
+  kMembership = 21,    // reply to kAgree (and to a rejoining kRegister): epoch, n, (id, incarnation, table entry) * n
   kKeyValueInsert = 22,     // key, value: set only if absent (ALREADY_EXISTS otherwise), atomically
   kKeyValueIncrement = 23,  // key, increment: add to a decimal integer value (absent: 0); reply kValue
 };

@@ -79,7 +79,8 @@ myplugin::StatusOr<std::vector<std::string>> Untable(const std::string& payload,
 bool FailsWith(const std::string& payload, size_t n, const std::string& why) {
   auto t = Untable(payload, n);
   if (t.ok()) return false;
-  bool named = t.status().code() == myplugin::Code::kInvalidArgument && t.status().message().find(why) != std::string::npos;
+  bool named = t.status().code() == myplugin::Code::kInvalidArgument &&
+               t.status().message().find(why) != std::string::npos;
   if (!named) std::fprintf(stderr, "unexpected error: %s\n", t.status().message().c_str());
   return named;
 }
