@@ -5,8 +5,9 @@
 // by one epoll loop in this one process so that thousands fit on a small
 // machine. What a real client does is done here without its threads:
 // Hello, Register (a topology made by EncodeProcessInfo, eight processes to
-// a host), heartbeats at the interval the service gives, barriers, key-value
-// calls, and noticing a peer's failure.
+// a host, each host its own random boot id; random incarnations),
+// heartbeats at the interval the service gives, barriers, key-value calls,
+// and noticing a peer's failure.
 //
 // Phases, in order: registration (all connect at once), an idle window of
 // heartbeats only (the service's CPU and memory read from /proc/PID), rounds
@@ -107,7 +108,7 @@ class Generator {
     // Every process's Register is its first request (id 1).
     msg::Topology t;
     t.request_id = 1;
-    for (int i = 0; i < o.num_processes; ++i) t.processes.push_back({static_cast<uint64_t>(1000 + i), Topology(i)});
+    for (int i = 0; i < o.num_processes; ++i) t.processes.push_back({Incarnation(i), Topology(i)});
     expected_topology_ = t.Encode();
   }
 
@@ -291,11 +292,26 @@ class Generator {
     info.num_devices = 1;
     info.device_kind = "cpu";
     info.pid = 100000 + id;
+    // The host's address, as real processes publish it (network_address.h: no port).
     info.address = "10." + std::to_string(host / 65536 % 256) + "." + std::to_string(host / 256 % 256) + "." +
-                   std::to_string(host % 256) + ":" + std::to_string(40000 + id % 8);
-    info.host_id = "6f1c3c8e-2b1d-4a8e-9d51-" + std::to_string(1000000000 + host) + "/" + info.hostname +
-                   "/net:4026531840";
+                   std::to_string(host % 256);
+    // A boot id is random per host (/proc/sys/kernel/random/boot_id), as
+    // real ones are: nothing in it repeats from one host to the next.
+    const uint64_t a = Mix(2 * host), b = Mix(2 * host + 1);
+    char boot_id[40];
+    std::snprintf(boot_id, sizeof(boot_id), "%08x-%04x-%04x-%04x-%012llx", static_cast<unsigned>(a >> 32),
+                  static_cast<unsigned>(a >> 16 & 0xffff), static_cast<unsigned>(a & 0xffff),
+                  static_cast<unsigned>(b >> 48), static_cast<unsigned long long>(b & 0xffffffffffffULL));
+    info.host_id = std::string(boot_id) + "/" + info.hostname + "/net:4026531840";
     return coord::EncodeProcessInfo(info);
+  }
+
+  // Random 64-bit numbers, as clients draw their incarnations.
+  static uint64_t Incarnation(int id) { return Mix(0x5eed0000u + static_cast<uint64_t>(id)); }
+  static uint64_t Mix(uint64_t x) {  // splitmix64's finalizer
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
   }
 
   template <typename M>
@@ -351,7 +367,7 @@ class Generator {
       beats_.push_back(s.id);
       msg::Register r;
       r.num_processes = static_cast<uint32_t>(o_.num_processes);
-      r.incarnation = 1000 + s.id;
+      r.incarnation = Incarnation(s.id);
       r.topology = Topology(s.id);
       Request(s, r, coord::MessageType::kTopology);
       return;
@@ -371,7 +387,7 @@ class Generator {
       // Every entry is what its process registered.
       for (int i = 0; i < o_.num_processes; ++i) {
         const auto& e = t.value().processes[i];
-        if (e.topology != Topology(i) || e.incarnation != static_cast<uint64_t>(1000 + i)) {
+        if (e.topology != Topology(i) || e.incarnation != Incarnation(i)) {
           return Problem("process " + std::to_string(s.id) + " got a wrong topology entry for process " +
                          std::to_string(i));
         }
@@ -430,7 +446,7 @@ class Generator {
           msg::Hello h;
           h.token = o_.token;
           h.process_id = static_cast<uint32_t>(s.id);
-          h.incarnation = 1000 + s.id;
+          h.incarnation = Incarnation(s.id);
           s.want_out = true;
           Send(s, h.Encode());
           Watch(s);
@@ -541,6 +557,7 @@ int Generator::Run() {
   for (const Sim& s : sims_) registered += s.stage == Stage::kMember;
   j << ", \"hello_s\": " << std::chrono::duration<double>(last_hello_ - t0).count()
     << ", \"first_topology_s\": " << std::chrono::duration<double>(first_topology_ - t0).count();
+  j << ", \"topology_reply_bytes\": " << expected_topology_.size();
   j << ", \"connect_s\": " << connect_s << ", \"registration_s\": " << registered_s << ", \"registered\": " << registered
     << ", \"connect_retries\": " << connect_retries_ << ", \"heartbeat_interval_s\": " << interval_s_
     << ", \"heartbeat_timeout_s\": " << timeout_s_;

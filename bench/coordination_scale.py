@@ -10,7 +10,8 @@ Each run measures, for one job size:
 - registration: from every process connecting at once until the service
   has all of them (the first reply) and until every process has the job's
   topology (the last: each reply carries every process's topology, so the
-  bytes grow with N^2);
+  bytes grow with N^2, at a few bytes an entry; the size of one reply is
+  topology_reply_bytes);
 - the idle job (heartbeats only): the service's CPU (cores) and memory,
   and the heartbeat traffic (frames and bytes a second, both ways);
 - a barrier of all (from the last arrival sent to the last release read,

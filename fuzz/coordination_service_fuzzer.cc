@@ -26,6 +26,7 @@
 #include <string>
 
 #include "coordination/messages.h"
+#include "coordination/process_info.h"
 #include "coordination/service_state.h"
 
 namespace coord = myplugin::coordination;
@@ -219,7 +220,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           case 6: {
             msg::Register m;
             m.num_processes = in.Byte() % 4;
-            m.topology = in.Bytes(in.Byte());
+            const uint8_t n = in.Byte();
+            if (n & 0x80) {
+              // A ProcessInfo, as real clients register, so that replies
+              // carry table entries: lengths of hostname and address in n.
+              coord::ProcessInfo info;
+              info.hostname = in.Bytes(n & 7);
+              info.num_devices = in.Byte() % 3;
+              info.pid = in.U16();
+              info.address = in.Bytes((n >> 3) & 7);
+              info.host_id = in.Bytes(in.Byte() % 8);
+              m.topology = coord::EncodeProcessInfo(info);
+            } else {
+              m.topology = in.Bytes(n);
+            }
             m.request_id = rid;
             frame = m.Encode();
             break;

@@ -15,7 +15,7 @@ import struct
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MAGIC = 0x4D59504C
-VERSION = 5  # wire.h kProtocolVersion
+VERSION = 6  # wire.h kProtocolVersion
 TYPES = dict(Hello=1, HelloOk=2, Error=3, Ok=4, Register=5, Topology=6, KeyValueSet=7, KeyValueGet=8,
              KeyValueTryGet=9, KeyValueDelete=10, KeyValueList=11, Value=12, Entries=13, Barrier=14,
              Shutdown=15, Heartbeat=16, Failure=17, ReportError=18, PeerShutdown=19, Agree=20,
@@ -30,6 +30,35 @@ def payload(kind: str, rid: int, fields: bytes = b"") -> bytes:
   return struct.pack("<BI", TYPES[kind], rid) + fields
 
 
+def varint(v: int) -> bytes:
+  out = b""
+  while v >= 0x80:
+    out += bytes([v & 0x7F | 0x80])
+    v >>= 7
+  return out + bytes([v])
+
+
+def process_info(host: bytes, pid: int, devices=2, kind=b"cpu", address=b"10.0.0.1", host_id=b"boot/h/net:1"):
+  """process_info.h's EncodeProcessInfo: a Register body (header unused)."""
+  return (struct.pack("<BI", TYPES["Register"], 0) + b(host) + struct.pack("<I", devices) + b(kind) +
+          struct.pack("<I", pid) + b(address) + b(host_id))
+
+
+def raw_entry(t: bytes) -> bytes:  # a topology table's entry for bytes that are not a ProcessInfo
+  return b"\x00" + varint(len(t)) + t
+
+
+def whole(s: bytes) -> bytes:  # a table's string field that keeps nothing of the previous one
+  return varint(0) + varint(0) + varint(len(s)) + s
+
+
+# The first ProcessInfo entry of a table (every field differs from a default
+# one), then a second process of the same host (only its pid differs: +1).
+FIRST_INFO_ENTRY = (b"\x9f" + varint(2 * 100) + varint(2) + whole(b"h") + whole(b"cpu") + whole(b"10.0.0.1") +
+                    whole(b"boot/h/net:1"))
+SAME_HOST_ENTRY = b"\x80" + varint(2)
+
+
 MESSAGES = {
     "hello": payload("Hello", 0, struct.pack("<IH", MAGIC, VERSION) + b(b"tok") + struct.pack("<IQ", 1, 42)),
     "hello_ok": payload("HelloOk", 0, struct.pack("<IQQ", 3, 100, 1000)),
@@ -40,8 +69,11 @@ MESSAGES = {
                              struct.pack("<III", 2, 1, 2) + b(b"barrier 'b'") + struct.pack("<q", -1)),
     "ok": payload("Ok", 3),
     "register": payload("Register", 1, struct.pack("<IQ", 3, 42) + b(b"host|4|cpu|123")),
-    "topology": payload("Topology", 1, struct.pack("<I", 2) + struct.pack("<Q", 1) + b(b"a") +
-                        struct.pack("<Q", 2) + b(b"b")),
+    "register_process_info": payload("Register", 1, struct.pack("<IQ", 3, 42) + b(process_info(b"h", 100))),
+    "topology": payload("Topology", 1, struct.pack("<I", 2) + struct.pack("<Q", 1) + raw_entry(b"a") +
+                        struct.pack("<Q", 2) + raw_entry(b"b")),
+    "topology_table": payload("Topology", 1, struct.pack("<I", 3) + struct.pack("<Q", 1) + FIRST_INFO_ENTRY +
+                              struct.pack("<Q", 2) + raw_entry(b"odd") + struct.pack("<Q", 3) + SAME_HOST_ENTRY),
     "kv_set": payload("KeyValueSet", 2, b(b"gloo/0") + b(b"\x00\x01addr")),
     "kv_get": payload("KeyValueGet", 3, b(b"gloo/0") + struct.pack("<Q", 5000)),
     "kv_try_get": payload("KeyValueTryGet", 4, b(b"k")),
@@ -58,8 +90,10 @@ MESSAGES = {
     "report_error": payload("ReportError", 0, b(b"Traceback ...")),
     "peer_shutdown": payload("PeerShutdown", 0, struct.pack("<I", 1)),
     "agree": payload("Agree", 9, struct.pack("<Q", 10000)),
-    "membership": payload("Membership", 9, struct.pack("<QI", 1, 2) + struct.pack("<IQ", 0, 7) + b(b"t0") +
-                          struct.pack("<IQ", 2, 9) + b(b"t2")),
+    "membership": payload("Membership", 9, struct.pack("<QI", 1, 2) + varint(0) + struct.pack("<Q", 7) +
+                          raw_entry(b"t0") + varint(2) + struct.pack("<Q", 9) + raw_entry(b"t2")),
+    "membership_table": payload("Membership", 9, struct.pack("<QI", 1, 2) + varint(0) + struct.pack("<Q", 7) +
+                                FIRST_INFO_ENTRY + varint(300) + struct.pack("<Q", 9) + SAME_HOST_ENTRY),
 }
 
 
@@ -92,6 +126,13 @@ def register(conn, rid):
   return request(conn, 6, rid, bytes([3, 4]) + b"topo")
 
 
+# A ProcessInfo topology (the fuzzer's length byte with its top bit set):
+# hostname and address lengths in the low bits, then devices, pid, host id.
+def register_info(conn, rid, host):
+  return request(conn, 6, rid, bytes([3, 0x80 | 1 << 3 | 1]) + host + bytes([2]) + struct.pack("<H", 100 + conn) +
+                 b"a" + bytes([1]) + host)
+
+
 def shutdown(conn, rid):
   return request(conn, 7, rid, struct.pack("<H", 5000))
 
@@ -118,6 +159,8 @@ def expect_rejoin(pid, expected):
 JOB = hello(0, 0) + hello(1, 1) + hello(2, 2) + register(0, 1) + register(1, 1) + register(2, 1)
 SCRIPTS = {
     "register": JOB,
+    "register_process_info": hello(0, 0) + hello(1, 1) + hello(2, 2) + register_info(0, 1, b"x") +
+                             register_info(1, 1, b"x") + register_info(2, 1, b"y"),
     "kv": JOB + kv_get(1, 2, 0, 5000) + kv_set(0, 2, 0, 16) + request(2, 4, 3, key(2)) +
           request(1, 3, 4, key(0)) + request(2, 2, 5, key(0)),
     # Two processes race to create key 0, then count on key 1 (kinds 10 and 11).

@@ -1,5 +1,7 @@
 #include "coordination/messages.h"
 
+#include "coordination/process_info.h"
+
 namespace myplugin::coordination::msg {
 
 Status PeekType(const std::string& payload, MessageType* type, uint32_t* request_id) {
@@ -77,16 +79,21 @@ Status Register::Get(Reader& r) {
 
 void Topology::Put(Writer& w) const {
   w.U32(static_cast<uint32_t>(processes.size()));
-  for (const RegisteredProcess& p : processes) w.U64(p.incarnation).Bytes(p.topology);
+  TopologyEncoder table(w);
+  for (const RegisteredProcess& p : processes) {
+    w.U64(p.incarnation);
+    table.Put(p.topology);
+  }
 }
 Status Topology::Get(Reader& r) {
   uint32_t n;
   MYPLUGIN_RETURN_IF_ERROR(r.U32(&n));
   processes.clear();
+  TopologyDecoder table(r);
   for (uint32_t i = 0; i < n; ++i) {
     RegisteredProcess p;
     MYPLUGIN_RETURN_IF_ERROR(r.U64(&p.incarnation));
-    MYPLUGIN_RETURN_IF_ERROR(r.Bytes(&p.topology));
+    MYPLUGIN_RETURN_IF_ERROR(table.Get(&p.topology));
     processes.push_back(std::move(p));
   }
   return OkStatus();
@@ -202,18 +209,26 @@ Status Agree::Get(Reader& r) { return r.U64(&timeout_ms); }
 
 void Membership::Put(Writer& w) const {
   w.U64(epoch).U32(static_cast<uint32_t>(members.size()));
-  for (const Member& m : members) w.U32(m.process_id).U64(m.incarnation).Bytes(m.topology);
+  TopologyEncoder table(w);
+  for (const Member& m : members) {
+    w.Varint(m.process_id).U64(m.incarnation);
+    table.Put(m.topology);
+  }
 }
 Status Membership::Get(Reader& r) {
   uint32_t n;
   MYPLUGIN_RETURN_IF_ERROR(r.U64(&epoch));
   MYPLUGIN_RETURN_IF_ERROR(r.U32(&n));
   members.clear();
+  TopologyDecoder table(r);
   for (uint32_t i = 0; i < n; ++i) {
     Member m;
-    MYPLUGIN_RETURN_IF_ERROR(r.U32(&m.process_id));
+    uint64_t id;
+    MYPLUGIN_RETURN_IF_ERROR(r.Varint(&id));
+    if (id > UINT32_MAX) return InvalidArgument("malformed coordination message: a member id beyond 32 bits");
+    m.process_id = static_cast<uint32_t>(id);
     MYPLUGIN_RETURN_IF_ERROR(r.U64(&m.incarnation));
-    MYPLUGIN_RETURN_IF_ERROR(r.Bytes(&m.topology));
+    MYPLUGIN_RETURN_IF_ERROR(table.Get(&m.topology));
     members.push_back(std::move(m));
   }
   return OkStatus();

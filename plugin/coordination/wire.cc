@@ -62,6 +62,17 @@ Writer& Writer::Bytes(const std::string& v) {
   return *this;
 }
 
+Writer& Writer::Varint(uint64_t v) {
+  for (; v >= 0x80; v >>= 7) payload_.push_back(static_cast<char>((v & 0x7f) | 0x80));
+  payload_.push_back(static_cast<char>(v));
+  return *this;
+}
+
+Writer& Writer::Raw(const char* data, size_t n) {
+  payload_.append(data, n);
+  return *this;
+}
+
 std::string Writer::Finish() const {
   std::string frame;
   frame.reserve(4 + payload_.size());
@@ -135,6 +146,37 @@ Status Reader::Bytes(std::string* v) {
   const char* p;
   MYPLUGIN_RETURN_IF_ERROR(Take(n, &p));
   v->assign(p, n);
+  return OkStatus();
+}
+
+Status Reader::Varint(uint64_t* v) {
+  const size_t start = pos_;
+  uint64_t r = 0;
+  for (int shift = 0;; shift += 7) {
+    uint8_t byte;
+    MYPLUGIN_RETURN_IF_ERROR(U8(&byte));
+    // The tenth byte holds the 64th bit only; a zero last byte after the
+    // first one is a longer form of a shorter value.
+    if (shift == 63 && byte > 1) {
+      return InvalidArgument("malformed coordination message: varint at byte " + std::to_string(start) +
+                             " overflows 64 bits");
+    }
+    r |= static_cast<uint64_t>(byte & 0x7f) << shift;
+    if (!(byte & 0x80)) {
+      if (byte == 0 && shift > 0) {
+        return InvalidArgument("malformed coordination message: varint at byte " + std::to_string(start) +
+                               " is not in its shortest form");
+      }
+      *v = r;
+      return OkStatus();
+    }
+  }
+}
+
+Status Reader::AppendRaw(size_t n, std::string* v) {
+  const char* p;
+  MYPLUGIN_RETURN_IF_ERROR(Take(n, &p));
+  v->append(p, n);
   return OkStatus();
 }
 

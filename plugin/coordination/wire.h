@@ -3,6 +3,7 @@
 //   frame   := u32 length (little endian) | payload[length]
 //   payload := u8 type | u32 request_id | fields...
 //   fields  := u8 | u32 | u64 (little endian) | bytes (u32 length + data)
+//            | varint (LEB128: 7 bits a byte, low first; the shortest form only)
 //
 // The first frame of every connection is a Hello carrying the magic, the
 // protocol version and the shared token. Anything malformed is an error for
@@ -20,8 +21,9 @@ namespace myplugin::coordination {
 inline constexpr uint32_t kMagic = 0x4d59504c;  // "MYPL"
 // 2: membership agreement (kAgree, kMembership). 3: atomic insert and
 // increment. 4: a membership names each member's incarnation. 5: an error
-// carries its failure's kind, processes, collective and call.
-inline constexpr uint16_t kProtocolVersion = 5;
+// carries its failure's kind, processes, collective and call. 6: topologies
+// travel as a table (process_info.h's TopologyEncoder), not one by one.
+inline constexpr uint16_t kProtocolVersion = 6;
 // Frames above this are refused before any allocation: a garbage or hostile
 // length prefix must not make the service allocate gigabytes.
 inline constexpr uint32_t kMaxFrameBytes = 64u << 20;
@@ -36,7 +38,7 @@ enum class MessageType : uint8_t {
   kError = 3,         // either way: code, message (the reply to a failed request)
   kOk = 4,            // service -> client: an empty success reply
   kRegister = 5,      // process id, num processes, incarnation, local topology
-  kTopology = 6,      // reply to kRegister, once all have registered: every process's topology
+  kTopology = 6,      // reply to kRegister, once all have registered: n, (incarnation, table entry) * n
   kKeyValueSet = 7,   // key, value
   kKeyValueGet = 8,   // key, timeout ms (blocking)
   kKeyValueTryGet = 9,
@@ -51,7 +53,7 @@ enum class MessageType : uint8_t {
   kReportError = 18,   // client -> service: this process is failing, and why (no reply)
   kPeerShutdown = 19,  // service -> client: process id has entered the shutdown barrier (it finished)
   kAgree = 20,         // client -> service: timeout ms: agree on the live members (recovery)
-  kMembership = 21,    // reply to kAgree (and to a rejoining kRegister): epoch, n, (process id, incarnation, topology) * n
+  kMembership = 21,    // reply to kAgree (and to a rejoining kRegister): epoch, n, (id, incarnation, table entry) * n
   kKeyValueInsert = 22,     // key, value: set only if absent (ALREADY_EXISTS otherwise), atomically
   kKeyValueIncrement = 23,  // key, increment: add to a decimal integer value (absent: 0); reply kValue
 };
@@ -68,6 +70,9 @@ class Writer {
   Writer& U64(uint64_t v);
   Writer& I64(int64_t v) { return U64(static_cast<uint64_t>(v)); }
   Writer& Bytes(const std::string& v);
+  Writer& Varint(uint64_t v);
+  // Bytes without a length (the reader knows it from an earlier field).
+  Writer& Raw(const char* data, size_t n);
   // The frame, length prefix included.
   std::string Finish() const;
 
@@ -86,6 +91,10 @@ class Reader {
   Status U64(uint64_t* v);
   Status I64(int64_t* v);
   Status Bytes(std::string* v);
+  // A longer form than needed is refused: every value has one encoding.
+  Status Varint(uint64_t* v);
+  // The next n bytes, appended to *v.
+  Status AppendRaw(size_t n, std::string* v);
   // Trailing bytes are a protocol error too.
   Status End() const;
 

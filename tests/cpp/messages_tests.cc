@@ -6,6 +6,7 @@
 
 #include "check.h"
 #include "coordination/messages.h"
+#include "coordination/process_info.h"
 
 namespace {
 
@@ -71,6 +72,18 @@ void TestEveryMessageRoundTrips() {
   CHECK(verdict2.epoch == 3 && verdict2.members.size() == 2 && verdict2.members[1].process_id == 2 &&
         verdict2.members[1].incarnation == 9 && verdict2.members[0].incarnation == 7 &&
         verdict2.members[1].topology == verdict.members[1].topology);
+  // Members that registered a ProcessInfo travel as table entries.
+  ProcessInfo host;
+  host.hostname = "node-1";
+  host.num_devices = 2;
+  host.pid = 77;
+  msg::Membership table;
+  table.members = {{3, 1, EncodeProcessInfo(host)}, {9, ~0ULL, "raw"}};
+  host.pid = 78;
+  table.members.push_back({1u << 31, 2, EncodeProcessInfo(host)});
+  auto table2 = RoundTrip(table);
+  CHECK(table2.members.size() == 3 && table2.members[2].process_id == 1u << 31 &&
+        table2.members[2].topology == table.members[2].topology && table2.members[1].incarnation == ~0ULL);
   msg::Agree agree;
   agree.request_id = 5;
   agree.timeout_ms = 1234;

@@ -35,6 +35,20 @@ void TestWireRoundTrip() {
   CHECK(r.End().ok());
 }
 
+void TestVarints() {
+  const uint64_t values[] = {0, 1, 127, 128, 300, 16383, 16384, 0xffffffffULL, 1ULL << 63, ~0ULL};
+  const size_t sizes[] = {1, 1, 1, 2, 2, 2, 3, 5, 10, 10};
+  for (size_t i = 0; i < sizeof(values) / sizeof(values[0]); ++i) {
+    std::string payload = wire::Writer(wire::MessageType::kValue).Varint(values[i]).Finish().substr(4);
+    CHECK(payload.size() == 5 + sizes[i]);
+    wire::Reader r(payload);
+    wire::MessageType type;
+    uint32_t rid;
+    uint64_t v = 0;
+    CHECK(r.Header(&type, &rid).ok() && r.Varint(&v).ok() && v == values[i] && r.End().ok());
+  }
+}
+
 void TestWireRejectsMalformed() {
   unsigned char huge[4] = {0xff, 0xff, 0xff, 0x7f};
   uint32_t length;
@@ -61,11 +75,20 @@ void TestWireRejectsMalformed() {
   wire::Reader r3(trailing);
   CHECK(r3.Header(&type, &rid).ok());
   CHECK(!r3.End().ok());
+
+  // A varint cut short, or in a longer form than its value needs.
+  for (const std::string& bytes : {std::string("\x80"), std::string("\x80\x00", 2), std::string("\xff\x80\x00", 3)}) {
+    std::string payload = wire::Writer(wire::MessageType::kValue).Finish().substr(4) + bytes;
+    wire::Reader r(payload);
+    uint64_t v;
+    CHECK(r.Header(&type, &rid).ok() && !r.Varint(&v).ok());
+  }
 }
 
 }  // namespace
 
 void RunWireTests() {
   TestWireRoundTrip();
+  TestVarints();
   TestWireRejectsMalformed();
 }
