@@ -39,6 +39,7 @@ int main(int argc, char** argv) {
   RunFlightRecorderTests();
   RunProfileSpansTests();
   RunGpuTargetTests();
+  RunHugePagesTests();
   bool nccl = RunNcclTests();
   std::printf("NCCL backend tests: %s\n", nccl ? "ran" : "not built (no NCCL headers)");
   std::printf("%d passed, %d failed\n", unit::passes, unit::failures);

@@ -15,6 +15,7 @@ void RunCoordinationStressTests();
 void RunFlightRecorderTests();
 void RunProfileSpansTests();
 void RunGpuTargetTests();
+void RunHugePagesTests();
 void RunDtypeTests();
 void RunSignatureTests();
 void RunCallClockTests();
