@@ -69,7 +69,9 @@ def test_sender_killed_mid_transfer_ends_the_receivers_wait_naming_it():
     # their rings unmapped.
     assert e["sockets"] <= job.event(1, "looping")["sockets"] - 1, (e, job.event(1, "looping"))
     assert e["shm"] == job.event(1, "looping")["shm"], e
-    assert job.event(1, "looping")["rings"] == 2 and e["rings"] == 0, (e, job.event(1, "looping"))
+    # (At "looping" the ring of process 0's 16 MiB send is mapped; process
+    # 1's own small send back may still be setting its ring up.)
+    assert job.event(1, "looping")["rings"] >= 1 and e["rings"] == 0, (e, job.event(1, "looping"))
     # The transfers are calls in the flight recorder that the failure wrote:
     # sends and receives between the two processes. (Whether the last is
     # done depends on when the notice came: between two transfers, it is.)
