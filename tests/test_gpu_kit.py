@@ -169,6 +169,10 @@ def test_shared_gpu_training_step_on_the_cpu_engine(tmp_path):
   assert shared_gpu.losses(text, 1) == [0.25] and shared_gpu.losses("step   3  loss 1.5") == [1.5]
 
 
+def test_shared_gpu_pipeline_on_the_cpu_engine(tmp_path):
+  shared_gpu.check_pipeline(str(tmp_path))
+
+
 def test_shared_gpu_faults_on_the_cpu_engine(tmp_path):
   """The four fault jobs at once (independent jobs; each check has its deadlines)."""
   import concurrent.futures

@@ -191,6 +191,20 @@ def check_training(n: int, tmp: str, **env) -> None:
   assert not problems, "\n".join(problems[:40])
 
 
+def check_pipeline(tmp: str, **env) -> None:
+  """Two pipeline stages on two processes sharing the GPU
+  (examples/pipeline_parallel.py): activations forward and gradients back
+  with jax.device_put each step (cross-host transfers, staged through
+  host memory from device memory), the losses of the same model in one
+  process on jax's CPU backend."""
+  program = os.path.join(EXAMPLES, "pipeline_parallel.py")
+  want = losses(on_cpu(1, program).stdout)
+  assert len(want) == 10 and want[-1] < want[0], want
+  r = launch(2, program, **env)
+  assert r.returncode == 0, r.output
+  np.testing.assert_allclose(losses(r.stdout, 1), want, rtol=TOLERANCE, err_msg="rank 1 (the loss's stage)")
+
+
 # Faults, with the CPU tests' worker programs (tests/programs/straggler_worker.py,
 # recovery_worker.py): short settings so that each ends in seconds.
 FAULT_ENV = {"MYPLUGIN_HEARTBEAT_TIMEOUT": "10", "MYPLUGIN_STRAGGLER_SECONDS": "1"}

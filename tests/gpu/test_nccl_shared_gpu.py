@@ -2,7 +2,9 @@
 on GPU 0 through `myplugin-run --share-gpu` (or its per-rank variables,
 jax_plugin.gpu_sharing.rank_environment, for jobs started one by one),
 with MYPLUGIN_ENGINE=cuda. Every collective through shard_map, pmap and
-jit, a data-parallel training step's combined calls, executables compiled
+jit, a data-parallel training step's combined calls, a pipeline whose
+stages move arrays between the processes (cross-host transfers staged
+through host memory), executables compiled
 ahead of time on a machine with no GPU, and faults (a rank killed,
 stopped, deviating; in-place recovery); a Triton Pallas kernel in a
 shard_map across the processes. The programs and checks are in
@@ -45,6 +47,12 @@ def test_executables_compiled_without_a_gpu(n):
   r = shared_gpu.launch(n, program, "check", folder, **GPU)
   print(r.stdout)
   assert r.returncode == 0, r.output
+
+
+def test_pipeline_stages_move_arrays_between_processes(tmp_path, n):
+  if n != 2:
+    pytest.skip("two stages: the example runs on 2 processes")
+  shared_gpu.check_pipeline(str(tmp_path), **GPU)
 
 
 def test_sigkill_of_one_rank_ends_the_others_naming_it(n):
