@@ -389,6 +389,15 @@ std::optional<Status> Communicator::KnownCause(const Signature& sig, const std::
   const std::string key = MismatchKey(coordination_->epoch(), group_hash_, sig.sequence);
   StatusOr<std::string> mismatch = coordination_->KeyValueTryGet(key, /*during_failure=*/true);
   if (!mismatch.ok()) {
+    {
+      // This communicator's own abort knows most (a peer that left, with
+      // the call it left in): it wins over the job's failure it reported.
+      std::lock_guard<std::mutex> lock(abort_mu_);
+      if (aborted_) {
+        return OfCall(Status(Code::kAborted, what + " was aborted: " + aborted_->message()).WithFailureOf(*aborted_),
+                      sig);
+      }
+    }
     if (auto failure = coordination_->failure()) {
       return OfCall(Status(Code::kAborted, what + " was aborted: " + failure->message()).WithFailureOf(*failure), sig);
     }

@@ -18,6 +18,7 @@ void CoordinationClient::ReportError(const std::string& reason, const std::vecto
     if (failure_ || shut_down_) return;
     // This process is the failure: it must not also act on the notice.
     failure_ = Status(Code::kAborted, "this process (" + std::to_string(options_.process_id) + ") failed: " + reason);
+    if (!blamed.empty()) failure_ = failure_->WithFailure({FailureKind::kPeerFailure, blamed});
   }
   cv_.notify_all();
   std::lock_guard<std::mutex> lock(write_mu_);
