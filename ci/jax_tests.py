@@ -511,9 +511,11 @@ def main() -> int:
     else:
         entries = [[f, args.keyword, None] for f in
                    (args.files or (MULTIPROCESS_FILES if args.multiprocess else DEFAULT_FILES))]
-    missing = [e[0] for e in entries if not (args.tests / e[0]).is_file()]
+    # The multi-process files live in jax's tests/multiprocess (multi_process runs them there).
+    folder = args.tests / "multiprocess" if args.multiprocess else args.tests
+    missing = [e[0] for e in entries if not (folder / e[0]).is_file()]
     if missing:
-        parser.error(f"{args.tests} has no {', '.join(missing)}")
+        parser.error(f"{folder} has no {', '.join(missing)}")
     if args.collect_only:
         return collect(args, entries)
     results = []
