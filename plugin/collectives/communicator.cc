@@ -275,9 +275,8 @@ std::string Communicator::WithTrace(const std::string& why) {
 
 Status Communicator::Explain(const Signature& sig, const Status& backend_error) {
   const std::string what = sig.Describe() + " on processes " + IdList(process_group_);
-  {
-    std::lock_guard<std::mutex> lock(abort_mu_);
-    if (aborted_) return OfCall(Status(Code::kAborted, what + " was aborted: " + aborted_->message()).WithFailureOf(*aborted_), sig);
+  if (std::optional<Status> aborted = Aborted()) {
+    return OfCall(Status(Code::kAborted, what + " was aborted: " + aborted->message()).WithFailureOf(*aborted), sig);
   }
   if (coordination_) {
     // A broken connection usually means a peer died, or saw this call's
@@ -380,6 +379,11 @@ Status Communicator::Explain(const Signature& sig, const Status& backend_error) 
                 what + " failed: " + backend_error.message());
 }
 
+std::optional<Status> Communicator::Aborted() {
+  std::lock_guard<std::mutex> lock(abort_mu_);
+  return aborted_;
+}
+
 std::optional<Status> Communicator::KnownCause(const Signature& sig, const std::string& what) {
   // The round trip comes first: the client applies the service's frames in
   // order, so once the answer is back, every notice the service sent before
@@ -389,19 +393,12 @@ std::optional<Status> Communicator::KnownCause(const Signature& sig, const std::
   const std::string key = MismatchKey(coordination_->epoch(), group_hash_, sig.sequence);
   StatusOr<std::string> mismatch = coordination_->KeyValueTryGet(key, /*during_failure=*/true);
   if (!mismatch.ok()) {
-    {
-      // This communicator's own abort knows most (a peer that left, with
-      // the call it left in): it wins over the job's failure it reported.
-      std::lock_guard<std::mutex> lock(abort_mu_);
-      if (aborted_) {
-        return OfCall(Status(Code::kAborted, what + " was aborted: " + aborted_->message()).WithFailureOf(*aborted_),
-                      sig);
-      }
-    }
-    if (auto failure = coordination_->failure()) {
-      return OfCall(Status(Code::kAborted, what + " was aborted: " + failure->message()).WithFailureOf(*failure), sig);
-    }
-    return std::nullopt;
+    // This communicator's own abort knows most (a peer that left, with the
+    // call it left in): it wins over the job's failure it reported.
+    std::optional<Status> failure = Aborted();
+    if (!failure) failure = coordination_->failure();
+    if (!failure) return std::nullopt;
+    return OfCall(Status(Code::kAborted, what + " was aborted: " + failure->message()).WithFailureOf(*failure), sig);
   }
   // This call's own mismatch wins over a failure it led to (a peer that
   // reported it and left).

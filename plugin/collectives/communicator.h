@@ -151,6 +151,8 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   // this call, else a failure the service reported. Either wins over the
   // broken connection or timeout it caused here.
   std::optional<Status> KnownCause(const Signature& sig, const std::string& what);
+  // Why this communicator was aborted, if it was.
+  std::optional<Status> Aborted();
 
   const std::vector<int> process_group_;
   const int rank_;
