@@ -2,8 +2,6 @@
 // lost connections, ended processes, and the job's failure that follows (DeclareFailure).
 #include "coordination/service_state.h"
 
-#include <algorithm>
-
 #include "coordination/messages.h"
 
 namespace myplugin::coordination {
@@ -29,11 +27,14 @@ Status ServiceState::HandleShutdown(int pid, const std::string& payload, Outbox&
 Status ServiceState::HandleReportError(int pid, const std::string& payload, Outbox& out) {
   StatusOr<msg::ReportError> m = msg::ReportError::Decode(payload);
   if (!m.ok()) return m.status();
-  // Only ids of this job count; a peer's list never grows the notice past it.
+  // Only ids of this job count, each once: a peer's list (millions of ids,
+  // in a hostile frame) never grows the notice past the job, and costs one
+  // pass.
   std::vector<uint32_t> blamed;
+  std::vector<bool> seen(static_cast<size_t>(options_.num_processes), false);
   for (uint32_t id : m.value().blamed) {
-    if (id < static_cast<uint32_t>(options_.num_processes) &&
-        std::find(blamed.begin(), blamed.end(), id) == blamed.end()) {
+    if (id < seen.size() && !seen[id]) {
+      seen[id] = true;
       blamed.push_back(id);
     }
   }
