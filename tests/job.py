@@ -28,13 +28,17 @@ def free_port() -> int:
 class WaitsForEvents:
   """wait_event for a job class with procs, event(rank, name) and all_output()."""
 
+  def ended(self, rank: int) -> bool:
+    """The rank exited and all it printed can be read."""
+    return self.procs[rank].poll() is not None
+
   def wait_event(self, name: str, ranks=None, timeout: float = 120) -> None:
     ranks = range(len(self.procs)) if ranks is None else ranks
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
       if all(self.event(r, name) for r in ranks):
         return
-      if any(self.procs[r].poll() is not None and not self.event(r, name) for r in ranks):
+      if any(self.ended(r) and not self.event(r, name) for r in ranks):
         break
       time.sleep(0.05)
     raise AssertionError(f"event {name!r} not seen on ranks {list(ranks)}\n{self.all_output()}")
@@ -81,6 +85,11 @@ class Job(WaitsForEvents):
     if is_stdout:
       p.wait()
       self.exit_times[rank] = time.monotonic()
+
+  def ended(self, rank: int) -> bool:
+    # exit_times is set once stdout is read to its end: a rank that exited
+    # right after printing its last RESULT may still have it in the pipe.
+    return rank in self.exit_times
 
   def __enter__(self):
     return self

@@ -310,7 +310,7 @@ def test_pallas_kernel_for_a_gpu_is_lowered_as_jax_lowers_it_for_cuda(tmp_path):
   # engine compiles it for sm_90 with no GPU (Triton to PTX to machine code
   # as it emits the call). The reference is jax's own lowering for platform
   # cuda under the same abstract H100.
-  body = """
+  body = r"""
 import re, jax, jax.numpy as jnp
 from jax.experimental import pallas as pl, topologies
 topo = topologies.get_topology_desc(platform="myplugin", topology="1x1x1", gpu="h100")
