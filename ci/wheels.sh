@@ -11,8 +11,10 @@
 #                                              a 2-process myplugin-run job with a cross-process all-reduce
 #                                              over Gloo; then `auditwheel show`
 #
-# The build uses ccache (CMake reads CMAKE_CXX_COMPILER_LAUNCHER from the
-# environment), so a second Python costs only its bindings.
+# The build uses ccache with paths relative to the checkout (CMakeLists.txt),
+# in the checkout's build/<wheel tag> (pyproject.toml): a wheel for the
+# Python the test command already built for compiles nothing, and a second
+# Python costs only its bindings.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -38,8 +40,6 @@ build() {
   raw=$(mktemp -d)
   trap "rm -rf '$raw'" EXIT
   mkdir -p "$out"
-  export CMAKE_CXX_COMPILER_LAUNCHER=${CMAKE_CXX_COMPILER_LAUNCHER:-ccache}
-  export CMAKE_C_COMPILER_LAUNCHER=${CMAKE_C_COMPILER_LAUNCHER:-ccache}
   local minor
   for python in "$@"; do
     start=$SECONDS
