@@ -12,6 +12,7 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <thread>
 
 #include "collectives/process_runtime.h"
 #include "collectives/profiled_calls.h"
@@ -78,9 +79,13 @@ std::string JsonSeconds(int64_t monotonic_ns, int64_t offset_ns) {
 
 }  // namespace
 
-// Every field is a relaxed atomic: the writer never waits, and a reader
-// (the watchdog, a dump) checks `version` around its copy, seqlock style:
-// odd while the slot is being filled, 2 * id once it holds call `id`.
+// Every field is a relaxed atomic, and `version` a seqlock: odd (2 * id - 1)
+// while a writer of call `id` holds the slot, 2 * id once it holds that call.
+// A writer takes the slot by compare-and-swap, so two writers never fill it
+// at once: the ring can wrap while a writer is preempted mid-record (on a
+// loaded machine), and the slow writer's stores would otherwise mix
+// into the newer call's record after that one was published. A reader (the
+// watchdog, a dump) checks `version` around its copy.
 struct FlightRecorder::Slot {
   std::atomic<uint64_t> version{0};
   std::atomic<uint64_t> sig_words[5] = {};  // op/reduction/dtype, count, process group hash, sequence, extra
@@ -142,8 +147,7 @@ uint64_t FlightRecorder::Begin(const Signature& sig, const std::vector<int>& pro
                                const char* function) {
   const uint64_t id = next_.fetch_add(1, std::memory_order_relaxed) + 1;
   Slot& s = slots_[id % capacity_];
-  s.version.store(2 * id - 1, std::memory_order_relaxed);
-  std::atomic_thread_fence(std::memory_order_release);
+  if (!Claim(s, id)) return id;  // a newer call has the slot: this one wrapped out before it was written
   s.sig_words[0].store(static_cast<uint64_t>(sig.op) | static_cast<uint64_t>(sig.reduction) << 8 |
                            static_cast<uint64_t>(sig.dtype) << 16,
                        std::memory_order_relaxed);
@@ -169,17 +173,19 @@ uint64_t FlightRecorder::Begin(const Signature& sig, const std::vector<int>& pro
 void FlightRecorder::Matched(uint64_t id) {
   if (id == 0) return;  // never recorded
   Slot& s = slots_[id % capacity_];
-  if (s.version.load(std::memory_order_relaxed) != 2 * id) return;  // overwritten: the ring wrapped
+  if (!Reclaim(s, id)) return;  // overwritten: the ring wrapped
   s.match_ns.store(MonotonicNanos(), std::memory_order_relaxed);
-  s.state.store(static_cast<uint8_t>(CallState::kMatched), std::memory_order_release);
+  s.state.store(static_cast<uint8_t>(CallState::kMatched), std::memory_order_relaxed);
+  s.version.store(2 * id, std::memory_order_release);
 }
 
 void FlightRecorder::End(uint64_t id, bool ok) {
   if (id == 0) return;
   Slot& s = slots_[id % capacity_];
-  if (s.version.load(std::memory_order_relaxed) != 2 * id) return;
+  if (!Reclaim(s, id)) return;
   s.end_ns.store(MonotonicNanos(), std::memory_order_relaxed);
-  s.state.store(static_cast<uint8_t>(ok ? CallState::kDone : CallState::kFailed), std::memory_order_release);
+  s.state.store(static_cast<uint8_t>(ok ? CallState::kDone : CallState::kFailed), std::memory_order_relaxed);
+  s.version.store(2 * id, std::memory_order_release);
   if (profile::Active()) {
     if (std::optional<CallRecord> call = Read(id)) ProfileCall(*call);
   }
@@ -193,9 +199,49 @@ bool InFlight(uint8_t state) {
 
 }  // namespace
 
+bool FlightRecorder::Claim(Slot& s, uint64_t id) {
+  uint64_t v = s.version.load(std::memory_order_relaxed);
+  while (true) {
+    if (v >= 2 * id) return false;
+    if (v % 2 == 1) {  // another writer holds the slot: it is writing a few words
+      std::this_thread::yield();
+      v = s.version.load(std::memory_order_relaxed);
+      continue;
+    }
+    if (s.version.compare_exchange_weak(v, 2 * id - 1, std::memory_order_acquire, std::memory_order_relaxed)) break;
+  }
+  std::atomic_thread_fence(std::memory_order_release);  // the odd version is seen before any field changes
+  return true;
+}
+
+bool FlightRecorder::Reclaim(Slot& s, uint64_t id) {
+  uint64_t v = 2 * id;
+  // Another thread's Matched or End of the same call may hold it: wait.
+  while (!s.version.compare_exchange_weak(v, 2 * id - 1, std::memory_order_acquire, std::memory_order_relaxed)) {
+    if (v != 2 * id && v != 2 * id - 1) return false;
+    if (v == 2 * id - 1) std::this_thread::yield();
+    v = 2 * id;
+  }
+  std::atomic_thread_fence(std::memory_order_release);
+  return true;
+}
+
 std::optional<CallRecord> FlightRecorder::Read(uint64_t id) const {
+  // A writer of this very call holds the slot for a few stores: wait for it.
+  for (int attempt = 0; attempt < kReadAttempts; ++attempt) {
+    const uint64_t v = slots_[id % capacity_].version.load(std::memory_order_acquire);
+    if (v != 2 * id) {
+      if (v != 2 * id - 1) return std::nullopt;
+      std::this_thread::yield();
+      continue;
+    }
+    if (std::optional<CallRecord> r = Copy(id)) return r;
+  }
+  return std::nullopt;
+}
+
+std::optional<CallRecord> FlightRecorder::Copy(uint64_t id) const {
   const Slot& s = slots_[id % capacity_];
-  if (s.version.load(std::memory_order_acquire) != 2 * id) return std::nullopt;
   CallRecord r;
   r.id = id;
   const uint64_t w0 = s.sig_words[0].load(std::memory_order_relaxed);

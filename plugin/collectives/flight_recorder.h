@@ -82,6 +82,10 @@ class FlightRecorder {
  private:
   struct Slot;
   std::optional<CallRecord> Read(uint64_t id) const;  // nullopt when the slot holds another call
+  std::optional<CallRecord> Copy(uint64_t id) const;  // one seqlock read: nullopt if a writer came meanwhile
+  static bool Claim(Slot& s, uint64_t id);            // Begin's hold on the slot: false if a newer call has it
+  static bool Reclaim(Slot& s, uint64_t id);          // Matched's and End's: false if the call is gone
+  static constexpr int kReadAttempts = 64;
   const size_t capacity_;
   std::unique_ptr<Slot[]> slots_;
   std::atomic<uint64_t> next_{0};

@@ -64,14 +64,16 @@ void TestConcurrentReaders() {
   std::atomic<bool> stop{false};
   std::atomic<int> torn{0}, seen{0};
   std::thread reader([&] {
-    // At least one pass: on a loaded machine the reader may first run after
-    // the writers are done.
+    // A last pass after `stop`: on a loaded machine the reader's passes may
+    // all have come before the first record, or after the writers were done.
+    bool last = false;
     do {
+      last = stop.load();
       for (const CallRecord& r : rec.Snapshot()) {
         seen.fetch_add(1);
         if (!Consistent(r)) torn.fetch_add(1);
       }
-    } while (!stop.load());
+    } while (!last);
   });
   std::vector<std::thread> writers;
   for (uint64_t w = 1; w <= 4; ++w) {
