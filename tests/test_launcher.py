@@ -1,5 +1,6 @@
 """myplugin-run: starts a job, prefixes output by rank, and ends the whole
 job on the first failure with an exit code that names the rank."""
+import concurrent.futures
 import os
 import re
 import shutil
@@ -69,6 +70,8 @@ def test_usage_errors():
 
 
 CULPRIT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "programs", "culprit_worker.py")
+# Trials of the culprit test that run at once (2 cores, another test file beside).
+CULPRIT_TRIALS_AT_ONCE = 4
 
 
 @pytest.mark.parametrize("mode", ["raise", "kill", "stop"])
@@ -77,9 +80,16 @@ def test_exit_code_names_the_culprit_every_time(mode):
   # heartbeat timeout: short, yet far above a loaded machine's stalls of the
   # healthy rank) while rank 0 waits for it in an all-reduce. Rank 0 is
   # ended by fate-sharing, and used to win the race to be blamed.
-  for trial in range(20):
-    r = run_python(LAUNCHER + ["-n", "2", "--heartbeat-timeout", "2", "--timeout", "60", "--", sys.executable,
-                               CULPRIT, mode], child_env(), timeout=90)
+  # The 20 trials are separate jobs; a few run at once, since each spends
+  # most of its time idle (the heartbeat timeout, or the failing rank's
+  # grace for news of an earlier failure), and each is judged on its own.
+  def trial(number):
+    return number, run_python(LAUNCHER + ["-n", "2", "--heartbeat-timeout", "2", "--timeout", "60", "--",
+                                          sys.executable, CULPRIT, mode], child_env(), timeout=90)
+
+  with concurrent.futures.ThreadPoolExecutor(CULPRIT_TRIALS_AT_ONCE) as pool:
+    trials = list(pool.map(trial, range(20)))
+  for trial, r in trials:
     assert r.returncode == 101, f"trial {trial}: exit {r.returncode}\n{r.output}"
     assert "myplugin-run: rank 1 failed first" in r.stderr, r.output
     # The bystander's own status says another rank ended it.
