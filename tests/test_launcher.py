@@ -213,15 +213,21 @@ print("threads", len(os.listdir("/proc/self/task")), "cpus", sorted(allowed), fl
 """
 
 # Rank 1's first process dies; the one started in its place says its CPUs
-# (rank 0 stays long enough: a rank that dies when the others have finished
-# is not started again).
+# (rank 0 stays until then, at most 50 s: a rank that dies when the others
+# have finished is not started again). argv[1]: the file by which the
+# restarted rank says it has started.
 RESTARTED_CPUS = """
-import os, time
+import os, sys, time
 if os.environ.get("MYPLUGIN_PROCESS_ID") == "0":
-  time.sleep(5)
+  deadline = time.monotonic() + 50
+  while not os.path.exists(sys.argv[1]) and time.monotonic() < deadline:
+    time.sleep(0.05)
 if os.environ.get("MYPLUGIN_PROCESS_ID") == "1" and not os.environ.get("MYPLUGIN_REJOIN"):
   os.kill(os.getpid(), 9)
-print("restarted" if os.environ.get("MYPLUGIN_REJOIN") else "first", "cpus", sorted(os.sched_getaffinity(0)))
+print("restarted" if os.environ.get("MYPLUGIN_REJOIN") else "first", "cpus", sorted(os.sched_getaffinity(0)),
+      flush=True)
+if os.environ.get("MYPLUGIN_REJOIN"):
+  open(sys.argv[1], "w").close()
 """
 
 
@@ -230,7 +236,7 @@ def _cpus_by_rank(output: str, what: str) -> dict[int, list[int]]:
   return {int(r): [int(c) for c in cpus.split(",")] for r, cpus in found}
 
 
-def test_cpu_bind_gives_each_rank_its_share_and_a_restarted_rank_the_same():
+def test_cpu_bind_gives_each_rank_its_share_and_a_restarted_rank_the_same(tmp_path):
   cpus = sorted(os.sched_getaffinity(0))
   r = run_python(LAUNCHER + ["-n", "2", "--cpu-bind", "--timeout", "150", "--", sys.executable, "-c", THREAD_CPUS],
                  child_env(), timeout=180)
@@ -251,7 +257,8 @@ def test_cpu_bind_gives_each_rank_its_share_and_a_restarted_rank_the_same():
   assert _cpus_by_rank(r.stdout, r"threads \d+") == {0: cpus, 1: cpus}, r.output
   # A rank started again runs on its rank's share.
   r = run_python(LAUNCHER + ["-n", "2", "--cpu-bind", "--recover", "1", "--timeout", "60", "--",
-                             sys.executable, "-c", RESTARTED_CPUS], child_env(), timeout=90)
+                             sys.executable, "-c", RESTARTED_CPUS, str(tmp_path / "restarted")],
+                 child_env(), timeout=90)
   assert r.returncode == 0, r.output
   assert _cpus_by_rank(r.stdout, "first") == {0: bound[0]}, r.output
   assert _cpus_by_rank(r.stdout, "restarted") == {1: bound[1]}, r.output
