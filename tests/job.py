@@ -54,7 +54,7 @@ class Job(WaitsForEvents):
     self.procs: list[subprocess.Popen] = []
     self.lines: list[list[tuple[float, str]]] = [[] for _ in range(n)]
     self.exit_times: dict[int, float] = {}
-    self._threads = []
+    self._threads: list[list[threading.Thread]] = [[] for _ in range(n)]  # each rank's readers
     try:
       for rank in range(n):
         e = child_env(PYTHONUNBUFFERED="1")
@@ -74,7 +74,7 @@ class Job(WaitsForEvents):
         for stream, is_stdout in ((p.stdout, True), (p.stderr, False)):
           t = threading.Thread(target=self._read, args=(rank, p, stream, is_stdout), daemon=True)
           t.start()
-          self._threads.append(t)
+          self._threads[rank].append(t)
     except BaseException:
       self.kill_all()  # the ranks already started
       raise
@@ -132,6 +132,9 @@ class Job(WaitsForEvents):
         out = self.all_output()
         self.kill_all()
         raise AssertionError(f"rank {r} still running after {timeout} s\n{out}")
-    for t in self._threads:
-      t.join(timeout=5)
+    # Only the waited ranks' readers: a rank left running (stopped, say)
+    # keeps its pipes open, and joining its readers would wait out the timeout.
+    for r in ranks:
+      for t in self._threads[r]:
+        t.join(timeout=5)
     return {r: self.procs[r].returncode for r in ranks}

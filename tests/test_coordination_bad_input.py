@@ -360,7 +360,7 @@ def test_connection_limit_refuses_the_excess_and_members_go_on():
     _wait_for_connections(s, 4)
     # Process 1 stays for 8 s before its shutdown: both members hold their
     # connections while more peers knock.
-    with Job(2, ["barrier_missing", "1"], env=_standalone(s)) as job:
+    with Job(2, ["barrier_missing", "1", "8"], env=_standalone(s)) as job:
       _wait_for_connections(s, 6)
       for _ in range(5):
         with connect(s) as extra:

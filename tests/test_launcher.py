@@ -1,5 +1,6 @@
 """myplugin-run: starts a job, prefixes output by rank, and ends the whole
 job on the first failure with an exit code that names the rank."""
+import concurrent.futures
 import os
 import re
 import shutil
@@ -69,6 +70,8 @@ def test_usage_errors():
 
 
 CULPRIT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "programs", "culprit_worker.py")
+# Trials of the culprit test that run at once (2 cores, another test file beside).
+CULPRIT_TRIALS_AT_ONCE = 4
 
 
 @pytest.mark.parametrize("mode", ["raise", "kill", "stop"])
@@ -77,9 +80,16 @@ def test_exit_code_names_the_culprit_every_time(mode):
   # heartbeat timeout: short, yet far above a loaded machine's stalls of the
   # healthy rank) while rank 0 waits for it in an all-reduce. Rank 0 is
   # ended by fate-sharing, and used to win the race to be blamed.
-  for trial in range(20):
-    r = run_python(LAUNCHER + ["-n", "2", "--heartbeat-timeout", "2", "--timeout", "60", "--", sys.executable,
-                               CULPRIT, mode], child_env(), timeout=90)
+  # The 20 trials are separate jobs; a few run at once, since each spends
+  # most of its time idle (the heartbeat timeout, or the failing rank's
+  # grace for news of an earlier failure), and each is judged on its own.
+  def trial(number):
+    return number, run_python(LAUNCHER + ["-n", "2", "--heartbeat-timeout", "2", "--timeout", "60", "--",
+                                          sys.executable, CULPRIT, mode], child_env(), timeout=90)
+
+  with concurrent.futures.ThreadPoolExecutor(CULPRIT_TRIALS_AT_ONCE) as pool:
+    trials = list(pool.map(trial, range(20)))
+  for trial, r in trials:
     assert r.returncode == 101, f"trial {trial}: exit {r.returncode}\n{r.output}"
     assert "myplugin-run: rank 1 failed first" in r.stderr, r.output
     # The bystander's own status says another rank ended it.
@@ -203,15 +213,21 @@ print("threads", len(os.listdir("/proc/self/task")), "cpus", sorted(allowed), fl
 """
 
 # Rank 1's first process dies; the one started in its place says its CPUs
-# (rank 0 stays long enough: a rank that dies when the others have finished
-# is not started again).
+# (rank 0 stays until then, at most 50 s: a rank that dies when the others
+# have finished is not started again). argv[1]: the file by which the
+# restarted rank says it has started.
 RESTARTED_CPUS = """
-import os, time
+import os, sys, time
 if os.environ.get("MYPLUGIN_PROCESS_ID") == "0":
-  time.sleep(5)
+  deadline = time.monotonic() + 50
+  while not os.path.exists(sys.argv[1]) and time.monotonic() < deadline:
+    time.sleep(0.05)
 if os.environ.get("MYPLUGIN_PROCESS_ID") == "1" and not os.environ.get("MYPLUGIN_REJOIN"):
   os.kill(os.getpid(), 9)
-print("restarted" if os.environ.get("MYPLUGIN_REJOIN") else "first", "cpus", sorted(os.sched_getaffinity(0)))
+print("restarted" if os.environ.get("MYPLUGIN_REJOIN") else "first", "cpus", sorted(os.sched_getaffinity(0)),
+      flush=True)
+if os.environ.get("MYPLUGIN_REJOIN"):
+  open(sys.argv[1], "w").close()
 """
 
 
@@ -220,7 +236,7 @@ def _cpus_by_rank(output: str, what: str) -> dict[int, list[int]]:
   return {int(r): [int(c) for c in cpus.split(",")] for r, cpus in found}
 
 
-def test_cpu_bind_gives_each_rank_its_share_and_a_restarted_rank_the_same():
+def test_cpu_bind_gives_each_rank_its_share_and_a_restarted_rank_the_same(tmp_path):
   cpus = sorted(os.sched_getaffinity(0))
   r = run_python(LAUNCHER + ["-n", "2", "--cpu-bind", "--timeout", "150", "--", sys.executable, "-c", THREAD_CPUS],
                  child_env(), timeout=180)
@@ -241,7 +257,8 @@ def test_cpu_bind_gives_each_rank_its_share_and_a_restarted_rank_the_same():
   assert _cpus_by_rank(r.stdout, r"threads \d+") == {0: cpus, 1: cpus}, r.output
   # A rank started again runs on its rank's share.
   r = run_python(LAUNCHER + ["-n", "2", "--cpu-bind", "--recover", "1", "--timeout", "60", "--",
-                             sys.executable, "-c", RESTARTED_CPUS], child_env(), timeout=90)
+                             sys.executable, "-c", RESTARTED_CPUS, str(tmp_path / "restarted")],
+                 child_env(), timeout=90)
   assert r.returncode == 0, r.output
   assert _cpus_by_rank(r.stdout, "first") == {0: bound[0]}, r.output
   assert _cpus_by_rank(r.stdout, "restarted") == {1: bound[1]}, r.output

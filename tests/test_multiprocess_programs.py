@@ -145,12 +145,20 @@ def test_rewrite_path_inside_one_process(tmp_path, seed_reference):
       np.testing.assert_allclose(got[key], want, rtol=1e-6, atol=1e-6, err_msg=key)
 
 
+SHARD_MAP_EXAMPLE = os.path.join(EXAMPLES, "shard_map_collectives.py")
+
+
+@pytest.fixture(scope="module")
+def shard_map_reference(tmp_path_factory):
+  """The example on jax's CPU backend with 8 devices: one run serves every layout."""
+  ref_path = tmp_path_factory.mktemp("cpu") / "ref.npz"
+  on_cpu(SHARD_MAP_EXAMPLE, "--save", str(ref_path))
+  return load(ref_path)
+
+
 @pytest.mark.parametrize("n,d", LAYOUTS)
-def test_shard_map_collectives_across_processes(tmp_path, n, d):
-  example = os.path.join(EXAMPLES, "shard_map_collectives.py")
-  ref_path = tmp_path / "ref.npz"
-  on_cpu(example, "--save", str(ref_path))
-  ref = load(ref_path)
+def test_shard_map_collectives_across_processes(tmp_path, shard_map_reference, n, d):
+  example, ref = SHARD_MAP_EXAMPLE, shard_map_reference
   out = str(tmp_path / "sm.{rank}.npz")
   launch(n, d, example, "--save", out)
   seen = set()

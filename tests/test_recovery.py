@@ -232,17 +232,18 @@ def _final_loss(text):
   return float(found[-1])
 
 
-def _reference_loss():
+@pytest.fixture(scope="module")
+def reference_loss():
   """The uninterrupted run on jax's CPU backend, one process: the global
   batch of a step does not depend on the membership, so every schedule of
-  failures and rollbacks ends here."""
+  failures and rollbacks ends here (one run serves both tests)."""
   from proc import child_env, run_python
   r = run_python([EXAMPLE, "--reference", *SMALL], child_env(JAX_PLATFORMS="cpu"), timeout=240)
   assert r.returncode == 0, r.output
   return _final_loss(r.stdout)
 
 
-def test_elastic_training_recovers_in_place_and_the_rank_rejoins():
+def test_elastic_training_recovers_in_place_and_the_rank_rejoins(reference_loss):
   from proc import child_env, run_python
   r = run_python(["-m", "jax_plugin.launcher", "-n", "3", "--recover", "1", "--rejoin-wait", "--timeout", "400", "--",
                   sys.executable, EXAMPLE, *SMALL], child_env(), timeout=480)
@@ -258,10 +259,10 @@ def test_elastic_training_recovers_in_place_and_the_rank_rejoins():
   assert epochs[0] == epochs[1] and epochs[0], r.output
   assert epochs[0][-1][1] == "0, 1, 2" and epochs[2] == [epochs[0][-1]], r.output
   assert "myplugin-run: rank 2 failed" in r.stderr and "starting it again" in r.stderr, r.output
-  assert _final_loss(r.stdout) == pytest.approx(_reference_loss(), rel=1e-4)
+  assert _final_loss(r.stdout) == pytest.approx(reference_loss, rel=1e-4)
 
 
-def test_elastic_training_restarts_from_its_checkpoint(tmp_path):
+def test_elastic_training_restarts_from_its_checkpoint(tmp_path, reference_loss):
   from proc import child_env, run_python
   r = run_python(["-m", "jax_plugin.launcher", "-n", "3", "--max-restarts", "1", "--timeout", "400", "--",
                   sys.executable, EXAMPLE, *SMALL, "--mode", "restart", "--dir", str(tmp_path)],
@@ -269,4 +270,4 @@ def test_elastic_training_restarts_from_its_checkpoint(tmp_path):
   assert r.returncode == 0, r.output
   assert "restarting the job (restart 1 of 1)" in r.stderr, r.output
   assert "[0] restart: resuming at step 10" in r.stdout, r.output
-  assert _final_loss(r.stdout) == pytest.approx(_reference_loss(), rel=1e-4)
+  assert _final_loss(r.stdout) == pytest.approx(reference_loss, rel=1e-4)

@@ -2,7 +2,7 @@
 MYPLUGIN_* variables; the scenario from argv[1]. It prints RESULT lines
 that the tests read.
 
-usage: python coord_worker.py SCENARIO [ARG]
+usage: python coord_worker.py SCENARIO [ARG] [MORE]
 """
 import json
 import os
@@ -86,9 +86,14 @@ elif scenario == "exit_early":
     time.sleep(30)
 
 elif scenario == "barrier_missing":
+  # ARG: the absent process; argv[3] (default 0): seconds it stays at least.
   absent = int(arg)
   if pid == absent:
-    time.sleep(8)  # never arrives in time, but stays alive
+    # Never arrives in time, but stays alive: until the others' barrier
+    # timed out (they meet it in a barrier of their own afterwards).
+    hold_until = time.monotonic() + (float(sys.argv[3]) if len(sys.argv) > 3 else 0)
+    distributed.barrier("b-over", timeout=60)
+    time.sleep(max(0.0, hold_until - time.monotonic()))
     distributed.shutdown(timeout=30)
   else:
     try:
@@ -96,6 +101,7 @@ elif scenario == "barrier_missing":
       result(event="barrier_passed")
     except RuntimeError as e:
       result(event="barrier_error", **error_fields(e))
+    distributed.barrier("b-over", timeout=60)
     distributed.shutdown(timeout=30)
   result(event="shutdown")
 
