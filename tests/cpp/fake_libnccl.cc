@@ -3,7 +3,8 @@
 // answers FAKE_NCCL_VERSION_CODE (set by CMake); the others succeed and
 // move nothing, and ncclCommGetAsyncError reports the error that a test
 // injects (myplugin_fake_nccl_fail_after, myplugin_fake_nccl_fail_in). Each
-// communicator keeps its state (live, aborted, destroyed) and its polls, and
+// communicator keeps its state (live, aborted, destroyed) and its polls, a
+// use of one already ended is counted, and
 // a "kernel in flight" (myplugin_fake_nccl_wait_kernel) ends only when its
 // communicator is aborted, as a real one whose peer died does. Built twice,
 // as an NCCL older than the minimum and as one new enough.
@@ -40,7 +41,7 @@ struct Comm {
 constexpr int kComms = 4096;
 Comm g_comms[kComms];
 std::atomic<int> g_next_comm{0};
-std::atomic<int> g_polls_after_end{0};
+std::atomic<int> g_used_after_end{0};
 std::mutex g_mu;
 std::condition_variable g_aborted;  // under g_mu
 
@@ -72,10 +73,11 @@ void myplugin_fake_nccl_fail_in(int ms, ncclResult_t error) {
 void myplugin_fake_nccl_in_progress(int on) { g_in_progress = on != 0; }
 // Test-only: how many times ncclCommAbort was called.
 int myplugin_fake_nccl_aborts() { return g_aborts; }
-// Test-only: ncclCommGetAsyncError calls on `comm`; and on any communicator
-// after it was aborted or destroyed (NCCL's communicator is gone then).
+// Test-only: ncclCommGetAsyncError calls on `comm`; and calls of
+// ncclCommGetAsyncError, ncclCommAbort or ncclCommDestroy on any
+// communicator after it was aborted or destroyed (NCCL's is gone then).
 int myplugin_fake_nccl_polls(ncclComm_t comm) { return Of(comm)->polls; }
-int myplugin_fake_nccl_polls_after_end() { return g_polls_after_end; }
+int myplugin_fake_nccl_used_after_end() { return g_used_after_end; }
 // Test-only: the communicator ncclCommInitRank handed out last.
 ncclComm_t myplugin_fake_nccl_last_comm() {
   return reinterpret_cast<ncclComm_t>(&g_comms[(g_next_comm.load() + kComms - 1) % kComms]);
@@ -106,6 +108,7 @@ ncclResult_t ncclCommInitRank(ncclComm_t* comm, int, ncclUniqueId, int) {
   return ncclSuccess;
 }
 ncclResult_t ncclCommDestroy(ncclComm_t comm) {
+  if (Of(comm)->state != kLive) ++g_used_after_end;
   Of(comm)->state = kDestroyed;
   return ncclSuccess;
 }
@@ -113,6 +116,7 @@ ncclResult_t ncclCommAbort(ncclComm_t comm) {
   ++g_aborts;
   {
     std::lock_guard<std::mutex> lock(g_mu);
+    if (Of(comm)->state != kLive) ++g_used_after_end;
     Of(comm)->state = kAborted;
   }
   g_aborted.notify_all();
@@ -121,7 +125,7 @@ ncclResult_t ncclCommAbort(ncclComm_t comm) {
 ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* error) {
   Comm* c = Of(comm);
   const int polls = ++c->polls;
-  if (c->state != kLive) ++g_polls_after_end;
+  if (c->state != kLive) ++g_used_after_end;
   int left = g_polls_left;
   if (left > 1) g_polls_left = left - 1;
   const long long from = g_error_from_ns;

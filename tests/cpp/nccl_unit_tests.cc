@@ -315,7 +315,7 @@ struct FakeLibnccl {
   void (*fail_in)(int ms, ncclResult_t error) = nullptr;
   void (*in_progress)(int on) = nullptr;
   int (*polls)(ncclComm_t comm) = nullptr;
-  int (*polls_after_end)() = nullptr;
+  int (*used_after_end)() = nullptr;
   ncclComm_t (*last_comm)() = nullptr;
   int (*wait_kernel)(ncclComm_t comm, double timeout_s) = nullptr;
 };
@@ -336,7 +336,7 @@ FakeLibnccl LoadFakeLibnccl() {
   find(fake_nccl.fail_in, "myplugin_fake_nccl_fail_in");
   find(fake_nccl.in_progress, "myplugin_fake_nccl_in_progress");
   find(fake_nccl.polls, "myplugin_fake_nccl_polls");
-  find(fake_nccl.polls_after_end, "myplugin_fake_nccl_polls_after_end");
+  find(fake_nccl.used_after_end, "myplugin_fake_nccl_used_after_end");
   find(fake_nccl.last_comm, "myplugin_fake_nccl_last_comm");
   find(fake_nccl.wait_kernel, "myplugin_fake_nccl_wait_kernel");
   CHECK(fake_nccl.fail_after != nullptr && fake_nccl.aborts != nullptr);
@@ -648,14 +648,17 @@ void TestWatchdogNoFalseAlarm() {
 
 // (c) A communicator destroyed (or aborted) while the watchdog polls as
 // fast as it can is never polled after NCCL's communicator is gone: the
-// stand-in counts polls of an aborted or destroyed one. Some are aborted by
-// another thread as they are destroyed, as a failure notice does.
+// stand-in counts uses of an aborted or destroyed one. Some are aborted by
+// another thread as they are destroyed, as a failure notice does. And one
+// destroyed while the watchdog explains its error (the cause's look takes
+// 0.3 s) is destroyed only after that poll ended: the poll's abort then
+// comes before, not after, NCCL's communicator is gone.
 void TestWatchdogNeverPollsAnEndedCommunicator() {
   FakeLibnccl nccl = LoadFakeLibnccl();
   if (nccl.fail_after == nullptr) return;
   coll::NcclWatchdog watchdog(0.0002);
   coll::InProcessKeyValues values;
-  const int after_end = nccl.polls_after_end();
+  const int after_end = nccl.used_after_end();
   int polled = 0;
   for (int i = 0; i < 300; ++i) {
     auto made = coll::NcclCommunicator::Create(nccl.api, 0, 1, StoreOf(values), "nccl/c/" + std::to_string(i), 1.0,
@@ -674,8 +677,25 @@ void TestWatchdogNeverPollsAnEndedCommunicator() {
     comm.reset();
     polled += nccl.polls(handle) > 0 ? 1 : 0;
   }
-  CHECK(nccl.polls_after_end() == after_end);
+  CHECK(nccl.used_after_end() == after_end);
   CHECK(polled > 0);  // the watchdog did poll them while they lived
+
+  coll::NcclCauses slow{[] { return std::optional<myplugin::Status>(); }, 0.3};
+  auto explained = coll::NcclCommunicator::Create(nccl.api, 0, 1, StoreOf(values), "nccl/c/slow", 1.0, slow,
+                                                  {&watchdog, {}, ""});
+  CHECK(explained.ok());
+  if (!explained.ok()) return;
+  const ncclComm_t handle = nccl.last_comm();
+  const int aborts = nccl.aborts();
+  nccl.fail_in(0, ncclRemoteError);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (nccl.polls(handle) < 1 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  explained.value().reset();  // while the watchdog looks for the cause
+  nccl.fail_in(-1, ncclSuccess);
+  CHECK(nccl.aborts() == aborts + 1);  // the poll's, before the destruction returned
+  CHECK(nccl.used_after_end() == after_end);
 }
 
 // (d) The watchdog's thread stops at the job's end and starts again with
