@@ -30,5 +30,11 @@ inline constexpr bool kHierarchicalAcrossHosts = true;
 // a transfer, an NCCL communicator) waits for the coordination service to
 // say why: the peer's failure or mismatch report usually comes within moments.
 inline constexpr double kFailureNoticeWaitS = 3.0;
+// How often the NCCL watchdog (nccl_watchdog.h) asks each NCCL communicator
+// for an asynchronous error: a kernel whose peer died is aborted within about
+// this plus the wait for its cause. A poll is one ncclCommGetAsyncError per
+// communicator; PyTorch's ProcessGroupNCCL watchdog polls as often
+// (its kWatchdogThreadSleepMillis, 100 ms).
+inline constexpr double kNcclWatchdogPollS = 0.1;
 
 }  // namespace myplugin::collectives

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <thread>
 
+#include "collectives/flight_recorder.h"
 #include "common/deadline.h"
 
 namespace myplugin::collectives {
@@ -94,7 +95,7 @@ StatusOr<NcclOperands> ToNccl(DataType type, Reduction reduction) {
 StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(const NcclApi& api, int rank, int size,
                                                                      const BootstrapStore& store,
                                                                      const std::string& key, double timeout_s,
-                                                                     NcclCauses causes) {
+                                                                     NcclCauses causes, NcclWatch watch) {
   StatusOr<ncclUniqueId> id = ExchangeUniqueId(api, store, key, rank, timeout_s);
   if (!id.ok()) return id.status();
   ncclComm_t comm = nullptr;
@@ -112,10 +113,15 @@ StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(const NcclA
                       (host_id ? "NCCL_HOSTID=" + std::string(host_id) : std::string("no NCCL_HOSTID")));
   }
   MYPLUGIN_RETURN_IF_ERROR(api.Check(result, "ncclCommInitRank"));
-  return std::unique_ptr<NcclCommunicator>(new NcclCommunicator(api, comm, rank, size, std::move(causes)));
+  std::unique_ptr<NcclCommunicator> made(
+      new NcclCommunicator(api, comm, rank, size, std::move(causes), std::move(watch)));
+  NcclCommunicator* polled = made.get();  // unwatched by its destructor, before NCCL's communicator goes
+  if (made->watch_.watchdog != nullptr) made->watch_.watchdog->Watch(polled, [polled] { polled->Poll(); });
+  return made;
 }
 
 NcclCommunicator::~NcclCommunicator() {
+  if (watch_.watchdog != nullptr) watch_.watchdog->Unwatch(this);
   std::lock_guard<std::mutex> lock(mu_);
   if (!aborted_ && comm_ != nullptr) api_.CommDestroy(comm_);
 }
@@ -133,20 +139,86 @@ std::optional<Status> NcclCommunicator::Aborted() {
 }
 
 Status NcclCommunicator::Guard(Clock::time_point started) {
-  if (std::optional<Status> why = Aborted()) {
-    return Status(Code::kAborted, "the NCCL communicator was aborted: " + why->message()).WithFailureOf(*why);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (found_) {  // the watchdog's: this call is the first to hear of it
+      Status why = *found_;
+      found_.reset();
+      return why;
+    }
+    if (aborted_) {
+      return Status(Code::kAborted, "the NCCL communicator was aborted: " + aborted_->message())
+          .WithFailureOf(*aborted_);
+    }
   }
   // Inside a group (Group polled as it began), aborting would free the
   // communicator under the calls already in the group.
   if (in_group_) return OkStatus();
   // A kernel of an earlier call whose peer went away fails on the device:
-  // NCCL says so only here.
+  // NCCL says so here, or to the watchdog if it looked first.
+  StatusOr<std::optional<ncclResult_t>> async = AsyncError();
+  if (!async.ok()) return async.status();
+  if (!async.value()) return Guard(started);  // aborted meanwhile: say why
+  const ncclResult_t result = *async.value();
+  if (result == ncclSuccess || result == ncclInProgress) return OkStatus();
+  return OnAsyncError(result, "an earlier call on this NCCL communicator", started, /*keep=*/false);
+}
+
+void NcclCommunicator::Poll() {
+  StatusOr<std::optional<ncclResult_t>> async = AsyncError();
+  if (!async.ok() || !async.value()) return;  // the next call sees a failed poll itself
+  const ncclResult_t result = *async.value();
+  if (result == ncclSuccess || result == ncclInProgress) return;
+  std::string call;
+  Clock::time_point since;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    call = enqueued_.empty() ? "an NCCL communicator with no call enqueued yet"
+                             : enqueued_ + " (call #" + std::to_string(calls_) + " on this NCCL communicator)";
+    since = enqueued_at_;
+  }
+  (void)OnAsyncError(result, "the NCCL watchdog: " + call, since, /*keep=*/true);
+}
+
+StatusOr<std::optional<ncclResult_t>> NcclCommunicator::AsyncError() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (aborted_) return std::optional<ncclResult_t>();
   ncclResult_t async = ncclSuccess;
   MYPLUGIN_RETURN_IF_ERROR(api_.Check(api_.CommGetAsyncError(comm_, &async), "ncclCommGetAsyncError"));
-  if (async == ncclSuccess || async == ncclInProgress) return OkStatus();
-  Status why = Explain(async, "an earlier call on this NCCL communicator", started);
-  Abort(why);
+  return std::optional<ncclResult_t>(async);
+}
+
+Status NcclCommunicator::OnAsyncError(ncclResult_t result, const std::string& call, Clock::time_point started,
+                                      bool keep) {
+  Status why = Explain(result, call, started);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    // A notice's abort, or the other finder (the watchdog or the call), came
+    // first: theirs is the reason, and it is reported there.
+    if (aborted_) return why;
+    aborted_ = why;
+    if (keep) found_ = why;
+    api_.CommAbort(comm_);  // ends the kernel in flight; the communicator is gone after this
+  }
+  if (watch_.fail_process) {
+    std::vector<int> blamed;
+    if (why.failure() != nullptr && why.failure()->kind == FailureKind::kPeerFailure) {
+      blamed = why.failure()->processes;
+    }
+    const std::string who = watch_.name.empty() ? "rank " + std::to_string(rank_) + " of " + std::to_string(size_)
+                                                : watch_.name;
+    watch_.fail_process("aborted the NCCL communicator of " + who + ": " + why.message(), blamed);
+  }
   return why;
+}
+
+void NcclCommunicator::Enqueuing(const char* call, size_t count, DataType type) {
+  const char* function = FunctionScope::Current();
+  std::lock_guard<std::mutex> lock(mu_);
+  enqueued_ = std::string(call) + " of " + std::to_string(count) + " " + Name(type) +
+              (function != nullptr && *function ? std::string(" in ") + function : std::string());
+  enqueued_at_ = Clock::now();
+  ++calls_;
 }
 
 Status NcclCommunicator::Checked(ncclResult_t result, const char* call, Clock::time_point started) {
@@ -154,8 +226,8 @@ Status NcclCommunicator::Checked(ncclResult_t result, const char* call, Clock::t
   return Explain(result, call, started);
 }
 
-Status NcclCommunicator::Explain(ncclResult_t result, const char* call, Clock::time_point started) {
-  const Status nccl = api_.Check(result, call);
+Status NcclCommunicator::Explain(ncclResult_t result, const std::string& call, Clock::time_point started) {
+  const Status nccl = api_.Check(result, call.c_str());
   if (!causes_.find) return nccl;
   // The cause wins over the broken connection it made (docs/debugging.md):
   // an abort from the service's notice, a mismatch report, a failure.
@@ -170,7 +242,7 @@ Status NcclCommunicator::Explain(ncclResult_t result, const char* call, Clock::t
     if (Clock::now() >= deadline) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  return Status(nccl.code(), api_.Check(result, call, WaitedSince(started)).message() + " on rank " +
+  return Status(nccl.code(), api_.Check(result, call.c_str(), WaitedSince(started)).message() + " on rank " +
                                  std::to_string(rank_) + " of " + std::to_string(size_) +
                                  "; no process is known to have failed or reported a mismatch");
 }
@@ -192,6 +264,7 @@ Status NcclCommunicator::AllReduce(const void* send, void* recv, size_t count, D
   MYPLUGIN_RETURN_IF_ERROR(Guard(started));
   StatusOr<NcclOperands> o = ToNccl(type, reduction);
   if (!o.ok()) return o.status();
+  Enqueuing("ncclAllReduce", count, type);
   return Checked(api_.AllReduce(send, recv, count * o.value().count_multiplier, o.value().type, o.value().op,
                                  comm_, stream),
                  "ncclAllReduce", started);
@@ -200,6 +273,7 @@ Status NcclCommunicator::AllReduce(const void* send, void* recv, size_t count, D
 Status NcclCommunicator::AllGather(const void* send, void* recv, size_t count, DataType type, cudaStream_t stream) {
   const auto started = Clock::now();
   MYPLUGIN_RETURN_IF_ERROR(Guard(started));
+  Enqueuing("ncclAllGather", count, type);
   // Gathering moves bytes: any element type travels as u8.
   return Checked(api_.AllGather(send, recv, count * ByteSize(type), ncclUint8, comm_, stream), "ncclAllGather",
                  started);
@@ -211,6 +285,7 @@ Status NcclCommunicator::ReduceScatter(const void* send, void* recv, size_t coun
   MYPLUGIN_RETURN_IF_ERROR(Guard(started));
   StatusOr<NcclOperands> o = ToNccl(type, reduction);
   if (!o.ok()) return o.status();
+  Enqueuing("ncclReduceScatter", count, type);
   return Checked(api_.ReduceScatter(send, recv, count * o.value().count_multiplier, o.value().type, o.value().op,
                                      comm_, stream),
                  "ncclReduceScatter", started);
@@ -220,6 +295,7 @@ Status NcclCommunicator::AllToAll(const void* send, void* recv, size_t count, Da
   const auto started = Clock::now();
   MYPLUGIN_RETURN_IF_ERROR(Guard(started));
   const size_t bytes = count * ByteSize(type);
+  Enqueuing("all-to-all (ncclSend/ncclRecv)", count, type);
   MYPLUGIN_RETURN_IF_ERROR(Checked(api_.GroupStart(), "ncclGroupStart", started));
   Status st;
   for (int peer = 0; peer < size_ && st.ok(); ++peer) {
@@ -239,6 +315,7 @@ Status NcclCommunicator::CollectivePermute(const void* send, void* recv, size_t 
   const auto started = Clock::now();
   MYPLUGIN_RETURN_IF_ERROR(Guard(started));
   const size_t bytes = count * ByteSize(type);
+  Enqueuing("collective permute (ncclSend/ncclRecv)", count, type);
   MYPLUGIN_RETURN_IF_ERROR(Checked(api_.GroupStart(), "ncclGroupStart", started));
   Status st;
   if (send_to >= 0) st = Checked(api_.Send(send, bytes, ncclUint8, send_to, comm_, stream), "ncclSend", started);

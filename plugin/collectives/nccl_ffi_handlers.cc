@@ -43,8 +43,13 @@ std::string MismatchKey(uint64_t epoch) { return "myplugin/nccl/" + std::to_stri
 
 }  // namespace
 
-NcclDeviceGroups::NcclDeviceGroups(NcclApi api, BootstrapStore store, double timeout_s, double notice_wait_s)
-    : api_(std::move(api)), store_(std::move(store)), timeout_s_(timeout_s), notice_wait_s_(notice_wait_s) {}
+NcclDeviceGroups::NcclDeviceGroups(NcclApi api, BootstrapStore store, double timeout_s, double notice_wait_s,
+                                   NcclWatchdog* watchdog)
+    : api_(std::move(api)),
+      store_(std::move(store)),
+      timeout_s_(timeout_s),
+      notice_wait_s_(notice_wait_s),
+      watchdog_(watchdog) {}
 
 void NcclDeviceGroups::ReportMismatch(const Status& mismatch) {
   (void)store_.set(MismatchKey(ProcessRuntime::Get().distributed().epoch()), mismatch.message());
@@ -83,13 +88,14 @@ StatusOr<NcclCommunicator*> NcclDeviceGroups::ForDevice(const std::vector<int>& 
       communicators_.Get({device_group, device}, [&]() -> StatusOr<std::shared_ptr<NcclCommunicator>> {
         std::string key = "myplugin/nccl/" + std::to_string(epoch) + "/";
         for (int d : device_group) key += std::to_string(d) + ",";
+        const std::string name = "device " + std::to_string(device) + " (rank " + std::to_string(rank) +
+                                 ") in device group " + IdList(device_group);
         StatusOr<std::unique_ptr<NcclCommunicator>> made =
             NcclCommunicator::Create(api_, rank, static_cast<int>(device_group.size()), store_, key, timeout_s_,
-                                     {[this, epoch] { return KnownCause(epoch); }, notice_wait_s_});
+                                     {[this, epoch] { return KnownCause(epoch); }, notice_wait_s_},
+                                     {watchdog_, store_.fail_process, name});
         if (!made.ok()) {
-          return Status(made.status().code(), "the NCCL communicator of device " + std::to_string(device) +
-                                                  " (rank " + std::to_string(rank) + ") in device group " +
-                                                  IdList(device_group) + ": " + made.status().message());
+          return Status(made.status().code(), "the NCCL communicator of " + name + ": " + made.status().message());
         }
         return std::shared_ptr<NcclCommunicator>(made.take().release());
       });
@@ -101,17 +107,33 @@ void NcclDeviceGroups::AbortAll(const Status& why) {
   communicators_.ForEach([&](NcclCommunicator& comm) { comm.Abort(why); });
 }
 
-std::unique_ptr<NcclDeviceGroups> DeviceGroupsForJob(NcclApi api) {
-  auto& runtime = ProcessRuntime::Get().distributed();
-  BootstrapStore store = InProcessStore();
-  const double timeout_s = ProcessRuntime::Get().settings()->collective_timeout_s;
-  auto client = runtime.client();
-  if (!client) return std::make_unique<NcclDeviceGroups>(std::move(api), std::move(store), timeout_s);
+BootstrapStore ClientStore(const std::shared_ptr<coordination::CoordinationClient>& client) {
+  BootstrapStore store;
   store.set = [client](const std::string& k, const std::string& v) { return client->KeyValueSet(k, v); };
   store.get = [client](const std::string& k, double t) { return client->KeyValueGet(k, t); };
   store.try_get = [client](const std::string& k) { return client->KeyValueTryGet(k, /*during_failure=*/true); };
   store.failure = [client] { return client->failure(); };
-  auto device_groups = std::make_unique<NcclDeviceGroups>(std::move(api), std::move(store), timeout_s);
+  // A communicator that the watchdog aborted is stuck for good, as a Gloo
+  // call whose peer left is (communicator.cc): the others hear why from the
+  // service, and fate-sharing ends this process. A failure the service
+  // already reported is theirs to hear, not this process's to repeat.
+  store.fail_process = [client](const std::string& reason, const std::vector<int>& blamed) {
+    if (!client->failure()) client->FailThisProcess(reason, blamed);
+  };
+  return store;
+}
+
+std::unique_ptr<NcclDeviceGroups> DeviceGroupsForJob(NcclApi api) {
+  auto& runtime = ProcessRuntime::Get().distributed();
+  const double timeout_s = ProcessRuntime::Get().settings()->collective_timeout_s;
+  NcclWatchdog* watchdog = &ProcessRuntime::Get().nccl_watchdog();
+  auto client = runtime.client();
+  if (!client) {
+    return std::make_unique<NcclDeviceGroups>(std::move(api), InProcessStore(), timeout_s, kFailureNoticeWaitS,
+                                              watchdog);
+  }
+  auto device_groups =
+      std::make_unique<NcclDeviceGroups>(std::move(api), ClientStore(client), timeout_s, kFailureNoticeWaitS, watchdog);
   NcclDeviceGroups* aborted = device_groups.get();  // lives as long as the process (ProcessRuntime)
   client->AddFailureCallback([aborted](const Status& why) { aborted->AbortAll(why); });
   return device_groups;

@@ -26,6 +26,7 @@
 #include "collectives/once_per_key.h"
 #include "collectives/nccl_communicator.h"
 #include "collectives/signature.h"
+#include "coordination/client.h"
 
 namespace myplugin::collectives {
 
@@ -33,9 +34,10 @@ namespace myplugin::collectives {
 // created on first use; the unique id of each device group goes through `store`.
 class NcclDeviceGroups {
  public:
-  // `notice_wait_s`: how long an NCCL error looks for its cause (NcclCauses).
+  // `notice_wait_s`: how long an NCCL error looks for its cause (NcclCauses);
+  // `watchdog`: polls every communicator made (null: none does).
   NcclDeviceGroups(NcclApi api, BootstrapStore store, double timeout_s,
-                   double notice_wait_s = kFailureNoticeWaitS);
+                   double notice_wait_s = kFailureNoticeWaitS, NcclWatchdog* watchdog = nullptr);
   StatusOr<NcclCommunicator*> ForDevice(const std::vector<int>& device_group, int device);
   void AbortAll(const Status& why);
   // A mismatch that this process found agreeing on an NCCL call: published
@@ -53,6 +55,7 @@ class NcclDeviceGroups {
   BootstrapStore store_;
   double timeout_s_;
   double notice_wait_s_;
+  NcclWatchdog* watchdog_;
   OncePerKey<std::pair<std::vector<int>, int>, NcclCommunicator> communicators_;
   // The membership epoch the communicators belong to: a new membership (an
   // agreement after a failure) renumbers the devices, so they are made anew.
@@ -60,11 +63,15 @@ class NcclDeviceGroups {
   uint64_t epoch_ = 0;
 };
 
+// The store of a job's device groups on `client`: its key-values, its
+// failure, and this process's failure reported to it (FailThisProcess).
+BootstrapStore ClientStore(const std::shared_ptr<coordination::CoordinationClient>& client);
+
 // The device groups of the current job on `api`: the unique ids go through
 // the coordination service's key-values (in memory for a job of one
-// process), and a failure that the service reports aborts every
-// communicator. The failure callback holds a pointer to them: they must
-// live as long as the job's coordination client.
+// process), a failure that the service reports aborts every communicator,
+// and the process's NCCL watchdog polls them. The failure callback holds a
+// pointer to them: they must live as long as the job's coordination client.
 std::unique_ptr<NcclDeviceGroups> DeviceGroupsForJob(NcclApi api);
 
 // The process's NCCL: MYPLUGIN_NCCL_PATH or the wheel's libnccl.so.2 (as

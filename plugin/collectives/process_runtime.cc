@@ -56,6 +56,14 @@ FlightRecorder& ProcessRuntime::flight_recorder() {
   return *recorder_;
 }
 
+Status ProcessRuntime::ShutdownJob(double timeout_s) {
+  // After the barrier: every process has finished its calls, and until then
+  // a kernel whose peer died is still the watchdog's to end.
+  Status st = distributed_.Shutdown(timeout_s);
+  nccl_watchdog_.Stop();
+  return st;
+}
+
 StatusOr<coordination::msg::Membership> ProcessRuntime::AgreeMembership(double timeout_s) {
   const uint64_t before = distributed_.epoch();
   StatusOr<coordination::msg::Membership> verdict = distributed_.Agree(timeout_s);

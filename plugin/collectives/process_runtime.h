@@ -15,8 +15,10 @@
 //   engines            the engine libraries the PJRT library loads: main, shadow, compile
 //   pack buffers       the combined calls' buffers, kept per device (pack_buffers.h)
 //   NCCL               the device groups (their communicators), made on first
-//                      use, and the in-process key-value store that a job of
-//                      one process bootstraps them through (nccl_ffi_handlers.h)
+//                      use, the in-process key-value store that a job of
+//                      one process bootstraps them through (nccl_ffi_handlers.h),
+//                      and the watchdog that polls their communicators
+//                      (nccl_watchdog.h; its thread starts with the first)
 //   attachments        the floors above, one object per type, made on first
 //                      use (Attached<T>, attachments.h): pjrt/'s engine-object
 //                      map (client.cc), live compile targets (gpu_compile.cc),
@@ -45,10 +47,11 @@
 //      they are rebuilt for the new epoch on their next use (the NCCL device
 //      groups drop theirs when they see the new epoch), and the straggler
 //      watch follows the new epoch;
-//   3. the job's end (distributed().Shutdown) lets go of the coordination
-//      client: the communicators made on it are dropped when the next job
-//      asks for one, as is the transfer endpoint (its threads joined), and
-//      the straggler watch's threads end;
+//   3. the job's end (ShutdownJob) lets go of the coordination client: the
+//      communicators made on it are dropped when the next job asks for one,
+//      as is the transfer endpoint (its threads joined), the straggler
+//      watch's threads end, and the NCCL watchdog's thread is joined (a
+//      communicator made later starts it again);
 //   4. the flight recorder, the local rendezvous, the settings, the library
 //      choice, the engines, the pack buffers, the in-process key-value store
 //      and the attachments stay until the process exits (a PJRT object's
@@ -78,6 +81,7 @@
 #include "collectives/flight_recorder.h"
 #include "collectives/in_process_key_values.h"
 #include "collectives/local_rendezvous.h"
+#include "collectives/nccl_watchdog.h"
 #include "collectives/pack_buffers.h"
 #include "common/settings.h"
 #include "common/status.h"
@@ -113,6 +117,9 @@ class ProcessRuntime {
   void SetLibraryChoice(LibraryChoice choice);
 
   coordination::DistributedRuntime& distributed() { return distributed_; }
+  // The job's end: the shutdown barrier (distributed().Shutdown), then the
+  // NCCL watchdog's thread is joined (teardown step 3 above).
+  Status ShutdownJob(double timeout_s);
   FlightRecorder& flight_recorder();
   LocalRendezvous& local_rendezvous() { return local_rendezvous_; }
   LocalDeviceIds& device_ids() { return device_ids_; }
@@ -125,6 +132,7 @@ class ProcessRuntime {
   // are): made by `make` the first time they are asked for; a failure is
   // kept and reported every time.
   StatusOr<NcclDeviceGroups*> nccl_device_groups(const std::function<StatusOr<NcclDeviceGroups*>()>& make);
+  NcclWatchdog& nccl_watchdog() { return nccl_watchdog_; }
   // The straggler watch of the current job (straggler_watch.h); null before
   // the first StartWatch.
   std::shared_ptr<WatchState> watch();
@@ -180,6 +188,7 @@ class ProcessRuntime {
   std::once_flag nccl_once_;
   NcclDeviceGroups* nccl_device_groups_ = nullptr;  // never deleted, as the runtime is not
   Status nccl_error_;
+  NcclWatchdog nccl_watchdog_;
   Attachments attachments_;
 };
 

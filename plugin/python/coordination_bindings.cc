@@ -85,7 +85,7 @@ void BindMembership(nb::module_& m) {
   m.def("distributed_shutdown", [](double timeout) {
     ThrowIfError(WithoutGil([&] {
       RecordedBarrier recorded("the shutdown barrier");
-      Status st = collectives::ProcessRuntime::Get().distributed().Shutdown(timeout);
+      Status st = collectives::ProcessRuntime::Get().ShutdownJob(timeout);
       if (!st.ok()) recorded.Fail(st.message());
       return st;
     }));

@@ -2,11 +2,18 @@
 // error path: every entry point the NCCL backend resolves. ncclGetVersion
 // answers FAKE_NCCL_VERSION_CODE (set by CMake); the others succeed and
 // move nothing, and ncclCommGetAsyncError reports the error that a test
-// injects (myplugin_fake_nccl_fail_after). Built twice, as an NCCL older
-// than the minimum and as one new enough.
+// injects (myplugin_fake_nccl_fail_after, myplugin_fake_nccl_fail_in). Each
+// communicator keeps its state (live, aborted, destroyed) and its polls, a
+// use of one already ended is counted, and
+// a "kernel in flight" (myplugin_fake_nccl_wait_kernel) ends only when its
+// communicator is aborted, as a real one whose peer died does. Built twice,
+// as an NCCL older than the minimum and as one new enough.
 #include <nccl.h>
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
 
 namespace {
 
@@ -15,7 +22,35 @@ namespace {
 std::atomic<int> g_polls_left{-1};
 std::atomic<ncclResult_t> g_async_error{ncclSuccess};
 std::atomic<int> g_aborts{0};
-int g_comm = 0;  // what ncclCommInitRank hands out: any address will do
+
+// From this time on (steady clock, ns; negative: never), every live
+// communicator's ncclCommGetAsyncError reports `g_timed_error`.
+std::atomic<long long> g_error_from_ns{-1};
+std::atomic<ncclResult_t> g_timed_error{ncclSuccess};
+// Healthy polls answer ncclInProgress every other time, as a communicator
+// whose (nonblocking) work is under way does.
+std::atomic<bool> g_in_progress{false};
+
+enum State { kLive, kAborted, kDestroyed };
+struct Comm {
+  std::atomic<int> state{kLive};
+  std::atomic<int> polls{0};
+};
+// What ncclCommInitRank hands out, in turn; never freed, so a poll of a
+// communicator after its end is counted, not a crash.
+constexpr int kComms = 4096;
+Comm g_comms[kComms];
+std::atomic<int> g_next_comm{0};
+std::atomic<int> g_used_after_end{0};
+std::mutex g_mu;
+std::condition_variable g_aborted;  // under g_mu
+
+Comm* Of(ncclComm_t comm) { return reinterpret_cast<Comm*>(comm); }
+
+long long NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 
 }  // namespace
 
@@ -28,8 +63,34 @@ void myplugin_fake_nccl_fail_after(int polls, ncclResult_t error) {
   g_async_error = error;
   g_polls_left = polls < 1 ? -1 : polls;
 }
+// Test-only: `ms` milliseconds from now on, every live communicator's
+// ncclCommGetAsyncError reports `error`; `ms` < 0 ends the injection.
+void myplugin_fake_nccl_fail_in(int ms, ncclResult_t error) {
+  g_timed_error = error;
+  g_error_from_ns = ms < 0 ? -1 : NowNs() + static_cast<long long>(ms) * 1000000;
+}
+// Test-only: healthy polls answer ncclInProgress every other time (`on`).
+void myplugin_fake_nccl_in_progress(int on) { g_in_progress = on != 0; }
 // Test-only: how many times ncclCommAbort was called.
 int myplugin_fake_nccl_aborts() { return g_aborts; }
+// Test-only: ncclCommGetAsyncError calls on `comm`; and calls of
+// ncclCommGetAsyncError, ncclCommAbort or ncclCommDestroy on any
+// communicator after it was aborted or destroyed (NCCL's is gone then).
+int myplugin_fake_nccl_polls(ncclComm_t comm) { return Of(comm)->polls; }
+int myplugin_fake_nccl_used_after_end() { return g_used_after_end; }
+// Test-only: the communicator ncclCommInitRank handed out last.
+ncclComm_t myplugin_fake_nccl_last_comm() {
+  return reinterpret_cast<ncclComm_t>(&g_comms[(g_next_comm.load() + kComms - 1) % kComms]);
+}
+// Test-only: the host waiting for a kernel of `comm` (a stream
+// synchronization): 1 once `comm` is aborted, 0 after `timeout_s` without.
+int myplugin_fake_nccl_wait_kernel(ncclComm_t comm, double timeout_s) {
+  std::unique_lock<std::mutex> lock(g_mu);
+  return g_aborted.wait_for(lock, std::chrono::duration<double>(timeout_s),
+                            [&] { return Of(comm)->state == kAborted; })
+             ? 1
+             : 0;
+}
 
 ncclResult_t ncclGetVersion(int* version) {
   *version = FAKE_NCCL_VERSION_CODE;
@@ -40,18 +101,41 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId* id) {
   return ncclSuccess;
 }
 ncclResult_t ncclCommInitRank(ncclComm_t* comm, int, ncclUniqueId, int) {
-  *comm = reinterpret_cast<ncclComm_t>(&g_comm);
+  Comm* made = &g_comms[g_next_comm++ % kComms];
+  made->state = kLive;
+  made->polls = 0;
+  *comm = reinterpret_cast<ncclComm_t>(made);
   return ncclSuccess;
 }
-ncclResult_t ncclCommDestroy(ncclComm_t) { return ncclSuccess; }
-ncclResult_t ncclCommAbort(ncclComm_t) {
+ncclResult_t ncclCommDestroy(ncclComm_t comm) {
+  if (Of(comm)->state != kLive) ++g_used_after_end;
+  Of(comm)->state = kDestroyed;
+  return ncclSuccess;
+}
+ncclResult_t ncclCommAbort(ncclComm_t comm) {
   ++g_aborts;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    if (Of(comm)->state != kLive) ++g_used_after_end;
+    Of(comm)->state = kAborted;
+  }
+  g_aborted.notify_all();
   return ncclSuccess;
 }
-ncclResult_t ncclCommGetAsyncError(ncclComm_t, ncclResult_t* error) {
+ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* error) {
+  Comm* c = Of(comm);
+  const int polls = ++c->polls;
+  if (c->state != kLive) ++g_used_after_end;
   int left = g_polls_left;
   if (left > 1) g_polls_left = left - 1;
-  *error = left == 1 ? g_async_error.load() : ncclSuccess;
+  const long long from = g_error_from_ns;
+  if (left == 1) {
+    *error = g_async_error.load();
+  } else if (from >= 0 && NowNs() >= from) {
+    *error = g_timed_error.load();
+  } else {
+    *error = g_in_progress && polls % 2 == 0 ? ncclInProgress : ncclSuccess;
+  }
   return ncclSuccess;
 }
 const char* ncclGetErrorString(ncclResult_t result) {

@@ -33,9 +33,11 @@ int RunNcclShareChild(int, int) { return 1; }
 #include <memory>
 
 #include "collectives/device_ids.h"
+#include "collectives/flight_recorder.h"
 #include "collectives/in_process_key_values.h"
 #include "collectives/nccl_communicator.h"
 #include "collectives/nccl_ffi_handlers.h"
+#include "collectives/nccl_watchdog.h"
 #include "collectives/process_runtime.h"
 #include "coordination/service.h"
 
@@ -310,6 +312,12 @@ struct FakeLibnccl {
   coll::NcclApi api;
   void (*fail_after)(int polls, ncclResult_t error) = nullptr;
   int (*aborts)() = nullptr;
+  void (*fail_in)(int ms, ncclResult_t error) = nullptr;
+  void (*in_progress)(int on) = nullptr;
+  int (*polls)(ncclComm_t comm) = nullptr;
+  int (*used_after_end)() = nullptr;
+  ncclComm_t (*last_comm)() = nullptr;
+  int (*wait_kernel)(ncclComm_t comm, double timeout_s) = nullptr;
 };
 FakeLibnccl LoadFakeLibnccl() {
   FakeLibnccl fake_nccl;
@@ -321,7 +329,18 @@ FakeLibnccl LoadFakeLibnccl() {
   if (lib == nullptr) return fake_nccl;
   fake_nccl.fail_after = reinterpret_cast<void (*)(int, ncclResult_t)>(dlsym(lib, "myplugin_fake_nccl_fail_after"));
   fake_nccl.aborts = reinterpret_cast<int (*)()>(dlsym(lib, "myplugin_fake_nccl_aborts"));
+  auto find = [lib](auto& fn, const char* name) {
+    fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(lib, name));
+    CHECK(fn != nullptr);
+  };
+  find(fake_nccl.fail_in, "myplugin_fake_nccl_fail_in");
+  find(fake_nccl.in_progress, "myplugin_fake_nccl_in_progress");
+  find(fake_nccl.polls, "myplugin_fake_nccl_polls");
+  find(fake_nccl.used_after_end, "myplugin_fake_nccl_used_after_end");
+  find(fake_nccl.last_comm, "myplugin_fake_nccl_last_comm");
+  find(fake_nccl.wait_kernel, "myplugin_fake_nccl_wait_kernel");
   CHECK(fake_nccl.fail_after != nullptr && fake_nccl.aborts != nullptr);
+  if (fake_nccl.wait_kernel == nullptr) fake_nccl.fail_after = nullptr;  // the tests check fail_after
   return fake_nccl;
 }
 
@@ -461,6 +480,345 @@ void TestNcclErrorStatesTheTimeWaited() {
   CHECK(!id.ok() && id.status().code() == myplugin::Code::kDeadlineExceeded);
   const double said = id.ok() ? -1 : StatedSeconds(id.status().message(), "rank 1 waited ");
   CHECK(said >= 0.2 && said <= waited + 0.01);
+}
+
+// What the communicators reported to the job: this process's failure, as
+// NcclWatch::fail_process hands it over (reason, blamed processes).
+struct Reports {
+  std::mutex mu;
+  std::vector<std::pair<std::string, std::vector<int>>> made;
+  size_t size() {
+    std::lock_guard<std::mutex> lock(mu);
+    return made.size();
+  }
+};
+void ReportTo(coll::BootstrapStore& store, const std::shared_ptr<Reports>& reports) {
+  store.fail_process = [reports](const std::string& reason, const std::vector<int>& blamed) {
+    std::lock_guard<std::mutex> lock(reports->mu);
+    reports->made.push_back({reason, blamed});
+  };
+}
+
+// The job's failure notice, set by a test's thread, read by the causes.
+struct Notice {
+  std::mutex mu;
+  std::optional<myplugin::Status> failure;
+};
+void NoticeFrom(coll::BootstrapStore& store, const std::shared_ptr<Notice>& notice) {
+  store.failure = [notice] {
+    std::lock_guard<std::mutex> lock(notice->mu);
+    return notice->failure;
+  };
+}
+
+// The watchdog's poll period in these tests: short, so they take little time.
+constexpr double kTestPollS = 0.02;
+// How long the host waits for a kernel that should be ended by the abort:
+// far past what finding it takes (the poll period plus the cause's wait).
+constexpr double kKernelWaitS = 20;
+
+// (a) The watchdog: a kernel is in flight (the host waits for its stream)
+// when its peer dies; NCCL's asynchronous error appears 0.2 s later, the
+// service's notice 0.3 s after that. The watchdog finds the error, waits
+// for the notice, aborts the communicator (the kernel ends: nothing else in
+// this test would end it), reports this process's failure naming the dead
+// peer and the call, and the next call returns the explained error. Without
+// a cause: NCCL's error, the time since the call was enqueued, "no process
+// is known to have failed". Against the code before the watchdog the kernel
+// is never ended (the host's wait runs out).
+void TestWatchdogEndsTheKernelInFlight() {
+  FakeLibnccl nccl = LoadFakeLibnccl();
+  if (nccl.fail_after == nullptr) return;
+  coll::NcclWatchdog watchdog(kTestPollS);
+  CHECK(!watchdog.running());  // started by the first communicator
+  coll::InProcessKeyValues values;
+  coll::BootstrapStore store = StoreOf(values);
+  auto notice = std::make_shared<Notice>();
+  auto reports = std::make_shared<Reports>();
+  NoticeFrom(store, notice);
+  ReportTo(store, reports);
+  const myplugin::Status died = myplugin::Status(myplugin::Code::kAborted, "process 2 failed: killed by signal 9")
+                                    .WithFailure({myplugin::FailureKind::kPeerFailure, {2}, "", -1});
+  coll::NcclDeviceGroups device_groups(nccl.api, store, 1.0, /*notice_wait_s=*/3.0, &watchdog);
+  auto comm = device_groups.ForDevice({0}, 0);
+  CHECK(comm.ok());
+  if (!comm.ok()) return;
+  CHECK(watchdog.running());
+  const ncclComm_t kernel_comm = nccl.last_comm();
+  const int aborts = nccl.aborts();
+  {
+    coll::FunctionScope scope("jit_step");
+    CHECK(AllReduceOn(*comm.value()).ok());  // enqueued: the kernel is in flight
+  }
+  nccl.fail_in(200, ncclRemoteError);
+  std::thread late([notice, died] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    std::lock_guard<std::mutex> lock(notice->mu);
+    notice->failure = died;
+  });
+  const auto start = std::chrono::steady_clock::now();
+  const int ended = nccl.wait_kernel(kernel_comm, kKernelWaitS);  // the host, blocked on the stream
+  const double waited = SecondsSince(start);
+  late.join();
+  nccl.fail_in(-1, ncclSuccess);
+  CHECK(ended == 1);
+  // Within the 3 s that a cause is looked for: the notice ended the look.
+  CHECK(waited < 3.0);
+  CHECK(nccl.aborts() == aborts + 1);
+  myplugin::Status st = AllReduceOn(*comm.value());
+  CHECK(st.code() == myplugin::Code::kAborted);
+  CHECK(st.message().rfind("process 2 failed: killed by signal 9 (the NCCL watchdog: ncclAllReduce of 8 f32 in "
+                           "jit_step (call #1 on this NCCL communicator) failed: remote process exited",
+                           0) == 0);
+  CHECK(st.failure() != nullptr && st.failure()->kind == myplugin::FailureKind::kPeerFailure &&
+        st.failure()->processes == std::vector<int>{2});
+  myplugin::Status later = AllReduceOn(*comm.value());  // the abort stays
+  CHECK(later.code() == myplugin::Code::kAborted &&
+        later.message().rfind("the NCCL communicator was aborted: process 2 failed", 0) == 0);
+  CHECK(reports->size() == 1);
+  if (reports->size() == 1) {
+    const auto& [reason, blamed] = reports->made[0];
+    CHECK(reason.rfind("aborted the NCCL communicator of device 0 (rank 0) in device group [0]: process 2 failed: "
+                       "killed by signal 9 (the NCCL watchdog: ncclAllReduce of 8 f32 in jit_step",
+                       0) == 0);
+    CHECK(blamed == std::vector<int>{2});
+  }
+
+  // No cause: NCCL's error after the look, with the time since the call.
+  constexpr double kWait = 0.3;
+  coll::BootstrapStore quiet = StoreOf(values);
+  auto quiet_reports = std::make_shared<Reports>();
+  ReportTo(quiet, quiet_reports);
+  coll::NcclDeviceGroups alone(nccl.api, quiet, 1.0, kWait, &watchdog);
+  auto solo = alone.ForDevice({5}, 5);
+  CHECK(solo.ok());
+  if (!solo.ok()) return;
+  const ncclComm_t solo_comm = nccl.last_comm();
+  const auto enqueued = std::chrono::steady_clock::now();
+  CHECK(solo.value()->AllGather(kSend, kRecv, 4, coll::DataType::kS32, kStream).ok());
+  nccl.fail_in(100, ncclSystemError);
+  const int solo_ended = nccl.wait_kernel(solo_comm, kKernelWaitS);
+  nccl.fail_in(-1, ncclSuccess);
+  const double since = SecondsSince(enqueued);
+  CHECK(solo_ended == 1);
+  myplugin::Status none = solo.value()->AllGather(kSend, kRecv, 4, coll::DataType::kS32, kStream);
+  CHECK(none.code() == myplugin::Code::kInternal);
+  CHECK(Has(none, "the NCCL watchdog: ncclAllGather of 4 s32 (call #1 on this NCCL communicator) failed after "));
+  CHECK(Has(none, "on rank 0 of 1; no process is known to have failed or reported a mismatch"));
+  const double stated = StatedSeconds(none.message(), "failed after ");
+  CHECK(stated >= 0.1 + kWait && stated <= since + 0.01);
+  CHECK(quiet_reports->size() == 1);
+  if (quiet_reports->size() == 1) {
+    CHECK(quiet_reports->made[0].first.rfind("aborted the NCCL communicator of device 5 (rank 0) in device group "
+                                             "[5]: the NCCL watchdog: ncclAllGather of 4 s32",
+                                             0) == 0);
+    CHECK(quiet_reports->made[0].second.empty());
+  }
+}
+
+// (b) No false alarm: a healthy communicator (its polls answer success and,
+// every other time, ncclInProgress) polled many times is never aborted nor
+// reported, and its calls go on.
+void TestWatchdogNoFalseAlarm() {
+  FakeLibnccl nccl = LoadFakeLibnccl();
+  if (nccl.fail_after == nullptr) return;
+  coll::NcclWatchdog watchdog(0.002);
+  coll::InProcessKeyValues values;
+  coll::BootstrapStore store = StoreOf(values);
+  auto reports = std::make_shared<Reports>();
+  ReportTo(store, reports);
+  coll::NcclDeviceGroups device_groups(nccl.api, store, 1.0, 0.2, &watchdog);
+  nccl.in_progress(1);
+  auto comm = device_groups.ForDevice({0}, 0);
+  CHECK(comm.ok());
+  if (!comm.ok()) return;
+  const ncclComm_t handle = nccl.last_comm();
+  const int aborts = nccl.aborts();
+  CHECK(AllReduceOn(*comm.value()).ok());
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (nccl.polls(handle) < 100 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  CHECK(nccl.polls(handle) >= 100);
+  CHECK(nccl.aborts() == aborts);
+  CHECK(reports->size() == 0);
+  CHECK(AllReduceOn(*comm.value()).ok());
+  nccl.in_progress(0);
+}
+
+// (c) A communicator destroyed (or aborted) while the watchdog polls as
+// fast as it can is never polled after NCCL's communicator is gone: the
+// stand-in counts uses of an aborted or destroyed one. Some are aborted by
+// another thread as they are destroyed, as a failure notice does. And one
+// destroyed while the watchdog explains its error (the cause's look takes
+// 0.3 s) is destroyed only after that poll ended: the poll's abort then
+// comes before, not after, NCCL's communicator is gone.
+void TestWatchdogNeverPollsAnEndedCommunicator() {
+  FakeLibnccl nccl = LoadFakeLibnccl();
+  if (nccl.fail_after == nullptr) return;
+  coll::NcclWatchdog watchdog(0.0002);
+  coll::InProcessKeyValues values;
+  const int after_end = nccl.used_after_end();
+  int polled = 0;
+  for (int i = 0; i < 300; ++i) {
+    auto made = coll::NcclCommunicator::Create(nccl.api, 0, 1, StoreOf(values), "nccl/c/" + std::to_string(i), 1.0,
+                                               {}, {&watchdog, {}, ""});
+    CHECK(made.ok());
+    if (!made.ok()) return;
+    const ncclComm_t handle = nccl.last_comm();
+    std::unique_ptr<coll::NcclCommunicator> comm = made.take();
+    std::this_thread::sleep_for(std::chrono::microseconds(100 * (i % 7)));
+    if (i % 3 == 0) {
+      coll::NcclCommunicator* aborted = comm.get();
+      std::thread notice([aborted] { aborted->Abort(myplugin::Status(myplugin::Code::kAborted, "process 1 failed")); });
+      std::this_thread::sleep_for(std::chrono::microseconds(50 * (i % 5)));
+      notice.join();
+    }
+    comm.reset();
+    polled += nccl.polls(handle) > 0 ? 1 : 0;
+  }
+  CHECK(nccl.used_after_end() == after_end);
+  CHECK(polled > 0);  // the watchdog did poll them while they lived
+
+  coll::NcclCauses slow{[] { return std::optional<myplugin::Status>(); }, 0.3};
+  auto explained = coll::NcclCommunicator::Create(nccl.api, 0, 1, StoreOf(values), "nccl/c/slow", 1.0, slow,
+                                                  {&watchdog, {}, ""});
+  CHECK(explained.ok());
+  if (!explained.ok()) return;
+  const ncclComm_t handle = nccl.last_comm();
+  const int aborts = nccl.aborts();
+  nccl.fail_in(0, ncclRemoteError);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (nccl.polls(handle) < 1 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  explained.value().reset();  // while the watchdog looks for the cause
+  nccl.fail_in(-1, ncclSuccess);
+  CHECK(nccl.aborts() == aborts + 1);  // the poll's, before the destruction returned
+  CHECK(nccl.used_after_end() == after_end);
+}
+
+// (d) The watchdog's thread stops at the job's end and starts again with
+// the next communicator; the process's own stops at ShutdownJob.
+void TestWatchdogStopsAtShutdown() {
+  FakeLibnccl nccl = LoadFakeLibnccl();
+  if (nccl.fail_after == nullptr) return;
+  coll::NcclWatchdog watchdog(kTestPollS);
+  coll::InProcessKeyValues values;
+  auto first = coll::NcclCommunicator::Create(nccl.api, 0, 1, StoreOf(values), "nccl/d/0", 1.0, {},
+                                              {&watchdog, {}, ""});
+  CHECK(first.ok() && watchdog.running());
+  if (!first.ok()) return;
+  const ncclComm_t handle = nccl.last_comm();
+  auto polls_reach = [&](ncclComm_t c, int n) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (nccl.polls(c) < n && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    return nccl.polls(c) >= n;
+  };
+  CHECK(polls_reach(handle, 3));
+  watchdog.Stop();
+  CHECK(!watchdog.running());
+  const int stopped_at = nccl.polls(handle);
+  std::this_thread::sleep_for(std::chrono::duration<double>(10 * kTestPollS));
+  CHECK(nccl.polls(handle) == stopped_at);  // no thread polls any more
+  auto second = coll::NcclCommunicator::Create(nccl.api, 0, 1, StoreOf(values), "nccl/d/1", 1.0, {},
+                                               {&watchdog, {}, ""});
+  CHECK(second.ok() && watchdog.running());
+  CHECK(polls_reach(handle, stopped_at + 2));  // the first is watched again too
+
+  // The process's watchdog: the job's end joins its thread.
+  coll::NcclWatchdog& process_watchdog = coll::ProcessRuntime::Get().nccl_watchdog();
+  auto process_comm = coll::NcclCommunicator::Create(nccl.api, 0, 1, StoreOf(values), "nccl/d/2", 1.0, {},
+                                                     {&process_watchdog, {}, ""});
+  CHECK(process_comm.ok() && process_watchdog.running());
+  const ncclComm_t process_handle = nccl.last_comm();
+  CHECK(polls_reach(process_handle, 2));
+  CHECK(coll::ProcessRuntime::Get().ShutdownJob(1.0).ok());  // no job joined: only the watchdog to end
+  CHECK(!process_watchdog.running());
+  const int ended_at = nccl.polls(process_handle);
+  std::this_thread::sleep_for(std::chrono::duration<double>(3 * process_watchdog.poll_s()));
+  CHECK(nccl.polls(process_handle) == ended_at);
+}
+
+// A mismatch that one process published (NcclDeviceGroups::ReportMismatch,
+// as RunNccl does when the agreement finds one) explains another process's
+// NCCL error: two coordination clients of one real service, each with its
+// own device groups on the job's store (ClientStore). Process 0's kernel
+// fails 0.1 s after it was enqueued, process 1 publishes the mismatch 0.3 s
+// later; process 0's watchdog names the mismatch, and process 1 hears of
+// process 0's failure from the service, naming the call.
+void TestMismatchFoundAcrossProcesses() {
+  FakeLibnccl nccl = LoadFakeLibnccl();
+  if (nccl.fail_after == nullptr) return;
+  using myplugin::coordination::ClientOptions;
+  using myplugin::coordination::CoordinationClient;
+  using myplugin::coordination::CoordinationService;
+  myplugin::coordination::ServiceOptions options;
+  options.num_processes = 2;
+  options.token = "nccl-mismatch";
+  options.heartbeat_timeout_s = 60;
+  auto service = CoordinationService::Start("127.0.0.1", 0, options);
+  CHECK(service.ok());
+  if (!service.ok()) return;
+  std::shared_ptr<CoordinationClient> client[2];
+  std::thread joins[2];
+  for (int i = 0; i < 2; ++i) {
+    joins[i] = std::thread([&, i] {
+      ClientOptions o;
+      o.address = "127.0.0.1:" + std::to_string(service.value()->port());
+      o.token = "nccl-mismatch";
+      o.process_id = i;
+      o.num_processes = 2;
+      o.initialization_timeout_s = 20;
+      o.fate_sharing = false;
+      auto c = CoordinationClient::Connect(o);
+      if (c.ok() && c.value()->Register("").ok()) client[i] = std::shared_ptr<CoordinationClient>(c.take().release());
+    });
+  }
+  for (auto& t : joins) t.join();
+  CHECK(client[0] && client[1]);
+  if (!client[0] || !client[1]) return;
+  {
+    coll::NcclWatchdog watchdog(kTestPollS);
+    coll::NcclDeviceGroups process0(nccl.api, coll::ClientStore(client[0]), 5.0, /*notice_wait_s=*/3.0, &watchdog);
+    coll::NcclDeviceGroups process1(nccl.api, coll::ClientStore(client[1]), 5.0, /*notice_wait_s=*/3.0, &watchdog);
+    auto comm = process0.ForDevice({0}, 0);
+    CHECK(comm.ok());
+    if (!comm.ok()) return;
+    const ncclComm_t handle = nccl.last_comm();
+    CHECK(AllReduceOn(*comm.value()).ok());
+    nccl.fail_in(100, ncclRemoteError);
+    const std::string mismatch =
+        "all-reduce sum f32[8] (call #2) on processes [0, 1]: process 1 issued all-gather f32[8] (call #2)";
+    std::thread deviant([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(400));
+      process1.ReportMismatch(myplugin::Status(myplugin::Code::kFailedPrecondition, mismatch)
+                                  .WithFailure({myplugin::FailureKind::kMismatch, {1}, "", -1}));
+    });
+    const int ended = nccl.wait_kernel(handle, kKernelWaitS);
+    deviant.join();
+    nccl.fail_in(-1, ncclSuccess);
+    CHECK(ended == 1);
+    myplugin::Status st = AllReduceOn(*comm.value());
+    CHECK(st.code() == myplugin::Code::kFailedPrecondition);
+    CHECK(st.message().rfind(mismatch + " (the NCCL watchdog: ncclAllReduce of 8 f32", 0) == 0);
+    CHECK(st.failure() != nullptr && st.failure()->kind == myplugin::FailureKind::kMismatch);
+    // Process 1 hears of process 0's failure, with the call and the cause.
+    std::optional<myplugin::Status> heard;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (!(heard = client[1]->failure()) && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    CHECK(heard.has_value());
+    if (heard) {
+      CHECK(Has(*heard, "process 0"));
+      CHECK(Has(*heard, "aborted the NCCL communicator of device 0 (rank 0) in device group [0]: " + mismatch));
+      CHECK(Has(*heard, "ncclAllReduce of 8 f32"));
+    }
+  }
+  service.value()->Stop();
 }
 
 // NCCL's answer to two ranks on one GPU with one host identity: the error
@@ -718,7 +1076,7 @@ int RunNcclShareChild(int process, int port) {
   });
   for (const std::string& line : share_log) std::printf("%s\n", line.c_str());
   std::fflush(stdout);
-  myplugin::Status left = runtime.distributed().Shutdown(kShareTimeoutS);
+  myplugin::Status left = runtime.ShutdownJob(kShareTimeoutS);
   if (!left.ok()) std::printf("failed: shutdown: %s\n", left.message().c_str());
   // The failure callback holds the device groups: they stay until exit.
   (void)device_groups.release();
@@ -811,6 +1169,11 @@ bool RunNcclTests() {
   TestNcclErrorNamesTheMismatch();
   TestNcclErrorNamesTheFailedPeer();
   TestNcclErrorStatesTheTimeWaited();
+  TestWatchdogEndsTheKernelInFlight();
+  TestWatchdogNoFalseAlarm();
+  TestWatchdogNeverPollsAnEndedCommunicator();
+  TestWatchdogStopsAtShutdown();
+  TestMismatchFoundAcrossProcesses();
   TestDuplicateGpu();
   TestFfiCallPath();
   TestShareOneGpu();
