@@ -17,6 +17,7 @@
 #include "check.h"
 #include "coordination/client.h"
 #include "coordination/service.h"
+#include "local_clients.h"
 
 namespace {
 
@@ -41,14 +42,8 @@ void TestManyConcurrentClients() {
   std::vector<std::thread> threads;
   for (int p = 0; p < kClients; ++p) {
     threads.emplace_back([&, p] {
-      ClientOptions o;
-      o.address = "127.0.0.1:" + std::to_string(service.value()->port());
-      o.token = options.token;
-      o.process_id = p;
-      o.num_processes = kClients;
-      o.initialization_timeout_s = kTimeoutS;
-      o.fate_sharing = false;  // a failure here must fail the test, not exit the binary
-      auto client = CoordinationClient::Connect(o);
+      auto client = CoordinationClient::Connect(
+          unit::LocalClientOptions(service.value()->port(), options.token, p, kClients, kTimeoutS));
       if (!client.ok()) {
         ++failures;
         return;
@@ -110,14 +105,7 @@ void TestStopWhileMembersClose() {
     if (!service.ok()) return;
     std::vector<std::unique_ptr<CoordinationClient>> clients;
     for (int p = 0; p < 4; ++p) {
-      ClientOptions o;
-      o.address = "127.0.0.1:" + std::to_string(service.value()->port());
-      o.token = "t";
-      o.process_id = p;
-      o.num_processes = 4;
-      o.initialization_timeout_s = 30;
-      o.fate_sharing = false;
-      auto c = CoordinationClient::Connect(o);
+      auto c = CoordinationClient::Connect(unit::LocalClientOptions(service.value()->port(), "t", p, 4, 30));
       CHECK(c.ok());
       if (c.ok()) clients.push_back(c.take());
     }

@@ -4,6 +4,7 @@
 // it took), the version check, and four processes whose one device each is
 // the same GPU (ordinal 0). No GPU, no libnccl.
 #include "check.h"
+#include "local_clients.h"
 
 #ifndef MYPLUGIN_HAVE_NCCL
 bool RunNcclTests() { return false; }
@@ -752,7 +753,6 @@ void TestWatchdogStopsAtShutdown() {
 void TestMismatchFoundAcrossProcesses() {
   FakeLibnccl nccl = LoadFakeLibnccl();
   if (nccl.fail_after == nullptr) return;
-  using myplugin::coordination::ClientOptions;
   using myplugin::coordination::CoordinationClient;
   using myplugin::coordination::CoordinationService;
   myplugin::coordination::ServiceOptions options;
@@ -766,14 +766,8 @@ void TestMismatchFoundAcrossProcesses() {
   std::thread joins[2];
   for (int i = 0; i < 2; ++i) {
     joins[i] = std::thread([&, i] {
-      ClientOptions o;
-      o.address = "127.0.0.1:" + std::to_string(service.value()->port());
-      o.token = "nccl-mismatch";
-      o.process_id = i;
-      o.num_processes = 2;
-      o.initialization_timeout_s = 20;
-      o.fate_sharing = false;
-      auto c = CoordinationClient::Connect(o);
+      auto c = CoordinationClient::Connect(
+          unit::LocalClientOptions(service.value()->port(), "nccl-mismatch", i, 2, 20));
       if (c.ok() && c.value()->Register("").ok()) client[i] = std::shared_ptr<CoordinationClient>(c.take().release());
     });
   }

@@ -16,6 +16,7 @@
 #include "collectives/transfer_endpoint.h"
 #include "coordination/client.h"
 #include "coordination/service.h"
+#include "local_clients.h"
 
 namespace {
 
@@ -44,13 +45,7 @@ bool MakePair(Pair& p, bool same_host) {
   std::thread t[2];
   for (int i = 0; i < 2; ++i) {
     t[i] = std::thread([&p, i] {
-      ClientOptions o;
-      o.address = "127.0.0.1:" + std::to_string(p.service->port());
-      o.token = "t";
-      o.process_id = i;
-      o.num_processes = 2;
-      o.fate_sharing = false;
-      auto c = CoordinationClient::Connect(o);
+      auto c = CoordinationClient::Connect(unit::LocalClientOptions(p.service->port(), "t", i, 2));
       if (c.ok() && c.value()->Register("").ok()) p.client[i] = std::shared_ptr<CoordinationClient>(c.take().release());
     });
   }
