@@ -23,7 +23,9 @@ def pytest_runtest_logreport(report):
 
 
 def pytest_terminal_summary(terminalreporter):
-  if not _FILE_SECONDS:
+  # An xdist worker has a summary too, of its own files: the controller's
+  # has them all (and a worker's would write each file's time twice).
+  if not _FILE_SECONDS or hasattr(terminalreporter.config, "workerinput"):
     return
   # .ci/run gathers every run's times here and prints the slowest files of
   # all its rows at its end.
