@@ -244,7 +244,7 @@ MAGIC = 0x4D59504C
 
 
 def _hello(token: bytes) -> bytes:
-  body = struct.pack("<BIIH", 1, 0, MAGIC, 1) + struct.pack("<I", len(token)) + token + struct.pack("<IQ", 0, 1)
+  body = struct.pack("<BIIH", 1, 0, MAGIC, 1) + struct.pack("<I", len(token)) + token + struct.pack("<I", 0)
   return struct.pack("<I", len(body)) + body
 
 

@@ -5,7 +5,7 @@
 // by one epoll loop in this one process so that thousands fit on a small
 // machine. What a real client does is done here without its threads:
 // Hello, Register (a topology made by EncodeProcessInfo, eight processes to
-// a host, each host its own random boot id; random incarnations),
+// a host, each host its own random boot id),
 // heartbeats at the interval the service gives, barriers, key-value calls,
 // and noticing a peer's failure.
 //
@@ -42,6 +42,7 @@
 #include <string>
 #include <vector>
 
+#include "coordination/host_identity.h"
 #include "coordination/messages.h"
 #include "coordination/process_info.h"
 #include "coordination/wire.h"
@@ -108,7 +109,8 @@ class Generator {
     // Every process's Register is its first request (id 1).
     msg::Topology t;
     t.request_id = 1;
-    for (int i = 0; i < o.num_processes; ++i) t.processes.push_back({Incarnation(i), Topology(i)});
+    // Each the first process of its id: the service numbers it 1.
+    for (int i = 0; i < o.num_processes; ++i) t.processes.push_back({1, Topology(i)});
     expected_topology_ = t.Encode();
   }
 
@@ -302,12 +304,10 @@ class Generator {
     std::snprintf(boot_id, sizeof(boot_id), "%08x-%04x-%04x-%04x-%012llx", static_cast<unsigned>(a >> 32),
                   static_cast<unsigned>(a >> 16 & 0xffff), static_cast<unsigned>(a & 0xffff),
                   static_cast<unsigned>(b >> 48), static_cast<unsigned long long>(b & 0xffffffffffffULL));
-    info.host_id = std::string(boot_id) + "/" + info.hostname + "/net:4026531840";
+    info.host_id = coord::HostIdentityOf(boot_id, info.hostname, 4026531840);
     return coord::EncodeProcessInfo(info);
   }
 
-  // Random 64-bit numbers, as clients draw their incarnations.
-  static uint64_t Incarnation(int id) { return Mix(0x5eed0000u + static_cast<uint64_t>(id)); }
   static uint64_t Mix(uint64_t x) {  // splitmix64's finalizer
     x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
     x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
@@ -367,7 +367,6 @@ class Generator {
       beats_.push_back(s.id);
       msg::Register r;
       r.num_processes = static_cast<uint32_t>(o_.num_processes);
-      r.incarnation = Incarnation(s.id);
       r.topology = Topology(s.id);
       Request(s, r, coord::MessageType::kTopology);
       return;
@@ -384,10 +383,11 @@ class Generator {
       if (!t.ok() || t.value().processes.size() != static_cast<size_t>(o_.num_processes)) {
         return Problem("process " + std::to_string(s.id) + " got a topology of the wrong size");
       }
-      // Every entry is what its process registered.
+      // Every entry is what its process registered, each the first
+      // process of its id.
       for (int i = 0; i < o_.num_processes; ++i) {
         const auto& e = t.value().processes[i];
-        if (e.topology != Topology(i) || e.incarnation != Incarnation(i)) {
+        if (e.topology != Topology(i) || e.incarnation != 1) {
           return Problem("process " + std::to_string(s.id) + " got a wrong topology entry for process " +
                          std::to_string(i));
         }
@@ -446,7 +446,6 @@ class Generator {
           msg::Hello h;
           h.token = o_.token;
           h.process_id = static_cast<uint32_t>(s.id);
-          h.incarnation = Incarnation(s.id);
           s.want_out = true;
           Send(s, h.Encode());
           Watch(s);

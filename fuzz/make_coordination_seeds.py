@@ -15,7 +15,7 @@ import struct
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MAGIC = 0x4D59504C
-VERSION = 6  # wire.h kProtocolVersion
+VERSION = 7  # wire.h kProtocolVersion
 TYPES = dict(Hello=1, HelloOk=2, Error=3, Ok=4, Register=5, Topology=6, KeyValueSet=7, KeyValueGet=8,
              KeyValueTryGet=9, KeyValueDelete=10, KeyValueList=11, Value=12, Entries=13, Barrier=14,
              Shutdown=15, Heartbeat=16, Failure=17, ReportError=18, PeerShutdown=19, Agree=20,
@@ -60,7 +60,7 @@ SAME_HOST_ENTRY = b"\x80" + varint(2)
 
 
 MESSAGES = {
-    "hello": payload("Hello", 0, struct.pack("<IH", MAGIC, VERSION) + b(b"tok") + struct.pack("<IQ", 1, 42)),
+    "hello": payload("Hello", 0, struct.pack("<IH", MAGIC, VERSION) + b(b"tok") + struct.pack("<I", 1)),
     "hello_ok": payload("HelloOk", 0, struct.pack("<IQQ", 3, 100, 1000)),
     # code, message, then the failure: kind, processes, collective, call (-1: none)
     "error": payload("Error", 4, struct.pack("<I", 5) + b(b"key 'k' is not set") + struct.pack("<II", 0, 0) + b(b"") +
@@ -68,12 +68,11 @@ MESSAGES = {
     "error_timeout": payload("Error", 5, struct.pack("<I", 4) + b(b"Barrier timed out") +
                              struct.pack("<III", 2, 1, 2) + b(b"barrier 'b'") + struct.pack("<q", -1)),
     "ok": payload("Ok", 3),
-    "register": payload("Register", 1, struct.pack("<IQ", 3, 42) + b(b"host|4|cpu|123")),
-    "register_process_info": payload("Register", 1, struct.pack("<IQ", 3, 42) + b(process_info(b"h", 100))),
-    "topology": payload("Topology", 1, struct.pack("<I", 2) + struct.pack("<Q", 1) + raw_entry(b"a") +
-                        struct.pack("<Q", 2) + raw_entry(b"b")),
-    "topology_table": payload("Topology", 1, struct.pack("<I", 3) + struct.pack("<Q", 1) + FIRST_INFO_ENTRY +
-                              struct.pack("<Q", 2) + raw_entry(b"odd") + struct.pack("<Q", 3) + SAME_HOST_ENTRY),
+    "register": payload("Register", 1, struct.pack("<I", 3) + b(b"host|4|cpu|123")),
+    "register_process_info": payload("Register", 1, struct.pack("<I", 3) + b(process_info(b"h", 100))),
+    "topology": payload("Topology", 1, struct.pack("<I", 2) + varint(1) + raw_entry(b"a") + varint(2) + raw_entry(b"b")),
+    "topology_table": payload("Topology", 1, struct.pack("<I", 3) + varint(1) + FIRST_INFO_ENTRY + varint(2) +
+                              raw_entry(b"odd") + varint(300) + SAME_HOST_ENTRY),
     "kv_set": payload("KeyValueSet", 2, b(b"gloo/0") + b(b"\x00\x01addr")),
     "kv_get": payload("KeyValueGet", 3, b(b"gloo/0") + struct.pack("<Q", 5000)),
     "kv_try_get": payload("KeyValueTryGet", 4, b(b"k")),
@@ -90,10 +89,10 @@ MESSAGES = {
     "report_error": payload("ReportError", 0, b(b"Traceback ...")),
     "peer_shutdown": payload("PeerShutdown", 0, struct.pack("<I", 1)),
     "agree": payload("Agree", 9, struct.pack("<Q", 10000)),
-    "membership": payload("Membership", 9, struct.pack("<QI", 1, 2) + varint(0) + struct.pack("<Q", 7) +
-                          raw_entry(b"t0") + varint(2) + struct.pack("<Q", 9) + raw_entry(b"t2")),
-    "membership_table": payload("Membership", 9, struct.pack("<QI", 1, 2) + varint(0) + struct.pack("<Q", 7) +
-                                FIRST_INFO_ENTRY + varint(300) + struct.pack("<Q", 9) + SAME_HOST_ENTRY),
+    "membership": payload("Membership", 9, struct.pack("<QI", 1, 2) + varint(0) + varint(7) + raw_entry(b"t0") +
+                          varint(2) + varint(9) + raw_entry(b"t2")),
+    "membership_table": payload("Membership", 9, struct.pack("<QI", 1, 2) + varint(0) + varint(1) + FIRST_INFO_ENTRY +
+                                varint(300) + varint(2) + SAME_HOST_ENTRY),
 }
 
 

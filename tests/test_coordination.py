@@ -23,10 +23,14 @@ def test_eight_processes_register_share_kv_and_barriers_and_shut_down():
     assert all(t == topologies[0] for t in topologies)  # everyone agrees
     assert [p["num_devices"] for p in topologies[0]] == [1] * 8
     assert len({p["pid"] for p in topologies[0]}) == 8
-    # One host: one identity, the kernel's boot id and this host's name.
+    # One host: one identity, a hash of the kernel's boot id, this host's
+    # name and the network namespace (FNV-1a, 64 bits, computed here).
     boot_id = open("/proc/sys/kernel/random/boot_id").read().strip()
-    own = f"{boot_id}/{socket.gethostname()}/net:{os.stat('/proc/self/ns/net').st_ino}"
-    assert [p["host_id"] for p in topologies[0]] == [own] * 8
+    described = f"{boot_id}/{socket.gethostname()}/net:{os.stat('/proc/self/ns/net').st_ino}"
+    h = 0xcbf29ce484222325
+    for byte in described.encode():
+      h = ((h ^ byte) * 0x100000001b3) % 2**64
+    assert [p["host_id"] for p in topologies[0]] == [f"{h:016x}"] * 8
     for r in range(8):
       done = job.event(r, "done")
       assert done["got"] == f"value-{(r + 1) % 8}"

@@ -24,7 +24,7 @@ def frame(payload: bytes) -> bytes:
 def hello(token=TOKEN, version=_myplugin.PROTOCOL_VERSION, pid=0, magic=MAGIC) -> bytes:
   t = token.encode()
   return frame(struct.pack("<BIIH", 1, 0, magic, version) + struct.pack("<I", len(t)) + t +
-               struct.pack("<IQ", pid, 1234))
+               struct.pack("<I", pid))
 
 
 def recv_reply(sock) -> tuple[int, str]:

@@ -2,10 +2,8 @@
 // and waits for its reply, and the reader and heartbeat threads, their start and stop.
 #include "coordination/client.h"
 
-#include <unistd.h>
 
 #include <cstdio>
-#include <random>
 
 #include "common/deadline.h"
 #include "common/fault_delays.h"
@@ -20,11 +18,6 @@ using Clock = std::chrono::steady_clock;
 // for a blocking call, before it concludes the service is not answering.
 constexpr double kReplyGraceSeconds = 10;
 
-uint64_t NewIncarnation() {
-  std::random_device rd;
-  return (static_cast<uint64_t>(rd()) << 32) ^ rd() ^ static_cast<uint64_t>(getpid());
-}
-
 }  // namespace
 
 StatusOr<std::unique_ptr<CoordinationClient>> CoordinationClient::Connect(const ClientOptions& options) {
@@ -35,13 +28,12 @@ StatusOr<std::unique_ptr<CoordinationClient>> CoordinationClient::Connect(const 
                            std::to_string(options.num_processes) + " processes");
   }
   const auto deadline = After(options.initialization_timeout_s);
-  const uint64_t incarnation = NewIncarnation();
   std::unique_ptr<CoordinationClient> client;
   for (int backoff_ms = 10;; backoff_ms = std::min(backoff_ms * 2, 500)) {
     double left = std::chrono::duration<double>(deadline - Clock::now()).count();
     StatusOr<Socket> socket = Socket::Connect(hp.value().host, hp.value().port, std::max(left, 0.0));
     if (!socket.ok()) return socket.status();
-    client.reset(new CoordinationClient(options, socket.take(), incarnation));
+    client.reset(new CoordinationClient(options, socket.take()));
     Status st = client->Hello();
     if (st.ok()) break;
     // A coordinator at its connection limit (peers that are not members
@@ -57,8 +49,8 @@ StatusOr<std::unique_ptr<CoordinationClient>> CoordinationClient::Connect(const 
   return client;
 }
 
-CoordinationClient::CoordinationClient(const ClientOptions& options, Socket socket, uint64_t incarnation)
-    : options_(options), socket_(std::move(socket)), incarnation_(incarnation) {}
+CoordinationClient::CoordinationClient(const ClientOptions& options, Socket socket)
+    : options_(options), socket_(std::move(socket)) {}
 
 CoordinationClient::~CoordinationClient() { StopThreads(); }
 

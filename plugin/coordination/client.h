@@ -57,7 +57,6 @@ class CoordinationClient {
 
   int process_id() const { return options_.process_id; }
   int num_processes() const { return options_.num_processes; }
-  uint64_t incarnation() const { return incarnation_; }
 
   // Publishes this process's topology; returns the members' (every
   // process's, at epoch 0) once all have registered. A process that comes
@@ -116,7 +115,7 @@ class CoordinationClient {
     std::string payload;
   };
 
-  CoordinationClient(const ClientOptions& options, Socket socket, uint64_t incarnation);
+  CoordinationClient(const ClientOptions& options, Socket socket);
   Status Hello();
   // `what` names the call in errors: a failure that interrupts it says what
   // this process was waiting for.
@@ -133,7 +132,6 @@ class CoordinationClient {
 
   const ClientOptions options_;
   Socket socket_;
-  const uint64_t incarnation_;
   std::mutex write_mu_;
   std::atomic<uint32_t> next_request_id_{1};
   double heartbeat_interval_s_ = 1;

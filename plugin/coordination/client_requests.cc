@@ -48,7 +48,6 @@ Status CoordinationClient::Hello() {
   msg::Hello hello;
   hello.token = options_.token;
   hello.process_id = static_cast<uint32_t>(options_.process_id);
-  hello.incarnation = incarnation_;
   MYPLUGIN_RETURN_IF_ERROR(socket_.SendAll(hello.Encode()));
   std::string frame;
   Status st = socket_.RecvFrame(&frame, static_cast<int>(std::min<uint64_t>(WireMillis(std::max(10.0, options_.initialization_timeout_s)), INT32_MAX)));
@@ -76,7 +75,6 @@ StatusOr<msg::Membership> CoordinationClient::Register(const std::string& local_
   msg::Register m;
   m.request_id = NextRequestId();
   m.num_processes = static_cast<uint32_t>(options_.num_processes);
-  m.incarnation = incarnation_;
   m.topology = local_topology;
   StatusOr<std::string> reply = Call("registration", m.Encode(), m.request_id, options_.initialization_timeout_s);
   MessageType type;

@@ -9,13 +9,12 @@ Status PeekType(const std::string& payload, MessageType* type, uint32_t* request
   return r.Header(type, request_id);
 }
 
-void Hello::Put(Writer& w) const { w.U32(magic).U16(version).Bytes(token).U32(process_id).U64(incarnation); }
+void Hello::Put(Writer& w) const { w.U32(magic).U16(version).Bytes(token).U32(process_id); }
 Status Hello::Get(Reader& r) {
   MYPLUGIN_RETURN_IF_ERROR(r.U32(&magic));
   MYPLUGIN_RETURN_IF_ERROR(r.U16(&version));
   MYPLUGIN_RETURN_IF_ERROR(r.Bytes(&token));
-  MYPLUGIN_RETURN_IF_ERROR(r.U32(&process_id));
-  return r.U64(&incarnation);
+  return r.U32(&process_id);
 }
 
 void HelloOk::Put(Writer& w) const { w.U32(num_processes).U64(heartbeat_interval_ms).U64(heartbeat_timeout_ms); }
@@ -70,10 +69,9 @@ Status Error::Get(Reader& r) {
   return r.I64(&call);
 }
 
-void Register::Put(Writer& w) const { w.U32(num_processes).U64(incarnation).Bytes(topology); }
+void Register::Put(Writer& w) const { w.U32(num_processes).Bytes(topology); }
 Status Register::Get(Reader& r) {
   MYPLUGIN_RETURN_IF_ERROR(r.U32(&num_processes));
-  MYPLUGIN_RETURN_IF_ERROR(r.U64(&incarnation));
   return r.Bytes(&topology);
 }
 
@@ -81,7 +79,7 @@ void Topology::Put(Writer& w) const {
   w.U32(static_cast<uint32_t>(processes.size()));
   TopologyEncoder table(w);
   for (const RegisteredProcess& p : processes) {
-    w.U64(p.incarnation);
+    w.Varint(p.incarnation);
     table.Put(p.topology);
   }
 }
@@ -92,7 +90,7 @@ Status Topology::Get(Reader& r) {
   TopologyDecoder table(r);
   for (uint32_t i = 0; i < n; ++i) {
     RegisteredProcess p;
-    MYPLUGIN_RETURN_IF_ERROR(r.U64(&p.incarnation));
+    MYPLUGIN_RETURN_IF_ERROR(r.Varint(&p.incarnation));
     MYPLUGIN_RETURN_IF_ERROR(table.Get(&p.topology));
     processes.push_back(std::move(p));
   }
@@ -211,7 +209,7 @@ void Membership::Put(Writer& w) const {
   w.U64(epoch).U32(static_cast<uint32_t>(members.size()));
   TopologyEncoder table(w);
   for (const Member& m : members) {
-    w.Varint(m.process_id).U64(m.incarnation);
+    w.Varint(m.process_id).Varint(m.incarnation);
     table.Put(m.topology);
   }
 }
@@ -227,7 +225,7 @@ Status Membership::Get(Reader& r) {
     MYPLUGIN_RETURN_IF_ERROR(r.Varint(&id));
     if (id > UINT32_MAX) return InvalidArgument("malformed coordination message: a member id beyond 32 bits");
     m.process_id = static_cast<uint32_t>(id);
-    MYPLUGIN_RETURN_IF_ERROR(r.U64(&m.incarnation));
+    MYPLUGIN_RETURN_IF_ERROR(r.Varint(&m.incarnation));
     MYPLUGIN_RETURN_IF_ERROR(table.Get(&m.topology));
     members.push_back(std::move(m));
   }

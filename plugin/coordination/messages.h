@@ -24,8 +24,10 @@ struct RegisteredProcess {
 };
 
 // A live process of the job at some epoch: its coordination id (fixed for
-// the life of the job), its incarnation (new each time a process of that id
-// connects: a restarted one has another) and the topology it registered.
+// the life of the job), its incarnation (the service counts the processes
+// that said Hello with that id: 1 for the first, 2 for a restarted one, ...;
+// small numbers, so a table of thousands carries a byte each) and the
+// topology it registered.
 struct Member {
   uint32_t process_id = 0;
   uint64_t incarnation = 0;
@@ -71,7 +73,6 @@ struct Hello : Message<Hello, MessageType::kHello> {
   uint16_t version = kProtocolVersion;
   std::string token;
   uint32_t process_id = 0;
-  uint64_t incarnation = 0;
   void Put(Writer& w) const;
   Status Get(Reader& r);
 };
@@ -105,7 +106,6 @@ struct Ok : Message<Ok, MessageType::kOk> {
 
 struct Register : Message<Register, MessageType::kRegister> {
   uint32_t num_processes = 0;
-  uint64_t incarnation = 0;
   std::string topology;
   void Put(Writer& w) const;
   Status Get(Reader& r);

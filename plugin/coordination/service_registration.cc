@@ -41,7 +41,6 @@ Status ServiceState::HandleRegister(int pid, const std::string& payload, Outbox&
     return OkStatus();
   }
   self.state = ProcessState::kRegistered;
-  self.incarnation = m.value().incarnation;
   self.topology = std::move(m.value().topology);
   if (registration_complete_) {
     AddJoiner(pid, w);

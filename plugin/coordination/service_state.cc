@@ -141,7 +141,7 @@ Status ServiceState::OnHello(ConnectionId conn, const std::string& peer, const s
   p.state = ProcessState::kConnected;
   p.conn = conn;
   p.peer = peer;
-  p.incarnation = h.incarnation;
+  ++p.incarnation;  // this id's processes, counted: a restarted one is new
   p.last_heartbeat = Clock::now();
   next_liveness_check_ = std::min(next_liveness_check_, p.last_heartbeat + Millis(options_.heartbeat_timeout_s));
   members_[conn] = static_cast<int>(h.process_id);

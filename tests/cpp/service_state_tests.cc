@@ -30,12 +30,10 @@ struct FakeJob {
     return o;
   }()) {}
 
-  // A process's incarnation is new at each start: here, its connection's id.
   myplugin::Status Hello(ConnectionId conn, int pid, const std::string& token = "tok") {
     msg::Hello h;
     h.token = token;
     h.process_id = static_cast<uint32_t>(pid);
-    h.incarnation = conn;
     return state.OnHello(conn, "peer" + std::to_string(conn), Payload(h.Encode()), out);
   }
   template <typename M>
@@ -441,7 +439,6 @@ void RegisterAll(FakeJob& job, int n) {
   r.num_processes = static_cast<uint32_t>(n);
   for (int p = 0; p < n; ++p) {
     r.topology = "t" + std::to_string(p);
-    r.incarnation = 10 + p;  // as its Hello said
     CHECK(job.Send(10 + p, r).ok());
   }
   job.out.frames.clear();
@@ -470,7 +467,6 @@ void ComeBack(FakeJob& job, ConnectionId conn, int pid, uint32_t request_id = 3)
   msg::Register r;
   r.num_processes = static_cast<uint32_t>(job.state.options().num_processes);
   r.topology = "t" + std::to_string(pid) + " again";
-  r.incarnation = conn;  // as its Hello said
   r.request_id = request_id;
   CHECK(job.Send(conn, r).ok());
 }
@@ -564,9 +560,10 @@ void TestRestartedProcessRejoinsAtNextAgreement() {
   msg::Membership joined = VerdictFor(job, 21);
   CHECK(joined.request_id == 3 && Ids(joined) == (std::vector<uint32_t>{0, 1, 2}) && joined.epoch == 1);
   CHECK(joined.members[1].topology == "t1 again");
-  // Everyone hears the restarted process's new incarnation, the others' as they were.
-  CHECK(joined.members[1].incarnation == 21 && joined.members[0].incarnation == 10 &&
-        joined.members[2].incarnation == 12);
+  // Everyone hears the restarted process's new incarnation (the second
+  // process of id 1), the others' as they were (the first of theirs).
+  CHECK(joined.members[1].incarnation == 2 && joined.members[0].incarnation == 1 &&
+        joined.members[2].incarnation == 1);
   msg::Membership v0 = VerdictFor(job, 10), v2 = VerdictFor(job, 12);
   CHECK(v0.epoch == joined.epoch && Ids(v0) == Ids(joined) && v2.Encode() == v0.Encode());
   // Failing again after the survivors agreed without it: it is let in at
