@@ -36,5 +36,10 @@ inline constexpr double kFailureNoticeWaitS = 3.0;
 // communicator; PyTorch's ProcessGroupNCCL watchdog polls as often
 // (its kWatchdogThreadSleepMillis, 100 ms).
 inline constexpr double kNcclWatchdogPollS = 0.1;
+// How long an abort of an NCCL communicator waits for the call under way
+// (between its guard and NCCL's return) to leave: ncclCommAbort frees the
+// communicator, which a call about to be enqueued would then use. A call
+// still there after this is blocked inside NCCL, which the abort ends.
+inline constexpr double kNcclAbortWaitS = 1.0;
 
 }  // namespace myplugin::collectives

@@ -7,6 +7,7 @@
 
 #include "collectives/flight_recorder.h"
 #include "common/deadline.h"
+#include "common/fault_delays.h"
 
 namespace myplugin::collectives {
 namespace {
@@ -126,11 +127,39 @@ NcclCommunicator::~NcclCommunicator() {
   if (!aborted_ && comm_ != nullptr) api_.CommDestroy(comm_);
 }
 
-void NcclCommunicator::Abort(const Status& why) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (aborted_) return;
+class NcclCommunicator::InCall {
+ public:
+  explicit InCall(NcclCommunicator* c) : c_(c) {
+    std::lock_guard<std::mutex> lock(c_->mu_);
+    ++c_->in_calls_;
+  }
+  ~InCall() {
+    {
+      std::lock_guard<std::mutex> lock(c_->mu_);
+      --c_->in_calls_;
+    }
+    c_->call_left_.notify_all();
+  }
+  InCall(const InCall&) = delete;
+  InCall& operator=(const InCall&) = delete;
+
+ private:
+  NcclCommunicator* c_;
+};
+
+bool NcclCommunicator::AbortLocked(std::unique_lock<std::mutex>& lock, const Status& why, int own) {
+  if (aborted_) return false;
+  // Set first: a call that begins now stops at its guard, and one that is
+  // looking for its error's cause finds this.
   aborted_ = why;
+  call_left_.wait_for(lock, std::chrono::duration<double>(kNcclAbortWaitS), [&] { return in_calls_ <= own; });
   api_.CommAbort(comm_);  // ends kernels in flight; the communicator is gone after this
+  return true;
+}
+
+void NcclCommunicator::Abort(const Status& why) {
+  std::unique_lock<std::mutex> lock(mu_);
+  AbortLocked(lock, why, /*own=*/0);
 }
 
 std::optional<Status> NcclCommunicator::Aborted() {
@@ -161,7 +190,7 @@ Status NcclCommunicator::Guard(Clock::time_point started) {
   if (!async.value()) return Guard(started);  // aborted meanwhile: say why
   const ncclResult_t result = *async.value();
   if (result == ncclSuccess || result == ncclInProgress) return OkStatus();
-  return OnAsyncError(result, "an earlier call on this NCCL communicator", started, /*keep=*/false);
+  return OnAsyncError(result, "an earlier call on this NCCL communicator", started, /*keep=*/false, /*own=*/1);
 }
 
 void NcclCommunicator::Poll() {
@@ -177,7 +206,7 @@ void NcclCommunicator::Poll() {
                              : enqueued_ + " (call #" + std::to_string(calls_) + " on this NCCL communicator)";
     since = enqueued_at_;
   }
-  (void)OnAsyncError(result, "the NCCL watchdog: " + call, since, /*keep=*/true);
+  (void)OnAsyncError(result, "the NCCL watchdog: " + call, since, /*keep=*/true, /*own=*/0);
 }
 
 StatusOr<std::optional<ncclResult_t>> NcclCommunicator::AsyncError() {
@@ -189,16 +218,15 @@ StatusOr<std::optional<ncclResult_t>> NcclCommunicator::AsyncError() {
 }
 
 Status NcclCommunicator::OnAsyncError(ncclResult_t result, const std::string& call, Clock::time_point started,
-                                      bool keep) {
+                                      bool keep, int own) {
   Status why = Explain(result, call, started);
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_lock<std::mutex> lock(mu_);
     // A notice's abort, or the other finder (the watchdog or the call), came
     // first: theirs is the reason, and it is reported there.
     if (aborted_) return why;
-    aborted_ = why;
     if (keep) found_ = why;
-    api_.CommAbort(comm_);  // ends the kernel in flight; the communicator is gone after this
+    AbortLocked(lock, why, own);
   }
   if (watch_.fail_process) {
     std::vector<int> blamed;
@@ -213,6 +241,7 @@ Status NcclCommunicator::OnAsyncError(ncclResult_t result, const std::string& ca
 }
 
 void NcclCommunicator::Enqueuing(const char* call, size_t count, DataType type) {
+  FaultDelay(FaultPoint::kNcclEnqueue);
   const char* function = FunctionScope::Current();
   std::lock_guard<std::mutex> lock(mu_);
   enqueued_ = std::string(call) + " of " + std::to_string(count) + " " + Name(type) +
@@ -248,6 +277,7 @@ Status NcclCommunicator::Explain(ncclResult_t result, const std::string& call, C
 }
 
 Status NcclCommunicator::Group(const std::function<Status()>& enqueue) {
+  const InCall call(this);
   const auto started = Clock::now();
   MYPLUGIN_RETURN_IF_ERROR(Guard(started));
   MYPLUGIN_RETURN_IF_ERROR(Checked(api_.GroupStart(), "ncclGroupStart", started));
@@ -260,6 +290,7 @@ Status NcclCommunicator::Group(const std::function<Status()>& enqueue) {
 
 Status NcclCommunicator::AllReduce(const void* send, void* recv, size_t count, DataType type, Reduction reduction,
                                    cudaStream_t stream) {
+  const InCall call(this);
   const auto started = Clock::now();
   MYPLUGIN_RETURN_IF_ERROR(Guard(started));
   StatusOr<NcclOperands> o = ToNccl(type, reduction);
@@ -271,6 +302,7 @@ Status NcclCommunicator::AllReduce(const void* send, void* recv, size_t count, D
 }
 
 Status NcclCommunicator::AllGather(const void* send, void* recv, size_t count, DataType type, cudaStream_t stream) {
+  const InCall call(this);
   const auto started = Clock::now();
   MYPLUGIN_RETURN_IF_ERROR(Guard(started));
   Enqueuing("ncclAllGather", count, type);
@@ -281,6 +313,7 @@ Status NcclCommunicator::AllGather(const void* send, void* recv, size_t count, D
 
 Status NcclCommunicator::ReduceScatter(const void* send, void* recv, size_t count, DataType type,
                                        Reduction reduction, cudaStream_t stream) {
+  const InCall call(this);
   const auto started = Clock::now();
   MYPLUGIN_RETURN_IF_ERROR(Guard(started));
   StatusOr<NcclOperands> o = ToNccl(type, reduction);
@@ -292,6 +325,7 @@ Status NcclCommunicator::ReduceScatter(const void* send, void* recv, size_t coun
 }
 
 Status NcclCommunicator::AllToAll(const void* send, void* recv, size_t count, DataType type, cudaStream_t stream) {
+  const InCall call(this);
   const auto started = Clock::now();
   MYPLUGIN_RETURN_IF_ERROR(Guard(started));
   const size_t bytes = count * ByteSize(type);
@@ -312,6 +346,7 @@ Status NcclCommunicator::AllToAll(const void* send, void* recv, size_t count, Da
 
 Status NcclCommunicator::CollectivePermute(const void* send, void* recv, size_t count, DataType type, int send_to,
                                            int recv_from, cudaStream_t stream) {
+  const InCall call(this);
   const auto started = Clock::now();
   MYPLUGIN_RETURN_IF_ERROR(Guard(started));
   const size_t bytes = count * ByteSize(type);

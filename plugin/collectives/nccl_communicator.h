@@ -21,6 +21,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <condition_variable>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -130,6 +131,12 @@ class NcclCommunicator {
   // earlier call, explained; the communicator is aborted then, as NCCL
   // requires after one.
   Status Guard(Clock::time_point started);
+  // A call from before its guard to its return, counted in `in_calls_`.
+  class InCall;
+  // Sets `why` as the abort (unless one came first: false) and calls
+  // ncclCommAbort once the calls under way, but the caller's own `own`,
+  // have left (kNcclAbortWaitS at most). `lock` holds mu_.
+  bool AbortLocked(std::unique_lock<std::mutex>& lock, const Status& why, int own);
   // Notes the NCCL call about to be enqueued: what the watchdog names when
   // a kernel fails on the device.
   void Enqueuing(const char* call, size_t count, DataType type);
@@ -140,7 +147,7 @@ class NcclCommunicator {
   // The asynchronous error `result` explained (`call`: what was in flight,
   // enqueued at `started`); the first to find it aborts the communicator
   // and reports the failure; `keep`: the next call returns it too.
-  Status OnAsyncError(ncclResult_t result, const std::string& call, Clock::time_point started, bool keep);
+  Status OnAsyncError(ncclResult_t result, const std::string& call, Clock::time_point started, bool keep, int own);
   // `result` of `call`, explained when it is an error that a peer can cause.
   Status Checked(ncclResult_t result, const char* call, Clock::time_point started);
   // The known cause of NCCL's error `result`, looked for up to
@@ -163,6 +170,8 @@ class NcclCommunicator {
   std::string enqueued_;          // under mu_: the last NCCL call enqueued ("" before the first)
   Clock::time_point enqueued_at_;  // under mu_: when (the creation before the first)
   uint64_t calls_ = 0;            // under mu_: NCCL calls enqueued so far
+  int in_calls_ = 0;              // under mu_: calls between their guard and their return
+  std::condition_variable call_left_;  // with mu_: in_calls_ went down
 };
 
 }  // namespace myplugin::collectives

@@ -20,7 +20,10 @@ enum class FaultPoint : int {
   // the grace and before it gives up: a process slower to give up than
   // another that waits for the same peer.
   kPeerExitGrace = 2,
-  kCount = 3,
+  // An NCCL call, after its guard passed and before NCCL's call is made (a
+  // thread preempted there while another aborts the communicator).
+  kNcclEnqueue = 3,
+  kCount = 4,
 };
 
 // Every later pass through `point` in this process sleeps `seconds` (0: none).

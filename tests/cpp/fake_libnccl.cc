@@ -47,6 +47,12 @@ std::condition_variable g_aborted;  // under g_mu
 
 Comm* Of(ncclComm_t comm) { return reinterpret_cast<Comm*>(comm); }
 
+// A call enqueued on an ended communicator uses memory NCCL freed: counted.
+ncclResult_t Enqueued(ncclComm_t comm) {
+  if (Of(comm)->state != kLive) ++g_used_after_end;
+  return ncclSuccess;
+}
+
 long long NowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
@@ -74,8 +80,8 @@ void myplugin_fake_nccl_in_progress(int on) { g_in_progress = on != 0; }
 // Test-only: how many times ncclCommAbort was called.
 int myplugin_fake_nccl_aborts() { return g_aborts; }
 // Test-only: ncclCommGetAsyncError calls on `comm`; and calls of
-// ncclCommGetAsyncError, ncclCommAbort or ncclCommDestroy on any
-// communicator after it was aborted or destroyed (NCCL's is gone then).
+// ncclCommGetAsyncError, ncclCommAbort, ncclCommDestroy or a collective on
+// any communicator after it was aborted or destroyed (NCCL's is gone then).
 int myplugin_fake_nccl_polls(ncclComm_t comm) { return Of(comm)->polls; }
 int myplugin_fake_nccl_used_after_end() { return g_used_after_end; }
 // Test-only: the communicator ncclCommInitRank handed out last.
@@ -141,17 +147,18 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* error) {
 const char* ncclGetErrorString(ncclResult_t result) {
   return result == ncclRemoteError ? "remote process exited or there was a network error" : "fake NCCL error";
 }
-ncclResult_t ncclAllReduce(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t) {
-  return ncclSuccess;
+ncclResult_t ncclAllReduce(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t comm, cudaStream_t) {
+  return Enqueued(comm);
 }
-ncclResult_t ncclAllGather(const void*, void*, size_t, ncclDataType_t, ncclComm_t, cudaStream_t) {
-  return ncclSuccess;
+ncclResult_t ncclAllGather(const void*, void*, size_t, ncclDataType_t, ncclComm_t comm, cudaStream_t) {
+  return Enqueued(comm);
 }
-ncclResult_t ncclReduceScatter(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t) {
-  return ncclSuccess;
+ncclResult_t ncclReduceScatter(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t comm,
+                               cudaStream_t) {
+  return Enqueued(comm);
 }
-ncclResult_t ncclSend(const void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t) { return ncclSuccess; }
-ncclResult_t ncclRecv(void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t) { return ncclSuccess; }
+ncclResult_t ncclSend(const void*, size_t, ncclDataType_t, int, ncclComm_t comm, cudaStream_t) { return Enqueued(comm); }
+ncclResult_t ncclRecv(void*, size_t, ncclDataType_t, int, ncclComm_t comm, cudaStream_t) { return Enqueued(comm); }
 ncclResult_t ncclGroupStart() { return ncclSuccess; }
 ncclResult_t ncclGroupEnd() { return ncclSuccess; }
 

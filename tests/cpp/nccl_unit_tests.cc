@@ -40,6 +40,7 @@ int RunNcclShareChild(int, int) { return 1; }
 #include "collectives/nccl_ffi_handlers.h"
 #include "collectives/nccl_watchdog.h"
 #include "collectives/process_runtime.h"
+#include "common/fault_delays.h"
 #include "coordination/service.h"
 
 namespace coll = myplugin::collectives;
@@ -752,6 +753,46 @@ void TestWatchdogStopsAtShutdown() {
   CHECK(nccl.polls(process_handle) == ended_at);
 }
 
+// (e) An abort (a failure notice's, on another thread) that comes while a
+// call is past its guard but has not reached NCCL (a fault delay holds it
+// there) waits for the call to leave before ncclCommAbort frees NCCL's
+// communicator: the stand-in counts a call enqueued on an ended one. Both
+// a single call and a group (whose calls come one after another). The next
+// call hears of the abort.
+void TestAbortWaitsForTheCallUnderWay() {
+  FakeLibnccl nccl = LoadFakeLibnccl();
+  if (nccl.fail_after == nullptr) return;
+  coll::InProcessKeyValues values;
+  const int after_end = nccl.used_after_end();
+  for (bool group : {false, true}) {
+    auto made = coll::NcclCommunicator::Create(nccl.api, 0, 1, StoreOf(values),
+                                               std::string("nccl/e/") + (group ? "group" : "call"), 1.0);
+    CHECK(made.ok());
+    if (!made.ok()) return;
+    std::unique_ptr<coll::NcclCommunicator> comm = made.take();
+    const int aborts = nccl.aborts();
+    myplugin::SetFaultDelay(myplugin::FaultPoint::kNcclEnqueue, 0.2);
+    myplugin::Status enqueued;
+    std::thread device([&] {
+      enqueued = group ? comm->Group([&] {
+        MYPLUGIN_RETURN_IF_ERROR(AllReduceOn(*comm));
+        return AllReduceOn(*comm);
+      })
+                       : AllReduceOn(*comm);
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the call is inside its delay
+    comm->Abort(myplugin::Status(myplugin::Code::kAborted, "process 1 failed"));
+    device.join();
+    myplugin::SetFaultDelay(myplugin::FaultPoint::kNcclEnqueue, 0);
+    CHECK(nccl.aborts() == aborts + 1);
+    CHECK(nccl.used_after_end() == after_end);
+    // A group's second call, after the abort began, stops at its guard.
+    CHECK(group ? enqueued.message().find("process 1 failed") != std::string::npos : enqueued.ok());
+    myplugin::Status next = AllReduceOn(*comm);
+    CHECK(next.code() == myplugin::Code::kAborted && next.message().find("process 1 failed") != std::string::npos);
+  }
+}
+
 // A mismatch that one process published (NcclDeviceGroups::ReportMismatch,
 // as RunNccl does when the agreement finds one) explains another process's
 // NCCL error: two coordination clients of one real service, each with its
@@ -1176,6 +1217,7 @@ bool RunNcclTests() {
   TestWatchdogNoFalseAlarm();
   TestWatchdogNeverPollsAnEndedCommunicator();
   TestWatchdogStopsAtShutdown();
+  TestAbortWaitsForTheCallUnderWay();
   TestMismatchFoundAcrossProcesses();
   TestDuplicateGpu();
   TestFfiCallPath();
