@@ -28,7 +28,7 @@ process on threads) as far as this machine allows.
 
 usage: python bench/coordination_scale.py [--counts 64,256,1024,4096,16384]
            [--runs 3] [--rounds 3] [--topology real|tiny] [--impl ours|jax]
-           [--json out.json] [--build DIR]
+           [--json out.json] [--build DIR | --generator PATH]
 """
 from __future__ import annotations
 
@@ -390,6 +390,8 @@ def main() -> int:
                   help="the heartbeat timeout of the frozen run (100 s is the default)")
   ap.add_argument("--only-frozen", action="store_true", help="the frozen run only")
   ap.add_argument("--build", default=os.path.join(ROOT, "build-bench"))
+  ap.add_argument("--generator", default=None, help="a coordination_scale built before (the GPU kit's), "
+                  "instead of building it in --build")
   ap.add_argument("--json", default=None, help="append each run's result to this file (JSON lines)")
   ap.add_argument("--table", default=None, help="print the table of the results in these JSON-lines files "
                   "(comma-separated), and exit")
@@ -407,7 +409,11 @@ def main() -> int:
     return 0
   raise_nofile()
   counts = [int(c) for c in args.counts.split(",")]
-  generator = build_generator(args.build) if args.impl == "ours" else None
+  generator = None
+  if args.impl == "ours":
+    generator = args.generator or build_generator(args.build)
+    if not os.access(generator, os.X_OK):
+      sys.exit(f"--generator {generator} is not an executable file")
   results = []
   for run in range(args.runs):
     death = "frozen" if args.only_frozen or (run == args.runs - 1 and args.runs > 1) else "closed"

@@ -3,7 +3,7 @@
 #
 # usage: ci/gpu_tests.sh [--leg single|multi] [--cuda 12|13] [--out DIR] [--dry-run]
 #        ci/gpu_tests.sh --prepare DIR                 (networked machine: gather the kit)
-#        ci/gpu_tests.sh --offline DIR [--part gpu|collectives|multiprocess|jax-tests] [--bench-args ARGS] [--out DIR]
+#        ci/gpu_tests.sh --offline DIR [--part gpu|collectives|multiprocess|jax-tests|scale] [--bench-args ARGS] [--out DIR]
 #                                                      (GPU machine, no network: install the kit, run)
 #        ci/gpu_tests.sh --offline DIR --part jax-tests --dry-run [--out DIR]
 #                                                      (any machine: that part on CPUs)
@@ -48,6 +48,11 @@
 #     file with a deadline; the shares in jax-tests.json and jax-tests.md.
 #     With --dry-run: the same files' CPU subset on myplugin's CPU engine
 #     and jax's CPU backend, with the installed myplugin (no wheel, no GPU).
+#   --part scale (4 files): bench/coordination_scale.py on the machine's CPU
+#     cores (issue 42's coordination service at 1,024 to 16,384 simulated
+#     processes, where the service and the load generator need not share
+#     two cores), with the kit's generator (bin/coordination_scale), under a
+#     hard timeout. It needs no GPU, engine or NCCL.
 #
 # --dry-run runs everything that needs no GPU (argument checks, tool
 # checks, the CUDA engines' availability on the package index, test
@@ -66,6 +71,10 @@ AOT_GPUS=h100,h200
 # which installing the kit takes ~20 s).
 COLLECTIVES_BENCH=(--processes 2,4 --rounds 5 --max-mb 64)
 COLLECTIVES_TIMEOUT_S=480
+# --part scale: the coordination service at scale, and its hard limit
+# (about 3 minutes where the service has cores of its own).
+SCALE_BENCH=(--counts 1024,4096,16384 --runs 3 --rounds 5 --idle-seconds 3)
+SCALE_TIMEOUT_S=480
 # The topologies of the kit's executables: one GPU, and issue 39's 2 and 4
 # processes of one GPU each (as processes sharing one GPU are).
 AOT_TOPOLOGIES=1x1x1,1x2x1,1x4x1
@@ -90,7 +99,7 @@ mode=online
 kit=""
 part=""
 bench_args=""
-usage="usage: $0 [--leg single|multi] [--cuda 12|13] [--out DIR] [--dry-run] | --prepare DIR | --offline DIR [--part gpu|collectives|multiprocess|jax-tests] [--dry-run] [--bench-args ARGS] [--out DIR]"
+usage="usage: $0 [--leg single|multi] [--cuda 12|13] [--out DIR] [--dry-run] | --prepare DIR | --offline DIR [--part gpu|collectives|multiprocess|jax-tests|scale] [--dry-run] [--bench-args ARGS] [--out DIR]"
 while [ $# -gt 0 ]; do
   case "$1" in
     --leg) leg="$2"; shift 2 ;;
@@ -99,14 +108,14 @@ while [ $# -gt 0 ]; do
     --dry-run) dry=1; shift ;;
     --prepare) mode=prepare; kit="${2:?--prepare needs a folder}"; shift 2 ;;
     --offline) mode=offline; kit="${2:?--offline needs a folder}"; shift 2 ;;
-    --part) part="${2:?--part needs gpu, collectives, multiprocess or jax-tests}"; shift 2 ;;
+    --part) part="${2:?--part needs gpu, collectives, multiprocess, jax-tests or scale}"; shift 2 ;;
     --bench-args) bench_args="${2?--bench-args needs the arguments}"; shift 2 ;;
     *) echo "$usage" >&2; exit 2 ;;
   esac
 done
 case "$leg" in single|multi) ;; *) echo "--leg must be single or multi, not '$leg'" >&2; exit 2 ;; esac
 case "$cuda" in 12|13) ;; *) echo "--cuda must be 12 or 13, not '$cuda'" >&2; exit 2 ;; esac
-case "${part:-gpu}" in gpu|collectives|multiprocess|jax-tests) ;; *) echo "--part must be gpu, collectives, multiprocess or jax-tests, not '$part'" >&2; exit 2 ;; esac
+case "${part:-gpu}" in gpu|collectives|multiprocess|jax-tests|scale) ;; *) echo "--part must be gpu, collectives, multiprocess, jax-tests or scale, not '$part'" >&2; exit 2 ;; esac
 if [ -n "$part" ] && [ "$mode" != offline ]; then echo "--part goes with --offline" >&2; exit 2; fi
 part="${part:-gpu}"
 if [ "$dry" = 1 ] && [ "$mode" = prepare ]; then echo "--dry-run does not go with --prepare" >&2; exit 2; fi
@@ -188,6 +197,11 @@ if [ "$mode" = prepare ]; then
   # build type, this venv's compiler flags and Gloo).
   raw_gloo="$(PATH="$work/venv/bin:$PATH" "$vpy" bench/collectives.py --build-raw-gloo "$work/bench-build")"
   install -D -m 755 -s "$raw_gloo" "$kit/bin/raw_gloo_allreduce"
+  # --part scale's load generator (the coordination codec alone).
+  PATH="$work/venv/bin:$PATH" cmake -S . -B "$work/scale-build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DPython_EXECUTABLE="$vpy" >/dev/null
+  PATH="$work/venv/bin:$PATH" cmake --build "$work/scale-build" --target coordination_scale >/dev/null
+  install -D -m 755 -s "$work/scale-build/coordination_scale" "$kit/bin/coordination_scale"
   # Every library the wheel's .so files and the baseline load from outside
   # the wheel and the base system, as the Debian packages that hold them.
   base="libc6 libgcc-s1 libstdc++6 zlib1g"
@@ -291,6 +305,8 @@ PY
     fi
   elif [ "$part" = collectives ] && [ ! -x "$kit/bin/raw_gloo_allreduce" ]; then
     note "FAILED: the kit has no bin/raw_gloo_allreduce (prepared by an older gpu_tests.sh: --prepare it again)"; exit 1
+  elif [ "$part" = scale ] && [ ! -x "$kit/bin/coordination_scale" ]; then
+    note "FAILED: the kit has no bin/coordination_scale (prepared by an older gpu_tests.sh: --prepare it again)"; exit 1
   elif [ "$part" = jax-tests ]; then
     [ "$dry" = 1 ] || grep -h "^MISSING" "$out/environment.txt" >>"$summary" || true
     [ -f "$kit/jax-tests/selection.json" ] ||
@@ -306,7 +322,7 @@ PY
   site="$(mktemp -d)/site"
   # The dry run of --part jax-tests runs the installed myplugin (its CPU engine): no wheel.
   [ "$dry" = 1 ] || python3 -m pip install -q --no-index --no-deps --no-compile --target "$site" "$kit"/myplugin-*.whl
-  [ "$part" = collectives ] || python3 -c "import pytest, pytest_timeout" 2>/dev/null ||
+  [ "$part" = collectives ] || [ "$part" = scale ] || python3 -c "import pytest, pytest_timeout" 2>/dev/null ||
     python3 -m pip install -q --no-index --find-links "$kit/wheels" --no-compile --target "$site" pytest pytest-timeout
   # jax's test files import absl's test harness (not a dependency of jax).
   [ "$part" != jax-tests ] || python3 -c "import absl.testing" 2>/dev/null ||
@@ -386,6 +402,21 @@ PY
       note "FAILED: ci/jax_tests.py (rc=$rc$([ $rc != 124 ] || echo ": over ${JAX_TESTS_TIMEOUT_S} s"))"; exit 1
     fi
     note "gpu_tests.sh --offline --part jax-tests$([ "$dry" = 0 ] || echo " --dry-run"): shares recorded (results in $out)"
+    exit 0
+  fi
+  if [ "$part" = scale ]; then
+    # The service (myplugin-coordinator, from the kit's wheel) and the
+    # simulated processes: no engine, GPU or NCCL is involved.
+    set +e
+    echo "+ bench/coordination_scale.py ${SCALE_BENCH[*]} (timeout ${SCALE_TIMEOUT_S} s)" >"$out/bench-scale.txt"
+    timeout -k 15 "$SCALE_TIMEOUT_S" python3 "$root/bench/coordination_scale.py" "${SCALE_BENCH[@]}" \
+      --generator "$kit/bin/coordination_scale" --json "$out/bench-scale.jsonl" >>"$out/bench-scale.txt" 2>&1
+    rc=$?
+    set -e
+    cat "$out/bench-scale.txt"
+    grep -E "^\| ours" "$out/bench-scale.txt" >>"$summary" || true
+    if [ $rc != 0 ]; then note "FAILED: bench/coordination_scale.py (rc=$rc$([ $rc != 124 ] || echo ": over ${SCALE_TIMEOUT_S} s"))"; exit 1; fi
+    note "gpu_tests.sh --offline --part scale: done (results in $out)"
     exit 0
   fi
   if [ "$part" = collectives ]; then
@@ -492,4 +523,6 @@ always python3 bench/collectives.py --help >/dev/null
 # The offline collectives part's arguments, parsed (it runs nothing).
 always python3 bench/collectives.py "${COLLECTIVES_BENCH[@]}" --raw-gloo gpu-kit/bin/raw_gloo_allreduce --plan
 gpu bash -c "python3 bench/collectives.py ${COLLECTIVES_BENCH[*]} 2>&1 | tee '$out/bench-collectives.txt'"
+# The coordination service at scale (--part scale offline): its arguments parsed.
+always python3 bench/coordination_scale.py --help >/dev/null
 echo "gpu_tests.sh: done (leg $leg, CUDA $cuda, dry run $dry, results in $out)"

@@ -83,7 +83,7 @@ def test_kit_script_refuses_bad_arguments(tmp_path):
   assert (tmp_path / "precious" / "notes.txt").read_text() == "keep"
   # The collectives part: --part and --bench-args only where they mean something.
   r = kit("--offline", str(tmp_path / "no-kit"), "--part", "nccl")
-  assert r.returncode == 2 and "--part must be gpu, collectives, multiprocess or jax-tests, not 'nccl'" in r.stderr, r.stderr
+  assert r.returncode == 2 and "--part must be gpu, collectives, multiprocess, jax-tests or scale, not 'nccl'" in r.stderr, r.stderr
   r = kit("--part", "multiprocess", "--dry-run")
   assert r.returncode == 2 and "--part goes with --offline" in r.stderr, r.stderr
   # A kit of an older gpu_tests.sh: the multiprocess part says what it lacks.
@@ -91,6 +91,8 @@ def test_kit_script_refuses_bad_arguments(tmp_path):
   r = kit("--offline", str(tmp_path / "old-kit"), "--part", "multiprocess", "--out", str(tmp_path / "out"))
   assert r.returncode == 1 and "the kit has no engine/" in r.stdout, r.output
   assert "the kit has no engine/" in (tmp_path / "out" / "summary.txt").read_text()
+  r = kit("--offline", str(tmp_path / "old-kit"), "--part", "scale", "--out", str(tmp_path / "out-scale"))
+  assert r.returncode == 1 and "the kit has no bin/coordination_scale" in r.stdout, r.output
   r = kit("--part", "collectives", "--dry-run")
   assert r.returncode == 2 and "--part goes with --offline" in r.stderr, r.stderr
   r = kit("--offline", str(tmp_path / "no-kit"), "--bench-args", "--rounds 1")
