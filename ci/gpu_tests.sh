@@ -72,7 +72,8 @@ AOT_GPUS=h100,h200
 COLLECTIVES_BENCH=(--processes 2,4 --rounds 5 --max-mb 64)
 COLLECTIVES_TIMEOUT_S=480
 # --part scale: the coordination service at scale, and its hard limit
-# (about 2 minutes where the service has cores of its own; 4 with the kit's install inside the call's 300 s).
+# (about 2 minutes where the service has cores of its own; the bound leaves the
+# kit's install room inside the device call's 300 s).
 SCALE_BENCH=(--counts 1024,4096,16384 --runs 3 --rounds 5 --idle-seconds 3)
 SCALE_TIMEOUT_S=240
 # The topologies of the kit's executables: one GPU, and issue 39's 2 and 4
