@@ -109,8 +109,8 @@ class Generator {
     // Every process's Register is its first request (id 1).
     msg::Topology t;
     t.request_id = 1;
-    // Each the first process of its id: the service numbers it 1.
-    for (int i = 0; i < o.num_processes; ++i) t.processes.push_back({1, Topology(i)});
+    // Each the first process of its id: the service numbers it id + 1.
+    for (int i = 0; i < o.num_processes; ++i) t.processes.push_back({static_cast<uint64_t>(i) + 1, Topology(i)});
     expected_topology_ = t.Encode();
   }
 
@@ -387,7 +387,7 @@ class Generator {
       // process of its id.
       for (int i = 0; i < o_.num_processes; ++i) {
         const auto& e = t.value().processes[i];
-        if (e.topology != Topology(i) || e.incarnation != 1) {
+        if (e.topology != Topology(i) || e.incarnation != static_cast<uint64_t>(i) + 1) {
           return Problem("process " + std::to_string(s.id) + " got a wrong topology entry for process " +
                          std::to_string(i));
         }

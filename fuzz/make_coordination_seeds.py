@@ -44,6 +44,10 @@ def process_info(host: bytes, pid: int, devices=2, kind=b"cpu", address=b"10.0.0
           struct.pack("<I", pid) + b(address) + b(host_id))
 
 
+def step(d: int) -> bytes:  # an incarnation: its difference from the entry before's, zigzagged
+  return varint(2 * d if d >= 0 else -2 * d - 1)
+
+
 def raw_entry(t: bytes) -> bytes:  # a topology table's entry for bytes that are not a ProcessInfo
   return b"\x00" + varint(len(t)) + t
 
@@ -70,9 +74,9 @@ MESSAGES = {
     "ok": payload("Ok", 3),
     "register": payload("Register", 1, struct.pack("<I", 3) + b(b"host|4|cpu|123")),
     "register_process_info": payload("Register", 1, struct.pack("<I", 3) + b(process_info(b"h", 100))),
-    "topology": payload("Topology", 1, struct.pack("<I", 2) + varint(1) + raw_entry(b"a") + varint(2) + raw_entry(b"b")),
-    "topology_table": payload("Topology", 1, struct.pack("<I", 3) + varint(1) + FIRST_INFO_ENTRY + varint(2) +
-                              raw_entry(b"odd") + varint(300) + SAME_HOST_ENTRY),
+    "topology": payload("Topology", 1, struct.pack("<I", 2) + step(1) + raw_entry(b"a") + step(1) + raw_entry(b"b")),
+    "topology_table": payload("Topology", 1, struct.pack("<I", 3) + step(1) + FIRST_INFO_ENTRY + step(1) +
+                              raw_entry(b"odd") + step(-300) + SAME_HOST_ENTRY),
     "kv_set": payload("KeyValueSet", 2, b(b"gloo/0") + b(b"\x00\x01addr")),
     "kv_get": payload("KeyValueGet", 3, b(b"gloo/0") + struct.pack("<Q", 5000)),
     "kv_try_get": payload("KeyValueTryGet", 4, b(b"k")),
@@ -89,10 +93,10 @@ MESSAGES = {
     "report_error": payload("ReportError", 0, b(b"Traceback ...")),
     "peer_shutdown": payload("PeerShutdown", 0, struct.pack("<I", 1)),
     "agree": payload("Agree", 9, struct.pack("<Q", 10000)),
-    "membership": payload("Membership", 9, struct.pack("<QI", 1, 2) + varint(0) + varint(7) + raw_entry(b"t0") +
-                          varint(2) + varint(9) + raw_entry(b"t2")),
-    "membership_table": payload("Membership", 9, struct.pack("<QI", 1, 2) + varint(0) + varint(1) + FIRST_INFO_ENTRY +
-                                varint(300) + varint(2) + SAME_HOST_ENTRY),
+    "membership": payload("Membership", 9, struct.pack("<QI", 1, 2) + varint(0) + step(1) + raw_entry(b"t0") +
+                          varint(2) + step(2) + raw_entry(b"t2")),
+    "membership_table": payload("Membership", 9, struct.pack("<QI", 1, 2) + varint(0) + step(1) + FIRST_INFO_ENTRY +
+                                varint(300) + step(600) + SAME_HOST_ENTRY),
 }
 
 

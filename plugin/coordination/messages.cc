@@ -75,11 +75,31 @@ Status Register::Get(Reader& r) {
   return r.Bytes(&topology);
 }
 
+namespace {
+
+// An incarnation as its difference from the entry before's (modulo 2^64,
+// zigzagged): the service numbers them so that consecutive ids differ by
+// one (messages.h), a byte each; any values still travel.
+void PutIncarnation(Writer& w, uint64_t previous, uint64_t incarnation) {
+  const uint64_t d = incarnation - previous;
+  w.Varint((d << 1) ^ (0 - (d >> 63)));
+}
+Status GetIncarnation(Reader& r, uint64_t previous, uint64_t* incarnation) {
+  uint64_t z;
+  MYPLUGIN_RETURN_IF_ERROR(r.Varint(&z));
+  *incarnation = previous + ((z >> 1) ^ (0 - (z & 1)));
+  return OkStatus();
+}
+
+}  // namespace
+
 void Topology::Put(Writer& w) const {
   w.U32(static_cast<uint32_t>(processes.size()));
   TopologyEncoder table(w);
+  uint64_t previous = 0;
   for (const RegisteredProcess& p : processes) {
-    w.Varint(p.incarnation);
+    PutIncarnation(w, previous, p.incarnation);
+    previous = p.incarnation;
     table.Put(p.topology);
   }
 }
@@ -88,9 +108,11 @@ Status Topology::Get(Reader& r) {
   MYPLUGIN_RETURN_IF_ERROR(r.U32(&n));
   processes.clear();
   TopologyDecoder table(r);
+  uint64_t previous = 0;
   for (uint32_t i = 0; i < n; ++i) {
     RegisteredProcess p;
-    MYPLUGIN_RETURN_IF_ERROR(r.Varint(&p.incarnation));
+    MYPLUGIN_RETURN_IF_ERROR(GetIncarnation(r, previous, &p.incarnation));
+    previous = p.incarnation;
     MYPLUGIN_RETURN_IF_ERROR(table.Get(&p.topology));
     processes.push_back(std::move(p));
   }
@@ -208,8 +230,11 @@ Status Agree::Get(Reader& r) { return r.U64(&timeout_ms); }
 void Membership::Put(Writer& w) const {
   w.U64(epoch).U32(static_cast<uint32_t>(members.size()));
   TopologyEncoder table(w);
+  uint64_t previous = 0;
   for (const Member& m : members) {
-    w.Varint(m.process_id).Varint(m.incarnation);
+    w.Varint(m.process_id);
+    PutIncarnation(w, previous, m.incarnation);
+    previous = m.incarnation;
     table.Put(m.topology);
   }
 }
@@ -219,13 +244,15 @@ Status Membership::Get(Reader& r) {
   MYPLUGIN_RETURN_IF_ERROR(r.U32(&n));
   members.clear();
   TopologyDecoder table(r);
+  uint64_t previous = 0;
   for (uint32_t i = 0; i < n; ++i) {
     Member m;
     uint64_t id;
     MYPLUGIN_RETURN_IF_ERROR(r.Varint(&id));
     if (id > UINT32_MAX) return InvalidArgument("malformed coordination message: a member id beyond 32 bits");
     m.process_id = static_cast<uint32_t>(id);
-    MYPLUGIN_RETURN_IF_ERROR(r.Varint(&m.incarnation));
+    MYPLUGIN_RETURN_IF_ERROR(GetIncarnation(r, previous, &m.incarnation));
+    previous = m.incarnation;
     MYPLUGIN_RETURN_IF_ERROR(table.Get(&m.topology));
     members.push_back(std::move(m));
   }

@@ -24,9 +24,10 @@ struct RegisteredProcess {
 };
 
 // A live process of the job at some epoch: its coordination id (fixed for
-// the life of the job), its incarnation (the service counts the processes
-// that said Hello with that id: 1 for the first, 2 for a restarted one, ...;
-// small numbers, so a table of thousands carries a byte each) and the
+// the life of the job), its incarnation (numbered by the service: id + 1 for
+// the first process of that id, then N more for each restart in a job of N,
+// so that no two are equal, as jax's random ones are not; consecutive ids'
+// differ by one, and a table of thousands carries a byte each) and the
 // topology it registered.
 struct Member {
   uint32_t process_id = 0;

@@ -141,7 +141,8 @@ Status ServiceState::OnHello(ConnectionId conn, const std::string& peer, const s
   p.state = ProcessState::kConnected;
   p.conn = conn;
   p.peer = peer;
-  ++p.incarnation;  // this id's processes, counted: a restarted one is new
+  // Unique in the job (messages.h's Member): a restarted process is new.
+  p.incarnation = p.incarnation == 0 ? static_cast<uint64_t>(h.process_id) + 1 : p.incarnation + static_cast<uint64_t>(options_.num_processes);
   p.last_heartbeat = Clock::now();
   next_liveness_check_ = std::min(next_liveness_check_, p.last_heartbeat + Millis(options_.heartbeat_timeout_s));
   members_[conn] = static_cast<int>(h.process_id);

@@ -23,8 +23,9 @@ inline constexpr uint32_t kMagic = 0x4d59504c;  // "MYPL"
 // increment. 4: a membership names each member's incarnation. 5: an error
 // carries its failure's kind, processes, collective and call. 6: topologies
 // travel as a table (process_info.h's TopologyEncoder), not one by one.
-// 7: the service numbers each process's incarnations (1, 2, ...; a varint
-// in tables), so a table's entries carry no random 8 bytes each.
+// 7: the service numbers the incarnations (id + 1, then + N at each restart;
+// in tables, a varint of the difference from the entry before), so a
+// table's entries carry no random 8 bytes each.
 inline constexpr uint16_t kProtocolVersion = 7;
 // Frames above this are refused before any allocation: a garbage or hostile
 // length prefix must not make the service allocate gigabytes.
@@ -40,7 +41,7 @@ enum class MessageType : uint8_t {
   kError = 3,         // either way: code, message (the reply to a failed request)
   kOk = 4,            // service -> client: an empty success reply
   kRegister = 5,      // num processes, local topology
-  kTopology = 6,      // reply to kRegister, once all have registered: n, (incarnation varint, table entry) * n
+  kTopology = 6,      // reply to kRegister, once all have registered: n, (incarnation difference, table entry) * n
   kKeyValueSet = 7,   // key, value
   kKeyValueGet = 8,   // key, timeout ms (blocking)
   kKeyValueTryGet = 9,
@@ -55,7 +56,7 @@ enum class MessageType : uint8_t {
   kReportError = 18,   // client -> service: this process is failing, and why (no reply)
   kPeerShutdown = 19,  // service -> client: process id has entered the shutdown barrier (it finished)
   kAgree = 20,         // client -> service: timeout ms: agree on the live members (recovery)
-  kMembership = 21,    // reply to kAgree (and to a rejoining kRegister): epoch, n, (id, incarnation varint, table entry) * n
+  kMembership = 21,    // reply to kAgree (and to a rejoining kRegister): epoch, n, (id, incarnation difference, table entry) * n
   kKeyValueInsert = 22,     // key, value: set only if absent (ALREADY_EXISTS otherwise), atomically
   kKeyValueIncrement = 23,  // key, increment: add to a decimal integer value (absent: 0); reply kValue
 };

@@ -98,13 +98,20 @@ void TestEveryMessageRoundTrips() {
   t.processes = {{1, "a"}, {2, ""}, {3, std::string(1000, 'x')}};
   auto t2 = RoundTrip(t);
   CHECK(t2.processes.size() == 3 && t2.processes[2].topology.size() == 1000 && t2.processes[1].incarnation == 2);
-  // Incarnations are the service's counts: a table's entry spends a byte on
-  // one below 128, and any 64-bit value still travels.
-  CHECK(t.Encode().size() == RoundTrip(t).Encode().size());
+  // Incarnations travel as differences from the entry before: the
+  // service's (id + 1, consecutive) cost a byte each, down or up, and any
+  // 64-bit values still travel.
   msg::Topology counted, random;
-  counted.processes = {{1, "a"}};
-  random.processes = {{0xfedcba9876543210ULL, "a"}};
-  CHECK(random.Encode().size() - counted.Encode().size() == 9 && RoundTrip(random).processes[0].incarnation == 0xfedcba9876543210ULL);
+  for (uint64_t i = 0; i < 300; ++i) counted.processes.push_back({i + 1, "a"});
+  counted.processes[150].incarnation += 300;  // a restarted process of a job of 300
+  for (uint64_t i = 0; i < 300; ++i) random.processes.push_back({0xfedcba9876543210ULL * (i + 1), "a"});
+  auto counted2 = RoundTrip(counted), random2 = RoundTrip(random);
+  CHECK(counted2.processes.size() == 300 && counted2.processes[150].incarnation == 451 &&
+        counted2.processes[151].incarnation == 152 && counted2.processes[299].incarnation == 300);
+  CHECK(random2.processes.size() == 300 && random2.processes[7].incarnation == 0xfedcba9876543210ULL * 8);
+  // A frame: 4 + 9 bytes, then each entry: "a" raw is 3 bytes and the difference 1 byte (2 about
+  // the restart) against 9 for the random ones.
+  CHECK(counted.Encode().size() <= 4 + 9 + 300 * 4 + 2 && random.Encode().size() > counted.Encode().size() + 300 * 7);
 
   msg::KeyValueSet set;
   set.key = "k";

@@ -560,10 +560,10 @@ void TestRestartedProcessRejoinsAtNextAgreement() {
   msg::Membership joined = VerdictFor(job, 21);
   CHECK(joined.request_id == 3 && Ids(joined) == (std::vector<uint32_t>{0, 1, 2}) && joined.epoch == 1);
   CHECK(joined.members[1].topology == "t1 again");
-  // Everyone hears the restarted process's new incarnation (the second
-  // process of id 1), the others' as they were (the first of theirs).
-  CHECK(joined.members[1].incarnation == 2 && joined.members[0].incarnation == 1 &&
-        joined.members[2].incarnation == 1);
+  // Everyone hears the restarted process's new incarnation (id 1's second
+  // process in a job of 3: 2 + 3), the others' as they were (id + 1).
+  CHECK(joined.members[1].incarnation == 5 && joined.members[0].incarnation == 1 &&
+        joined.members[2].incarnation == 3);
   msg::Membership v0 = VerdictFor(job, 10), v2 = VerdictFor(job, 12);
   CHECK(v0.epoch == joined.epoch && Ids(v0) == Ids(joined) && v2.Encode() == v0.Encode());
   // Failing again after the survivors agreed without it: it is let in at
