@@ -405,35 +405,29 @@ PY
     note "gpu_tests.sh --offline --part jax-tests$([ "$dry" = 0 ] || echo " --dry-run"): shares recorded (results in $out)"
     exit 0
   fi
-  if [ "$part" = scale ]; then
-    # The service (myplugin-coordinator, from the kit's wheel) and the
-    # simulated processes: no engine, GPU or NCCL is involved.
+  # A benchmark part: bench/BENCH with its arguments under LIMIT seconds,
+  # its output in $out/LOG after the command, the lines matching LINES in
+  # the summary. The benchmarks run on the CPU: no engine, GPU or NCCL.
+  bench_part() {
+    local log="$1" lines="$2" limit="$3" bench="$4"
+    shift 4
     set +e
-    echo "+ bench/coordination_scale.py ${SCALE_BENCH[*]} (timeout ${SCALE_TIMEOUT_S} s)" >"$out/bench-scale.txt"
-    timeout -k 15 "$SCALE_TIMEOUT_S" python3 "$root/bench/coordination_scale.py" "${SCALE_BENCH[@]}" \
-      --generator "$kit/bin/coordination_scale" --json "$out/bench-scale.jsonl" >>"$out/bench-scale.txt" 2>&1
-    rc=$?
+    echo "+ bench/$bench $* (timeout $limit s)" >"$out/$log"
+    timeout -k 15 "$limit" python3 "$root/bench/$bench" "$@" >>"$out/$log" 2>&1
+    local rc=$?
     set -e
-    cat "$out/bench-scale.txt"
-    grep -E "^\| ours" "$out/bench-scale.txt" >>"$summary" || true
-    if [ $rc != 0 ]; then note "FAILED: bench/coordination_scale.py (rc=$rc$([ $rc != 124 ] || echo ": over ${SCALE_TIMEOUT_S} s"))"; exit 1; fi
-    note "gpu_tests.sh --offline --part scale: done (results in $out)"
+    cat "$out/$log"
+    grep -E "$lines" "$out/$log" >>"$summary" || true
+    if [ $rc != 0 ]; then note "FAILED: bench/$bench (rc=$rc$([ $rc != 124 ] || echo ": over $limit s"))"; exit 1; fi
+    note "gpu_tests.sh --offline --part $part: done (results in $out)"
     exit 0
-  fi
-  if [ "$part" = collectives ]; then
-    # The ranks run on the CPU: no engine, GPU or NCCL is involved.
-    set +e
-    echo "+ bench/collectives.py ${COLLECTIVES_BENCH[*]} ${bench_args[*]} (timeout ${COLLECTIVES_TIMEOUT_S} s)" >"$out/bench-collectives.txt"
-    timeout -k 15 "$COLLECTIVES_TIMEOUT_S" python3 "$root/bench/collectives.py" "${COLLECTIVES_BENCH[@]}" "${bench_args[@]}" \
-      --raw-gloo "$kit/bin/raw_gloo_allreduce" >>"$out/bench-collectives.txt" 2>&1
-    rc=$?
-    set -e
-    cat "$out/bench-collectives.txt"
-    grep -E "^(host|memcpy|goal)" "$out/bench-collectives.txt" >>"$summary" || true
-    if [ $rc != 0 ]; then note "FAILED: bench/collectives.py (rc=$rc$([ $rc != 124 ] || echo ": over ${COLLECTIVES_TIMEOUT_S} s"))"; exit 1; fi
-    note "gpu_tests.sh --offline --part collectives: done (results in $out)"
-    exit 0
-  fi
+  }
+  # The service is the kit's wheel's (myplugin-coordinator), the simulated
+  # processes the kit's generator.
+  [ "$part" != scale ] || bench_part bench-scale.txt "^\| ours" "$SCALE_TIMEOUT_S" coordination_scale.py \
+    "${SCALE_BENCH[@]}" --generator "$kit/bin/coordination_scale" --json "$out/bench-scale.jsonl"
+  [ "$part" != collectives ] || bench_part bench-collectives.txt "^(host|memcpy|goal)" "$COLLECTIVES_TIMEOUT_S" \
+    collectives.py "${COLLECTIVES_BENCH[@]}" "${bench_args[@]}" --raw-gloo "$kit/bin/raw_gloo_allreduce"
   has_nccl_backend "$site/jax_plugin/libmyplugin_runtime.so" || failed="$failed nccl-backend"
   set +e
   MYPLUGIN_ENGINE=cuda timeout 330 pytest -v -p no:cacheprovider --timeout 150 -m gpu "$root/tests/gpu" \
