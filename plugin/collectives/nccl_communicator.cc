@@ -147,14 +147,13 @@ class NcclCommunicator::InCall {
   NcclCommunicator* c_;
 };
 
-bool NcclCommunicator::AbortLocked(std::unique_lock<std::mutex>& lock, const Status& why, int own) {
-  if (aborted_) return false;
+void NcclCommunicator::AbortLocked(std::unique_lock<std::mutex>& lock, const Status& why, int own) {
+  if (aborted_) return;
   // Set first: a call that begins now stops at its guard, and one that is
   // looking for its error's cause finds this.
   aborted_ = why;
   call_left_.wait_for(lock, std::chrono::duration<double>(kNcclAbortWaitS), [&] { return in_calls_ <= own; });
   api_.CommAbort(comm_);  // ends kernels in flight; the communicator is gone after this
-  return true;
 }
 
 void NcclCommunicator::Abort(const Status& why) {

@@ -133,10 +133,10 @@ class NcclCommunicator {
   Status Guard(Clock::time_point started);
   // A call from before its guard to its return, counted in `in_calls_`.
   class InCall;
-  // Sets `why` as the abort (unless one came first: false) and calls
-  // ncclCommAbort once the calls under way, but the caller's own `own`,
-  // have left (kNcclAbortWaitS at most). `lock` holds mu_.
-  bool AbortLocked(std::unique_lock<std::mutex>& lock, const Status& why, int own);
+  // Sets `why` as the abort (unless one came first) and calls ncclCommAbort
+  // once the calls under way, but the caller's own `own`, have left
+  // (kNcclAbortWaitS at most). `lock` holds mu_.
+  void AbortLocked(std::unique_lock<std::mutex>& lock, const Status& why, int own);
   // Notes the NCCL call about to be enqueued: what the watchdog names when
   // a kernel fails on the device.
   void Enqueuing(const char* call, size_t count, DataType type);
