@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -25,6 +26,22 @@ def free_port() -> int:
     return s.getsockname()[1]
 
 
+def native_stacks(pid: int) -> str:
+  """Every thread's stack of a process still running (gdb, where the machine
+  has it and may trace): what a rank that never says what a test waits for
+  is doing."""
+  gdb = shutil.which("gdb")
+  if gdb is None:
+    return "(no gdb here: no stacks)"
+  try:
+    out = subprocess.run([gdb, "-p", str(pid), "-batch", "-nx", "-ex", "thread apply all bt 30"], capture_output=True,
+                         text=True, timeout=30, start_new_session=True)
+  except subprocess.TimeoutExpired:
+    return "(gdb took over 30 s)"
+  lines = [l for l in out.stdout.splitlines() if l.startswith(("Thread ", "#"))]
+  return "\n".join(lines[:400]) if lines else f"(gdb: {out.stderr.strip()[-300:]})"
+
+
 class WaitsForEvents:
   """wait_event for a job class with procs, event(rank, name) and all_output()."""
 
@@ -41,7 +58,9 @@ class WaitsForEvents:
       if any(self.ended(r) and not self.event(r, name) for r in ranks):
         break
       time.sleep(0.05)
-    raise AssertionError(f"event {name!r} not seen on ranks {list(ranks)}\n{self.all_output()}")
+    stuck = "".join(f"\n--- rank {r}'s threads (pid {self.procs[r].pid}) ---\n{native_stacks(self.procs[r].pid)}"
+                    for r in ranks if self.procs[r].poll() is None and not self.event(r, name))
+    raise AssertionError(f"event {name!r} not seen on ranks {list(ranks)}\n{self.all_output()}{stuck}")
 
 
 class Job(WaitsForEvents):
@@ -129,7 +148,9 @@ class Job(WaitsForEvents):
       try:
         self.procs[r].wait(timeout=max(0.0, deadline - time.monotonic()))
       except subprocess.TimeoutExpired:
-        out = self.all_output()
+        out = self.all_output() + "".join(f"\n--- rank {s}'s threads (pid {self.procs[s].pid}) ---\n"
+                                          f"{native_stacks(self.procs[s].pid)}"
+                                          for s in ranks if self.procs[s].poll() is None)
         self.kill_all()
         raise AssertionError(f"rank {r} still running after {timeout} s\n{out}")
     # Only the waited ranks' readers: a rank left running (stopped, say)
