@@ -49,6 +49,11 @@ class WaitsForEvents:
     """The rank exited and all it printed can be read."""
     return self.procs[rank].poll() is not None
 
+  def stacks(self, ranks) -> str:
+    """Every thread's stack of each of `ranks` still running."""
+    return "".join(f"\n--- rank {r}'s threads (pid {self.procs[r].pid}) ---\n{native_stacks(self.procs[r].pid)}"
+                   for r in ranks if self.procs[r].poll() is None)
+
   def wait_event(self, name: str, ranks=None, timeout: float = 120) -> None:
     ranks = range(len(self.procs)) if ranks is None else ranks
     deadline = time.monotonic() + timeout
@@ -58,8 +63,7 @@ class WaitsForEvents:
       if any(self.ended(r) and not self.event(r, name) for r in ranks):
         break
       time.sleep(0.05)
-    stuck = "".join(f"\n--- rank {r}'s threads (pid {self.procs[r].pid}) ---\n{native_stacks(self.procs[r].pid)}"
-                    for r in ranks if self.procs[r].poll() is None and not self.event(r, name))
+    stuck = self.stacks(r for r in ranks if not self.event(r, name))
     raise AssertionError(f"event {name!r} not seen on ranks {list(ranks)}\n{self.all_output()}{stuck}")
 
 
@@ -148,9 +152,7 @@ class Job(WaitsForEvents):
       try:
         self.procs[r].wait(timeout=max(0.0, deadline - time.monotonic()))
       except subprocess.TimeoutExpired:
-        out = self.all_output() + "".join(f"\n--- rank {s}'s threads (pid {self.procs[s].pid}) ---\n"
-                                          f"{native_stacks(self.procs[s].pid)}"
-                                          for s in ranks if self.procs[s].poll() is None)
+        out = self.all_output() + self.stacks(ranks)
         self.kill_all()
         raise AssertionError(f"rank {r} still running after {timeout} s\n{out}")
     # Only the waited ranks' readers: a rank left running (stopped, say)
