@@ -186,6 +186,35 @@ def test_a_death_wins_over_the_connections_its_news_closes(transport, round_):
       assert "process 2 failed" in e["error"], (r, e)
 
 
+# Over Gloo: on shared memory no connection closes, and the fault point
+# delays the arrival itself (signatures travel as an all-gather there).
+@pytest.mark.parametrize("transport", ["gloo"])
+def test_a_stall_in_the_call_before_wins_over_the_connection_its_giving_up_closes(transport):
+  """Process 1 sends its signature for a permute, then stops (a fault delay)
+  before its data. Process 2 needs nothing of it, finishes the permute and
+  waits in the next call for the others to arrive; process 0 waits for
+  process 1's data, gives up at the stall bound and closes its connections.
+  Process 2 must name the stall in the call before (process 1), not the
+  connection it found closed, nor process 0 as one that never came."""
+  env = transport_env(transport, TEST_HEARTBEAT_TIMEOUT="300", MYPLUGIN_COLLECTIVE_TIMEOUT_SECONDS="300",
+                      MYPLUGIN_COLLECTIVE_STALL_SECONDS="2", TEST_FAULT_DELAYS="signature_sent=25",
+                      TEST_FAULT_PROCESS="1")
+  with Job(3, ["left_behind"], program="collectives_worker.py", env=env) as job:
+    job.wait_event("error", ranks=[0, 2], timeout=60)
+    assert job.event(2, "permuted") and not job.event(0, "permuted"), job.all_output()
+    e0, e2 = job.event(0, "error"), job.event(2, "error")
+    # Process 0 cannot tell that process 2 finished the call (nothing of it
+    # is recorded for call #0), so it names it too, as it names any process
+    # that did not record giving up: the stopped one is always named.
+    assert (e0["class"], e0["collective"]) == ("CollectiveTimeout", "collective-permute f32[1048576]"), e0
+    assert 1 in e0["processes"] and 0 not in e0["processes"], e0
+    assert "made no progress for 2 s" in e0["error"] and "stopped moving data in call #0" in e0["error"], e0["error"]
+    assert (e2["class"], e2["call"], e2["processes"]) == ("CollectiveTimeout", 1, [1]), e2
+    assert e2["collective"].startswith("all-reduce sum"), e2
+    assert "made no progress for 2 s on process 0, in call #0" in e2["error"], e2["error"]
+    assert "processes [1] stopped moving data in call #0" in e2["error"], e2["error"]
+
+
 @pytest.mark.parametrize("transport", TRANSPORTS)
 def test_sigkill_during_64mb_all_reduces(transport):
   env = transport_env(transport, TEST_HEARTBEAT_TIMEOUT=str(HEARTBEAT))

@@ -306,8 +306,11 @@ Status Communicator::Explain(const Signature& sig, const Status& backend_error) 
     // No process failed: someone is late or stuck. Everyone who timed out
     // records it; whoever is missing from the record never came (or, once
     // all had come, stopped moving data).
-    const std::string prefix = std::string("myplugin/collectives/") + (moving ? "stalled/" : "arrived/") +
-                               std::to_string(group_hash_) + "/" + std::to_string(sig.sequence) + "/";
+    auto records_of = [&](bool stalled_records, uint64_t sequence) {
+      return std::string("myplugin/collectives/") + (stalled_records ? "stalled/" : "arrived/") +
+             std::to_string(group_hash_) + "/" + std::to_string(sequence) + "/";
+    };
+    const std::string prefix = records_of(moving, sig.sequence);
     // The value says whether this process waited its whole bound (and which)
     // or only saw a connection close: a peer's timeout closes the others'
     // connections, and the timeout, not the closed connection, is then what
@@ -336,6 +339,12 @@ Status Communicator::Explain(const Signature& sig, const Status& backend_error) 
         std::vector<int> missing;
         for (int p : process_group_) {
           if (!present.count(p)) missing.push_back(p);
+        }
+        if (!moving && !timed_out && timed_out_peer < 0 && sig.sequence > 0) {
+          if (std::optional<Status> earlier = GaveUpOnTheCallBefore(sig, what, records_of(true, sig.sequence - 1),
+                                                                    timeout_mark, waited, backend_error)) {
+            return *earlier;
+          }
         }
         if (!missing.empty()) {
           ProcessRuntime::Get().flight_recorder().End(record_, false);
@@ -377,6 +386,45 @@ Status Communicator::Explain(const Signature& sig, const Status& backend_error) 
   }
   return Status(backend_error.code() == Code::kOk ? Code::kInternal : backend_error.code(),
                 what + " failed: " + backend_error.message());
+}
+
+std::optional<Status> Communicator::GaveUpOnTheCallBefore(const Signature& sig, const std::string& what,
+                                                          const std::string& prefix, const std::string& timeout_mark,
+                                                          double waited, const Status& backend_error) {
+  // A peer still in the call before this one, which this process finished,
+  // can be there only while its data moves: if it gave up on a stall, its
+  // giving up closed this process's connection, and the stall is the cause.
+  // (Each arrival at call k follows the end of call k - 1 on that process, so
+  // no call earlier than the one before can hold a peer.)
+  auto records = coordination_->KeyValueList(prefix);
+  if (!records.ok()) return std::nullopt;
+  std::set<int> present;
+  int peer = -1;
+  std::string peer_bound;
+  for (const auto& [key, value] : records.value()) {
+    const int p = std::atoi(key.c_str() + prefix.size());
+    present.insert(p);
+    if (peer < 0 && p != process_group_[rank_] && value.rfind(timeout_mark, 0) == 0) {
+      peer = p;
+      peer_bound = value.substr(timeout_mark.size());
+    }
+  }
+  if (peer < 0) return std::nullopt;
+  // This process finished that call: it is not among those who stopped.
+  present.insert(process_group_[rank_]);
+  std::vector<int> missing;
+  for (int p : process_group_) {
+    if (!present.count(p)) missing.push_back(p);
+  }
+  if (missing.empty()) return std::nullopt;
+  ProcessRuntime::Get().flight_recorder().End(record_, false);
+  record_ = 0;
+  const std::string before = std::to_string(sig.sequence - 1);
+  const std::string why = what + " made no progress for " + peer_bound + " on process " + std::to_string(peer) +
+                          ", in call #" + before + " (here its giving up closed a connection after " +
+                          SecondsText(waited) + ": " + backend_error.message() + "): processes " + IdList(missing) +
+                          " stopped moving data in call #" + before + " (stopped, stuck, or their link is down)";
+  return Failed(Code::kDeadlineExceeded, why + WithTrace(why), FailureKind::kTimeout, missing, sig);
 }
 
 std::optional<Status> Communicator::Aborted() {

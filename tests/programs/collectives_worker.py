@@ -5,6 +5,9 @@ usage: python collectives_worker.py SCENARIO
   big         one 64 MB all-reduce
   mismatch_*  this process issues something different from the others (rank 1 deviates)
   loop_big    64 MB all-reduces until an error
+  left_behind a permute in which process 2 needs nothing of process 1 (1 -> 0,
+              0 -> 2), then an all-reduce: process 2 moves on while process 0
+              still waits for process 1's data
   long_call   one all-reduce of MB (argv[2]) megabytes per process: its time and
               whether it equals numpy's sum, or its error
   big_ops     every op on 64 MB per process against numpy
@@ -282,6 +285,17 @@ elif scenario == "loop_big":
     result(event="looping", os_pid=os.getpid())
     while True:
       C.all_reduce(x)
+  except RuntimeError as e:
+    result(event="error", **error_fields(e))
+    time.sleep(30)
+
+elif scenario == "left_behind":
+  x = np.full(1 << 20, r + 1, np.float32)  # 4 MB: past what travels with the signatures
+  try:
+    C.collective_permute(x, [(1, 0), (0, 2)])
+    result(event="permuted")
+    C.all_reduce(x)
+    result(event="done")
   except RuntimeError as e:
     result(event="error", **error_fields(e))
     time.sleep(30)
