@@ -14,6 +14,7 @@
 #include <cstring>
 #include <exception>
 
+#include "collectives/abortable_gloo_context.h"
 #include "common/deadline.h"
 #include "common/fault_delays.h"
 
@@ -89,7 +90,7 @@ StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
   if (rank < 0) {
     return InvalidArgument("process " + std::to_string(my_process) + " is not in the process group " + IdList(process_group));
   }
-  auto context = std::make_shared<gloo::rendezvous::Context>(rank, static_cast<int>(process_group.size()));
+  auto context = std::make_shared<AbortableGlooContext>(rank, static_cast<int>(process_group.size()));
   Status st = Guarded([&] {
     gloo::transport::tcp::attr attr;
     attr.hostname = local_host;
@@ -97,6 +98,7 @@ StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
     KeyValueStore store(coordination, key_prefix, timeout_s);
     context->setTimeout(Millis(timeout_s));
     context->connectFullMesh(store, device);
+    context->Wrap();
   });
   if (!st.ok()) {
     return Status(st.code(), "connecting the Gloo communicator of processes " + IdList(process_group) + " failed: " +
@@ -108,7 +110,7 @@ StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
 
 GlooCommunicator::GlooCommunicator(std::vector<int> process_group, int rank, WaitLimits limits,
                                    std::shared_ptr<coordination::CoordinationClient> coordination,
-                                   std::shared_ptr<gloo::Context> context)
+                                   std::shared_ptr<AbortableGlooContext> context)
     : Communicator(std::move(process_group), rank, limits, std::move(coordination)), context_(std::move(context)) {}
 
 GlooCommunicator::~GlooCommunicator() = default;
@@ -281,8 +283,10 @@ SignalPairFn SignalPair() {
 
 // Gloo's closeConnections() only sets SO_LINGER on the sockets: a wait in
 // progress stays asleep (the survivors of a dead peer then left only through
-// the fate-sharing exit). Failing every pair wakes every wait, so the call
-// returns our error, which names the failed process.
+// the fate-sharing exit). Failing every pair ends its transfers and fails
+// its queued operations; the context then wakes every wait left (a receive
+// whose data had begun), so the call returns our error, which names the
+// failed process.
 void GlooCommunicator::DoAbort() {
   if (SignalPairFn signal = SignalPair()) {
     for (int i = 0; i < context_->size; ++i) {
@@ -293,6 +297,8 @@ void GlooCommunicator::DoAbort() {
         // A pair that never connected has nothing to wake.
       }
     }
+    // Only now no transfer writes into a buffer whose wait ends.
+    context_->Abort("myplugin aborted the collective");
   }
   context_->closeConnections();
 }

@@ -9,11 +9,9 @@
 #include "collectives/communicator.h"
 #include "coordination/client.h"
 
-namespace gloo {
-class Context;
-}
-
 namespace myplugin::collectives {
+
+class AbortableGlooContext;
 
 class GlooCommunicator : public Communicator {
  public:
@@ -40,8 +38,8 @@ class GlooCommunicator : public Communicator {
  private:
   GlooCommunicator(std::vector<int> process_group, int rank, WaitLimits limits,
                    std::shared_ptr<coordination::CoordinationClient> coordination,
-                   std::shared_ptr<gloo::Context> context);
-  std::shared_ptr<gloo::Context> context_;
+                   std::shared_ptr<AbortableGlooContext> context);
+  std::shared_ptr<AbortableGlooContext> context_;
 };
 
 }  // namespace myplugin::collectives

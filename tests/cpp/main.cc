@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
   RunDtypeTests();
   RunSignatureTests();
   RunCallClockTests();
+  RunAbortableGlooContextTests();
   RunCombinedOperandsTests();
   RunLocalRendezvousTests();
   RunDeviceAssignmentTests();

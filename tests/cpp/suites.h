@@ -19,6 +19,7 @@ void RunHugePagesTests();
 void RunDtypeTests();
 void RunSignatureTests();
 void RunCallClockTests();
+void RunAbortableGlooContextTests();
 void RunCombinedOperandsTests();
 void RunLocalRendezvousTests();
 void RunDeviceAssignmentTests();
