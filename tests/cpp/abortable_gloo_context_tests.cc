@@ -102,10 +102,9 @@ void TestAnAbortEndsAWaitAtOnceWithItsWords() {
   CHECK(Thrown([&] { in->waitSend(std::chrono::seconds(30)); }) == "process 2 failed");
   auto later = contexts[0]->createUnboundBuffer(bytes.data(), bytes.size());
   CHECK(Thrown([&] { later->waitRecv(std::chrono::seconds(30)); }) == "process 2 failed");
-  // The other rank's context is not aborted: its wait times out as Gloo's does.
-  auto other = contexts[1]->createUnboundBuffer(bytes.data(), bytes.size());
-  other->recv(0, /*slot=*/4);
-  CHECK(Thrown([&] { other->waitRecv(std::chrono::milliseconds(100)); }).find("Timed out") != std::string::npos);
+  // (The communicator fails the pairs before it aborts the context, so no
+  // pair touches a buffer after its wait ended; here nothing closes a pair
+  // before the buffers are gone, so nothing does either.)
 }
 
 }  // namespace
