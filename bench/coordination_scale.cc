@@ -579,8 +579,12 @@ int Generator::Run() {
 
   // Barriers of all: the time from the first arrival sent to the last
   // release read, and from the last arrival sent (the barrier's own cost).
+  // The service's CPU per barrier too: what one core of its own must do
+  // for a release, loopback's receiving half included (an upper bound).
   std::vector<double> barrier_total, barrier_release;
-  for (int r = 0; r < o_.rounds && problem_count_ == 0; ++r) {
+  const double barrier_cpu0 = o_.service_pid ? ServiceCpu() : 0;
+  int barriers = 0;
+  for (int r = 0; r < o_.rounds && problem_count_ == 0; ++r, ++barriers) {
     msg::Barrier b;
     b.name = "scale/barrier/" + std::to_string(r);
     b.timeout_ms = static_cast<uint64_t>(o_.phase_timeout * 1000);
@@ -592,6 +596,7 @@ int Generator::Run() {
     barrier_release.push_back(std::chrono::duration<double>(last_reply_ - b1).count());
   }
   j << ", \"barrier_total_s\": " << Json(barrier_total) << ", \"barrier_release_s\": " << Json(barrier_release);
+  if (o_.service_pid && barriers > 0) j << ", \"barrier_service_cpu_s\": " << (ServiceCpu() - barrier_cpu0) / barriers;
 
   // Key-value: every process sets its key, then gets its neighbour's
   // (a blocking get: the neighbour may not have set it yet).

@@ -305,6 +305,7 @@ def summarize(results: list[dict]) -> list[dict]:
           "registration_s": med([r.get("registration_s") for r in rs]) if impl == "ours" else None,
           "barrier_release_s": med([x for r in rs for x in r.get("barrier_release_s", [])]),
           "barrier_total_s": med([x for r in rs for x in r.get("barrier_total_s", [])]),
+          "barrier_service_cpu_s": med([r.get("barrier_service_cpu_s") for r in rs]),
           "kv_set_get_s": med([x for r in rs for x in r.get("kv_set_get_s", [])]),
           "death_closed_s": med([r.get("death_all_s") for r in closed]),
           "death_frozen_s": med([r.get("death_all_s") for r in frozen]),
@@ -330,12 +331,14 @@ def fmt(x, unit=""):
 
 def table(rows: list[dict]) -> str:
   head = ("| impl | processes | all registered (s) | all have topology (s) | barrier release (ms) | barrier total (ms) "
+          "| barrier, service CPU (ms) "
           "| kv set+get (ms) | death, closed (ms) | death, frozen (s) | idle CPU (cores) | RSS (MiB) | threads "
           "| heartbeats (frames/s) | heartbeats (KB/s) | problems |")
   lines = [head, "|" + "---|" * head.count("|")[:-1] if False else "|" + "---|" * (head.count("|") - 1)]
   for r in rows:
     lines.append(f"| {r['impl']} | {r['n']:,} | {fmt(r['registered_s'])} | {fmt(r['registration_s'])} "
                  f"| {fmt(r['barrier_release_s'], 'ms')} | {fmt(r['barrier_total_s'], 'ms')} "
+                 f"| {fmt(r['barrier_service_cpu_s'], 'ms')} "
                  f"| {fmt(r['kv_set_get_s'], 'ms')} | {fmt(r['death_closed_s'], 'ms')} | {fmt(r['death_frozen_s'])} "
                  f"| {fmt(r['idle_cpu_cores'])} | {fmt(r['rss_mib'])} | {fmt(r['threads'])} "
                  f"| {fmt(r['heartbeat_frames_per_s'])} "
