@@ -81,13 +81,12 @@ namespace {
 // zigzagged): the service numbers them so that consecutive ids differ by
 // one (messages.h), a byte each; any values still travel.
 void PutIncarnation(Writer& w, uint64_t previous, uint64_t incarnation) {
-  const uint64_t d = incarnation - previous;
-  w.Varint((d << 1) ^ (0 - (d >> 63)));
+  w.Varint(ZigZagDifference(previous, incarnation));
 }
 Status GetIncarnation(Reader& r, uint64_t previous, uint64_t* incarnation) {
   uint64_t z;
   MYPLUGIN_RETURN_IF_ERROR(r.Varint(&z));
-  *incarnation = previous + ((z >> 1) ^ (0 - (z & 1)));
+  *incarnation = FromZigZagDifference(previous, z);
   return OkStatus();
 }
 

@@ -84,14 +84,6 @@ bool AsProcessInfo(const std::string& bytes, ProcessInfo* info) {
   return true;
 }
 
-// Pids move by small steps either way within a host: a signed difference
-// (modulo 2^32), zigzagged so that small ones of both signs are short.
-uint64_t ZigZag(uint32_t from, uint32_t to) {
-  const int32_t d = static_cast<int32_t>(to - from);
-  return static_cast<uint32_t>((static_cast<uint32_t>(d) << 1) ^ static_cast<uint32_t>(d >> 31));
-}
-uint32_t UnZigZag(uint32_t from, uint32_t z) { return from + ((z >> 1) ^ (0u - (z & 1))); }
-
 Status Malformed(const std::string& what) { return InvalidArgument("malformed topology table: " + what); }
 
 }  // namespace
@@ -107,7 +99,8 @@ void TopologyEncoder::Put(const std::string& topology) {
   for (const StringField& f : kStringFields) {
     if (info.*f.member != previous_.*f.member) flags |= f.bit;
   }
-  w_.U8(flags).Varint(ZigZag(static_cast<uint32_t>(previous_.pid), static_cast<uint32_t>(info.pid)));
+  // Pids move by small steps either way within a host: a difference.
+  w_.U8(flags).Varint(ZigZagDifference(static_cast<uint32_t>(previous_.pid), static_cast<uint32_t>(info.pid)));
   if (flags & kNumDevices) w_.Varint(static_cast<uint32_t>(info.num_devices));
   for (const StringField& f : kStringFields) {
     if (!(flags & f.bit)) continue;
@@ -136,7 +129,7 @@ Status TopologyDecoder::Get(std::string* topology) {
     uint64_t v;
     MYPLUGIN_RETURN_IF_ERROR(r_.Varint(&v));
     if (v > UINT32_MAX) return Malformed("a pid difference beyond 32 bits");
-    info.pid = static_cast<int>(UnZigZag(static_cast<uint32_t>(previous_.pid), static_cast<uint32_t>(v)));
+    info.pid = static_cast<int>(FromZigZagDifference(static_cast<uint32_t>(previous_.pid), static_cast<uint32_t>(v)));
     if (flags & kNumDevices) {
       MYPLUGIN_RETURN_IF_ERROR(r_.Varint(&v));
       if (v > UINT32_MAX) return Malformed("a device count beyond 32 bits");

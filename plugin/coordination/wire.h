@@ -64,6 +64,18 @@ inline constexpr MessageType kLastMessageType = MessageType::kKeyValueIncrement;
 
 const char* MessageTypeName(MessageType type);
 
+// A value as its difference from another (modulo 2^bits of U), zigzagged
+// so that small differences of either sign make short varints; and back.
+template <typename U>
+constexpr U ZigZagDifference(U from, U to) {
+  const U d = static_cast<U>(to - from);
+  return static_cast<U>((d << 1) ^ (U{0} - (d >> (sizeof(U) * 8 - 1))));
+}
+template <typename U>
+constexpr U FromZigZagDifference(U from, U z) {
+  return static_cast<U>(from + ((z >> 1) ^ (U{0} - (z & 1))));
+}
+
 class Writer {
  public:
   explicit Writer(MessageType type, uint32_t request_id = 0);

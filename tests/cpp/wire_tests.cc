@@ -49,6 +49,22 @@ void TestVarints() {
   }
 }
 
+void TestZigZagDifferences() {
+  // Small steps of either sign are small numbers; the widths wrap.
+  CHECK(wire::ZigZagDifference<uint32_t>(7, 7) == 0 && wire::ZigZagDifference<uint32_t>(7, 6) == 1);
+  CHECK(wire::ZigZagDifference<uint32_t>(7, 8) == 2 && wire::ZigZagDifference<uint32_t>(0, UINT32_MAX) == 1);
+  CHECK(wire::ZigZagDifference<uint64_t>(UINT64_MAX, 0) == 2 && wire::ZigZagDifference<uint64_t>(1, 1 + 4096) == 8192);
+  for (uint64_t from : {uint64_t{0}, uint64_t{5}, UINT64_MAX, uint64_t{1} << 63}) {
+    for (uint64_t to : {uint64_t{0}, uint64_t{4}, UINT64_MAX - 1, uint64_t{1} << 40}) {
+      CHECK(wire::FromZigZagDifference(from, wire::ZigZagDifference(from, to)) == to);
+      CHECK(wire::FromZigZagDifference<uint32_t>(static_cast<uint32_t>(from),
+                                           wire::ZigZagDifference<uint32_t>(static_cast<uint32_t>(from),
+                                                                      static_cast<uint32_t>(to))) ==
+            static_cast<uint32_t>(to));
+    }
+  }
+}
+
 void TestWireRejectsMalformed() {
   unsigned char huge[4] = {0xff, 0xff, 0xff, 0x7f};
   uint32_t length;
@@ -90,5 +106,6 @@ void TestWireRejectsMalformed() {
 void RunWireTests() {
   TestWireRoundTrip();
   TestVarints();
+  TestZigZagDifferences();
   TestWireRejectsMalformed();
 }
