@@ -23,6 +23,33 @@ namespace {
 // How long processes that timed out wait for each other to record arrival.
 constexpr double kArrivalWaitS = 1.0;
 
+// A give-up record's value when the process waited its whole bound (then
+// the bound follows); "closed" when it only saw a connection close.
+constexpr char kTimeoutMark[] = "timeout after ";
+
+// The processes that recorded giving up on a call (the records under
+// `prefix`), and the first of them other than `self` that waited its whole
+// bound, with that bound.
+struct GiveUps {
+  std::set<int> present;
+  int timed_out_peer = -1;
+  std::string peer_bound;
+};
+GiveUps ReadGiveUps(const std::vector<std::pair<std::string, std::string>>& records, const std::string& prefix,
+                    int self) {
+  GiveUps g;
+  const std::string mark = kTimeoutMark;
+  for (const auto& [key, value] : records) {
+    const int p = std::atoi(key.c_str() + prefix.size());
+    g.present.insert(p);
+    if (g.timed_out_peer < 0 && p != self && value.rfind(mark, 0) == 0) {
+      g.timed_out_peer = p;
+      g.peer_bound = value.substr(mark.size());
+    }
+  }
+  return g;
+}
+
 // Where the first process to see a call's signatures differ publishes them:
 // per membership epoch, so that a group rebuilt after recovery, whose
 // sequence starts again, never reads an old one.
@@ -315,34 +342,26 @@ Status Communicator::Explain(const Signature& sig, const Status& backend_error) 
     // or only saw a connection close: a peer's timeout closes the others'
     // connections, and the timeout, not the closed connection, is then what
     // each names.
-    const std::string timeout_mark = "timeout after ";
     const std::string own_bound = SecondsText(moving ? limits().stall_s : limits().arrival_s);
     if (coordination_->KeyValueSet(prefix + std::to_string(process_group_[rank_]),
-                                   timed_out ? timeout_mark + own_bound : "closed")
+                                   timed_out ? kTimeoutMark + own_bound : "closed")
             .ok()) {
       std::this_thread::sleep_for(std::chrono::milliseconds(static_cast<int>(kArrivalWaitS * 1000)));
       // A cause that came while this process waited still wins.
       if (std::optional<Status> cause = KnownCause(sig, what)) return *cause;
       auto arrived = coordination_->KeyValueList(prefix);
       if (arrived.ok()) {
-        std::set<int> present;
-        int timed_out_peer = -1;
-        std::string peer_bound;
-        for (const auto& [key, value] : arrived.value()) {
-          const int p = std::atoi(key.c_str() + prefix.size());
-          present.insert(p);
-          if (timed_out_peer < 0 && p != process_group_[rank_] && value.rfind(timeout_mark, 0) == 0) {
-            timed_out_peer = p;
-            peer_bound = value.substr(timeout_mark.size());
-          }
-        }
+        const GiveUps records = ReadGiveUps(arrived.value(), prefix, process_group_[rank_]);
+        const std::set<int>& present = records.present;
+        const int timed_out_peer = records.timed_out_peer;
+        const std::string& peer_bound = records.peer_bound;
         std::vector<int> missing;
         for (int p : process_group_) {
           if (!present.count(p)) missing.push_back(p);
         }
         if (!moving && !timed_out && timed_out_peer < 0 && sig.sequence > 0) {
-          if (std::optional<Status> earlier = GaveUpOnTheCallBefore(sig, what, records_of(true, sig.sequence - 1),
-                                                                    timeout_mark, waited, backend_error)) {
+          if (std::optional<Status> earlier =
+                  GaveUpOnTheCallBefore(sig, what, records_of(true, sig.sequence - 1), waited, backend_error)) {
             return *earlier;
           }
         }
@@ -389,28 +408,20 @@ Status Communicator::Explain(const Signature& sig, const Status& backend_error) 
 }
 
 std::optional<Status> Communicator::GaveUpOnTheCallBefore(const Signature& sig, const std::string& what,
-                                                          const std::string& prefix, const std::string& timeout_mark,
-                                                          double waited, const Status& backend_error) {
+                                                          const std::string& prefix, double waited,
+                                                          const Status& backend_error) {
   // A peer still in the call before this one, which this process finished,
   // can be there only while its data moves: if it gave up on a stall, its
   // giving up closed this process's connection, and the stall is the cause.
   // (Each arrival at call k follows the end of call k - 1 on that process, so
   // no call earlier than the one before can hold a peer.)
-  auto records = coordination_->KeyValueList(prefix);
-  if (!records.ok()) return std::nullopt;
-  std::set<int> present;
-  int peer = -1;
-  std::string peer_bound;
-  for (const auto& [key, value] : records.value()) {
-    const int p = std::atoi(key.c_str() + prefix.size());
-    present.insert(p);
-    if (peer < 0 && p != process_group_[rank_] && value.rfind(timeout_mark, 0) == 0) {
-      peer = p;
-      peer_bound = value.substr(timeout_mark.size());
-    }
-  }
+  auto listed = coordination_->KeyValueList(prefix);
+  if (!listed.ok()) return std::nullopt;
+  GiveUps records = ReadGiveUps(listed.value(), prefix, process_group_[rank_]);
+  const int peer = records.timed_out_peer;
   if (peer < 0) return std::nullopt;
   // This process finished that call: it is not among those who stopped.
+  std::set<int>& present = records.present;
   present.insert(process_group_[rank_]);
   std::vector<int> missing;
   for (int p : process_group_) {
@@ -420,7 +431,7 @@ std::optional<Status> Communicator::GaveUpOnTheCallBefore(const Signature& sig, 
   ProcessRuntime::Get().flight_recorder().End(record_, false);
   record_ = 0;
   const std::string before = std::to_string(sig.sequence - 1);
-  const std::string why = what + " made no progress for " + peer_bound + " on process " + std::to_string(peer) +
+  const std::string why = what + " made no progress for " + records.peer_bound + " on process " + std::to_string(peer) +
                           ", in call #" + before + " (here its giving up closed a connection after " +
                           SecondsText(waited) + ": " + backend_error.message() + "): processes " + IdList(missing) +
                           " stopped moving data in call #" + before + " (stopped, stuck, or their link is down)";

@@ -151,8 +151,7 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   // under prefix name one: the cause of a connection that closed while this
   // process waited for the others to arrive at sig.
   std::optional<Status> GaveUpOnTheCallBefore(const Signature& sig, const std::string& what, const std::string& prefix,
-                                              const std::string& timeout_mark, double waited,
-                                              const Status& backend_error);
+                                              double waited, const Status& backend_error);
   // What ended the call, when it is known: a peer's mismatch report for
   // this call, else a failure the service reported. Either wins over the
   // broken connection or timeout it caused here.
