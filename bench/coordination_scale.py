@@ -89,12 +89,12 @@ def wait_for_line(proc: subprocess.Popen, log, word: str, timeout: float) -> str
 
 
 def run_ours(generator: str, n: int, death: str, rounds: int, topology: str, idle_s: float,
-             frozen_timeout: float) -> dict:
+             frozen_timeout: float, io_threads: int = 0) -> dict:
   port = free_port()
   env = {k: v for k, v in os.environ.items() if not k.startswith("MYPLUGIN_")}
   env["MYPLUGIN_COORDINATOR_TOKEN"] = "scale-bench"
   cli = [sys.executable, "-m", "jax_plugin.coordinator_cli", "--port", str(port), "--num-processes", str(n),
-         "--bind", "127.0.0.1"]
+         "--bind", "127.0.0.1", "--io-threads", str(io_threads)]
   if death == "frozen":
     cli += ["--heartbeat-timeout", str(frozen_timeout)]
   # Its log goes to a file: a pipe nobody reads would stop the service
@@ -114,6 +114,7 @@ def run_ours(generator: str, n: int, death: str, rounds: int, topology: str, idl
     result = json.loads(gen.stdout.strip().splitlines()[-1])
     result["rss_before_kib"] = rss_before
     result["impl"] = "ours"
+    result["io_threads"] = io_threads
     if result.get("problems"):
       log.seek(0)
       result["service_log"] = [line[:300] for line in log.read().splitlines()[-5:]]
@@ -293,13 +294,16 @@ def med(xs):
 
 def summarize(results: list[dict]) -> list[dict]:
   rows = []
-  for impl in ("ours", "jax"):
+  for impl, loops in sorted({(r["impl"], r.get("io_threads", 0)) for r in results}, key=lambda k: (k[0] != "ours", k)):
     for n in sorted({r["num_processes"] for r in results if r["impl"] == impl}):
-      rs = [r for r in results if r["impl"] == impl and r["num_processes"] == n]
+      rs = [r for r in results if r["impl"] == impl and r["num_processes"] == n and r.get("io_threads", 0) == loops]
+      if not rs:
+        continue
       closed = [r for r in rs if r.get("death") in ("closed", "killed")]
       frozen = [r for r in rs if r.get("death") == "frozen"]
       rows.append({
-          "impl": impl, "n": n, "runs": len(rs),
+          # An explicit number of the service's event loops (--io-threads); 0 is its default.
+          "impl": f"{impl}, {loops} loop{'s' if loops > 1 else ''}" if loops else impl, "n": n, "runs": len(rs),
           # jax's connect() registers; its topology exchange is a later step (the PJRT client's).
           "registered_s": med([r.get("registration_s" if impl == "jax" else "first_topology_s") for r in rs]),
           "registration_s": med([r.get("registration_s") for r in rs]) if impl == "ours" else None,
@@ -392,6 +396,8 @@ def main() -> int:
   ap.add_argument("--frozen-timeout", type=float, default=FROZEN_HEARTBEAT_TIMEOUT_S,
                   help="the heartbeat timeout of the frozen run (100 s is the default)")
   ap.add_argument("--only-frozen", action="store_true", help="the frozen run only")
+  ap.add_argument("--io-threads", default="0", help="ours: the service's event loops, comma-separated to compare "
+                  "(interleaved at each size); 0 is the service's default")
   ap.add_argument("--build", default=os.path.join(ROOT, "build-bench"))
   ap.add_argument("--generator", default=None, help="a coordination_scale built before (the GPU kit's), "
                   "instead of building it in --build")
@@ -417,24 +423,29 @@ def main() -> int:
     generator = args.generator or build_generator(args.build)
     if not os.access(generator, os.X_OK):
       sys.exit(f"--generator {generator} is not an executable file")
+  loops_list = [int(k) for k in args.io_threads.split(",")]
   results = []
   for run in range(args.runs):
     death = "frozen" if args.only_frozen or (run == args.runs - 1 and args.runs > 1) else "closed"
     for n in counts:
-      t0 = time.monotonic()
-      try:
-        if args.impl == "ours":
-          r = run_ours(generator, n, death, args.rounds, args.topology, args.idle_seconds, args.frozen_timeout)
-        else:
-          r = run_jax(n, args.rounds, args.per_process, args.idle_seconds)
-      except Exception as e:  # noqa: BLE001 - a size that fails is reported, the others go on
-        r = {"impl": args.impl, "num_processes": n, "error": str(e)[:500]}
-      r["run"], r["topology"], r["wall_s"] = run, args.topology, time.monotonic() - t0
-      print(json.dumps(r), flush=True)
-      results.append(r)
-      if args.json:
-        with open(args.json, "a") as f:
-          f.write(json.dumps(r) + "\n")
+      # Alternating the order run by run: neither setting always goes first.
+      loops_order = loops_list if run % 2 == 0 else loops_list[::-1]
+      for loops in loops_order if args.impl == "ours" else [0]:
+        t0 = time.monotonic()
+        try:
+          if args.impl == "ours":
+            r = run_ours(generator, n, death, args.rounds, args.topology, args.idle_seconds, args.frozen_timeout,
+                         loops)
+          else:
+            r = run_jax(n, args.rounds, args.per_process, args.idle_seconds)
+        except Exception as e:  # noqa: BLE001 - a size that fails is reported, the others go on
+          r = {"impl": args.impl, "num_processes": n, "error": str(e)[:500]}
+        r["run"], r["topology"], r["wall_s"] = run, args.topology, time.monotonic() - t0
+        print(json.dumps(r), flush=True)
+        results.append(r)
+        if args.json:
+          with open(args.json, "a") as f:
+            f.write(json.dumps(r) + "\n")
   print(table(summarize(results)))
   return 0
 

@@ -25,6 +25,8 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument("--bind", default=None, help="bind address (default every interface, IPv4 and IPv6, with a token, else 127.0.0.1)")
   parser.add_argument("--heartbeat-timeout", type=float, default=None, help="seconds (default: the service's)")
   parser.add_argument("--initialization-timeout", type=float, default=None, help="seconds (default: the service's)")
+  parser.add_argument("--io-threads", type=int, default=0,
+                      help="event-loop threads (default: one per 2,048 processes, up to the machine's cores, at most 8)")
   args = parser.parse_args(argv)
 
   from jax_plugin import _myplugin, distributed
@@ -42,7 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     return 2
   try:
     service = _myplugin.CoordinationService.start(bind, args.port, args.num_processes, token,
-                                                  args.heartbeat_timeout, args.initialization_timeout)
+                                                  args.heartbeat_timeout, args.initialization_timeout,
+                                                  io_threads=args.io_threads)
   except RuntimeError as e:
     print(f"myplugin-coordinator: {e}", file=sys.stderr)
     return 1

@@ -40,12 +40,13 @@ def generator(tmp_path_factory):
   return str(build / "coordination_scale")
 
 
-def _start_service(tmp_path, n: int):
+def _start_service(tmp_path, n: int, io_threads: int = 0):
   cli = shutil.which("myplugin-coordinator", path=os.path.dirname(sys.executable))
   assert cli, "myplugin-coordinator is not installed beside this Python"
   log = open(tmp_path / "coordinator.log", "w+")
   # Port 0: the service picks one and says which.
-  service = subprocess.Popen([cli, "--port", "0", "--num-processes", str(n), "--bind", "127.0.0.1"],
+  service = subprocess.Popen([cli, "--port", "0", "--num-processes", str(n), "--bind", "127.0.0.1",
+                              "--io-threads", str(io_threads)],
                              env=child_env(MYPLUGIN_COORDINATOR_TOKEN="scale-test"), stdout=log,
                              stderr=subprocess.STDOUT, text=True, start_new_session=True)
   return service, log
@@ -67,7 +68,10 @@ def _port(service, log, timeout=60.0) -> int:
 def test_4096_processes_register_meet_store_and_hear_of_a_death(generator, tmp_path):
   soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
   assert hard >= PROCESSES + 128, f"this test needs {PROCESSES + 128} descriptors a process (ulimit -Hn is {hard})"
-  service, log = _start_service(tmp_path, PROCESSES)
+  # Three event loops (the default here is one: half of CI's two cores):
+  # members on different loops arrive, are released and hear of the death
+  # at once, as on a machine with cores to spare.
+  service, log = _start_service(tmp_path, PROCESSES, io_threads=3)
   try:
     port = _port(service, log)
     r = run([generator, "--port", str(port), "--token", "scale-test", "--num-processes", str(PROCESSES),
@@ -85,7 +89,7 @@ def test_4096_processes_register_meet_store_and_hear_of_a_death(generator, tmp_p
     # naming it.
     assert result["death_told"] == PROCESSES - 1
     assert result["problems"] == 0
-    # The service served all of them on its event loop, not a thread each.
+    # The service served all of them on its event loops, not a thread each.
     assert 0 < result["threads"] < 16, result["threads"]
     # And the job failed for the reason the death gives.
     service.wait(timeout=30)
@@ -96,3 +100,11 @@ def test_4096_processes_register_meet_store_and_hear_of_a_death(generator, tmp_p
   finally:
     kill_group(service)
     log.close()
+
+
+def test_a_wrong_number_of_event_loops_is_refused_at_start(tmp_path):
+  cli = shutil.which("myplugin-coordinator", path=os.path.dirname(sys.executable))
+  assert cli, "myplugin-coordinator is not installed beside this Python"
+  r = run([cli, "--port", "0", "--num-processes", "2", "--io-threads", "9"], child_env(), timeout=60)
+  assert r.returncode == 1, r.output
+  assert "io_threads must be between 1 and 8 (or 0 for 1, the default for this job), got 9" in r.output, r.output

@@ -34,6 +34,14 @@ struct GiveUps {
   std::set<int> present;
   int timed_out_peer = -1;
   std::string peer_bound;
+  // The processes of `group` with no record.
+  std::vector<int> MissingOf(const std::vector<int>& group) const {
+    std::vector<int> missing;
+    for (int p : group) {
+      if (!present.count(p)) missing.push_back(p);
+    }
+    return missing;
+  }
 };
 GiveUps ReadGiveUps(const std::vector<std::pair<std::string, std::string>>& records, const std::string& prefix,
                     int self) {
@@ -352,13 +360,9 @@ Status Communicator::Explain(const Signature& sig, const Status& backend_error) 
       auto arrived = coordination_->KeyValueList(prefix);
       if (arrived.ok()) {
         const GiveUps records = ReadGiveUps(arrived.value(), prefix, process_group_[rank_]);
-        const std::set<int>& present = records.present;
         const int timed_out_peer = records.timed_out_peer;
         const std::string& peer_bound = records.peer_bound;
-        std::vector<int> missing;
-        for (int p : process_group_) {
-          if (!present.count(p)) missing.push_back(p);
-        }
+        const std::vector<int> missing = records.MissingOf(process_group_);
         if (!moving && !timed_out && timed_out_peer < 0 && sig.sequence > 0) {
           if (std::optional<Status> earlier =
                   GaveUpOnTheCallBefore(sig, what, records_of(true, sig.sequence - 1), waited, backend_error)) {
@@ -421,12 +425,8 @@ std::optional<Status> Communicator::GaveUpOnTheCallBefore(const Signature& sig, 
   const int peer = records.timed_out_peer;
   if (peer < 0) return std::nullopt;
   // This process finished that call: it is not among those who stopped.
-  std::set<int>& present = records.present;
-  present.insert(process_group_[rank_]);
-  std::vector<int> missing;
-  for (int p : process_group_) {
-    if (!present.count(p)) missing.push_back(p);
-  }
+  records.present.insert(process_group_[rank_]);
+  const std::vector<int> missing = records.MissingOf(process_group_);
   if (missing.empty()) return std::nullopt;
   ProcessRuntime::Get().flight_recorder().End(record_, false);
   record_ = 0;

@@ -47,6 +47,24 @@ inline constexpr int kDefaultMaxConnections = 2048;
 inline constexpr int MaxConnectionsFor(int num_processes) {
   return num_processes > kDefaultMaxConnections / 2 ? 2 * num_processes : kDefaultMaxConnections;
 }
+// The service's event-loop threads, unless the caller says: one for each
+// kProcessesPerIoThread processes of the job, at most kMaxIoThreads and
+// never more than half the machine's cores (the rest are the job's: the
+// host of the service is often process 0). A barrier's release is one send
+// per process, each a few microseconds of the sender's CPU over TCP
+// (bench/coordination_scale: about 13 us a process for an arrival and a
+// release over loopback): one thread takes some 27 ms for 2,048 processes,
+// and a job of 16,384 spreads its release over 8 cores. On 2 cores shared
+// with the load, a second loop gained nothing and cost 40 % more CPU
+// (docs/performance.md).
+inline constexpr int kProcessesPerIoThread = 2048;
+inline constexpr int kMaxIoThreads = 8;
+inline constexpr int IoThreadsFor(int num_processes, int cores) {
+  const int want = num_processes <= kProcessesPerIoThread ? 1 : (num_processes + kProcessesPerIoThread - 1) / kProcessesPerIoThread;
+  const int half = cores / 2 < 1 ? 1 : cores / 2;
+  const int most = half < kMaxIoThreads ? half : kMaxIoThreads;
+  return want < most ? want : most;
+}
 // Descriptors the service needs beyond its connections (the listener, the
 // event loop's, the host's own files).
 inline constexpr int kSpareDescriptors = 64;

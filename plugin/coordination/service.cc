@@ -39,6 +39,13 @@ StatusOr<std::unique_ptr<CoordinationService>> CoordinationService::Start(const 
                                                                           const ServiceOptions& options_in) {
   ServiceOptions options = options_in;
   if (options.max_connections == 0) options.max_connections = MaxConnectionsFor(options.num_processes);
+  const int cores = static_cast<int>(std::thread::hardware_concurrency());
+  if (options.io_threads == 0) options.io_threads = IoThreadsFor(options.num_processes, cores);
+  if (options.io_threads < 1 || options.io_threads > kMaxIoThreads) {
+    return InvalidArgument("io_threads must be between 1 and " + std::to_string(kMaxIoThreads) + " (or 0 for " +
+                           std::to_string(IoThreadsFor(options.num_processes, cores)) +
+                           ", the default for this job), got " + std::to_string(options.io_threads));
+  }
   if (options.num_processes < 1) {
     return InvalidArgument("num_processes must be at least 1, got " + std::to_string(options.num_processes));
   }
@@ -59,17 +66,20 @@ StatusOr<std::unique_ptr<CoordinationService>> CoordinationService::Start(const 
   std::unique_ptr<CoordinationService> service(new CoordinationService(bound, options));
   asio::error_code ec;
   Socket fd = listener.take();
-  service->loop_->acceptor.assign(v6 ? tcp::v6() : tcp::v4(), fd.fd(), ec);
+  service->listener_->acceptor.assign(v6 ? tcp::v6() : tcp::v4(), fd.fd(), ec);
   if (ec) return Internal("cannot serve the coordinator's listening socket: " + ec.message());
   fd.Release();  // the acceptor owns it now
   service->AcceptNext();
-  service->loop_thread_ = std::thread([s = service.get()] { s->loop_->io.run(); });
+  for (auto& loop : service->loops_) loop->thread = std::thread([l = loop.get()] { l->io.run(); });
   service->monitor_thread_ = std::thread([s = service.get()] { s->MonitorLoop(); });
   return service;
 }
 
 CoordinationService::CoordinationService(int port, const ServiceOptions& options)
-    : options_(options), port_(port), loop_(std::make_unique<Loop>()), state_(options) {}
+    : options_(options), port_(port), state_(options) {
+  for (int i = 0; i < options_.io_threads; ++i) loops_.push_back(std::make_unique<Loop>(loops_.size()));
+  listener_ = std::make_unique<Listener>(loops_.front()->io);
+}
 
 CoordinationService::~CoordinationService() { Stop(); }
 
@@ -78,12 +88,12 @@ void CoordinationService::Stop() {
   if (monitor_thread_.joinable()) monitor_thread_.join();
   // No more connections; the peers still saying Hello end on their
   // deadlines or with the loop.
-  asio::post(loop_->io, [this] {
+  asio::post(loops_.front()->io, [this] {
     asio::error_code ignored;
-    loop_->acceptor.close(ignored);
-    loop_->backoff.cancel();
+    listener_->acceptor.close(ignored);
+    listener_->backoff.cancel();
   });
-  std::map<ConnectionId, std::shared_ptr<Connection>> conns;
+  std::unordered_map<ConnectionId, std::shared_ptr<Connection>> conns;
   {
     std::lock_guard<std::mutex> lock(mu_);
     conns.swap(connections_);
@@ -114,25 +124,36 @@ void CoordinationService::Stop() {
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
   };
-  asio::post(loop_->io, [&conns] {
-    asio::error_code ignored;
-    for (auto& [id, c] : conns) c->socket.shutdown(tcp::socket::shutdown_send, ignored);
-  });
+  for (auto& loop : loops_) {
+    asio::post(loop->io, [&conns, l = loop.get()] {
+      asio::error_code ignored;
+      for (auto& [id, c] : conns) {
+        if (c->loop == l) c->socket.shutdown(tcp::socket::shutdown_send, ignored);
+      }
+    });
+  }
   // After the shutdown barrier every member closes its side; otherwise
   // (a failed job) nobody is waited for.
   if (all_departed()) {
     for (auto& [id, c] : conns) wait_until([&c = c] { return c->finished.load(); });
   }
-  loop_->io.stop();
-  if (loop_thread_.joinable()) loop_thread_.join();
+  for (auto& loop : loops_) loop->io.stop();
+  for (auto& loop : loops_) {
+    if (loop->thread.joinable()) loop->thread.join();
+  }
   for (auto& [id, c] : conns) c->queue.Abort();
   conns.clear();
-  std::unique_ptr<Loop> loop;
+  std::vector<std::unique_ptr<Loop>> loops;
+  std::unique_ptr<Listener> listener;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    loop.swap(loop_);
+    loops.swap(loops_);
+    listener.swap(listener_);
   }
-  // Its destruction closes every socket and ends the handlers still pending.
+  // Their destruction closes every socket and ends the handlers still
+  // pending: each loop's handlers hold only its own connections.
+  listener.reset();
+  loops.clear();
 }
 
 Status CoordinationService::Restart(const std::string& token, int num_processes) {

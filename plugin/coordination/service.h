@@ -4,18 +4,19 @@
 // The network shell around ServiceState (service_state.h), which holds the
 // job's state and answers every message. Here: accepting connections (at
 // most ServiceOptions::max_connections at once; the excess is refused with
-// a clear error) and reading their Hellos on one event-loop thread
-// (standalone Asio), and serving every member on that same thread with a
-// bounded send queue each (so a job of thousands of processes costs
-// descriptors and memory, never a thread per process); and a monitor
-// thread for heartbeats and deadlines. The state lock is never held during
+// a clear error), and reading their Hellos and serving every member on a
+// few event-loop threads (standalone Asio; ServiceOptions::io_threads, by
+// default one per 2,048 processes up to the machine's cores), each
+// connection on one of them, with a bounded send queue each (so a job of
+// thousands of processes costs descriptors and memory, never a thread per
+// process); and a monitor thread for heartbeats and deadlines. The state lock is never held during
 // I/O: a member that stops reading is dropped and declared failed once its
 // queue overflows or it takes no bytes for SendProgressTimeoutSeconds, and
 // nobody else waits.
 #pragma once
 
 #include <atomic>
-#include <map>
+#include <unordered_map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -77,18 +78,21 @@ class CoordinationService {
   struct Connection;
   struct Handshake;
   struct Loop;
+  struct Listener;
 
   CoordinationService(int port, const ServiceOptions& options);
-  // On the event loop: accept, and the Hello of each connection.
+  // On the first loop: accept, and hand the connection to its loop; on
+  // that loop, its Hello.
   void AcceptNext();
   void StartHandshake(const std::shared_ptr<Handshake>& h);
   void OnHelloFrame(const std::shared_ptr<Handshake>& h);
   void Reject(const std::shared_ptr<Handshake>& h, const Status& why,
               std::vector<std::shared_ptr<const std::string>> frames);
-  // On the event loop: a member's frames in, its queue out, and its end.
+  // On the member's loop: its frames in, its queue out, and its end.
   void ServeMember(const std::shared_ptr<Connection>& conn);
   void ReadMore(const std::shared_ptr<Connection>& conn);
-  void OnReadable(const std::shared_ptr<Connection>& conn);
+  // `received` bytes are in conn->first.
+  void OnReadable(const std::shared_ptr<Connection>& conn, size_t received);
   void Flush(const std::shared_ptr<Connection>& conn);
   void WatchStall(const std::shared_ptr<Connection>& conn);
   // The member on `conn` is gone (`why`): the state hears of it, and the
@@ -102,7 +106,8 @@ class CoordinationService {
   void CloseOnLoop(const std::shared_ptr<Connection>& conn);
   void MonitorLoop();
   // mu_ held: hands the state's frames to the connections' queues, and
-  // has the loop flush them.
+  // has their loops flush them (one task per loop for all its connections:
+  // a barrier's release is thousands).
   void Deliver(Outbox& out);
 
   const ServiceOptions options_;
@@ -114,17 +119,17 @@ class CoordinationService {
   std::atomic<uint64_t> refused_{0};
   // Members and peers still saying Hello, against max_connections.
   std::atomic<int> open_{0};
-  // The event loop (the listener, every connection, their timers) and its
-  // thread; reset, under mu_, only when Stop is done with it.
-  std::unique_ptr<Loop> loop_;
-  std::thread loop_thread_;
+  // The event loops and the listener (on the first); emptied, under mu_,
+  // only when Stop is done with them.
+  std::vector<std::unique_ptr<Loop>> loops_;
+  std::unique_ptr<Listener> listener_;
   std::thread monitor_thread_;
-  ConnectionId next_id_ = 1;  // the event loop's
+  ConnectionId next_id_ = 1;  // the first loop's
 
   std::mutex mu_;  // the state lock: never held during I/O
   ServiceState state_;
   // Members only: a connection is one from its accepted Hello on.
-  std::map<ConnectionId, std::shared_ptr<Connection>> connections_;
+  std::unordered_map<ConnectionId, std::shared_ptr<Connection>> connections_;
 };
 
 }  // namespace myplugin::coordination

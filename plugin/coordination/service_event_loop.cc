@@ -1,5 +1,6 @@
-// The service's event loop: accepting connections (within the limit), and each
-// connection's Hello, read with a deadline, then served as a member or rejected.
+// The service's event loops: accepting connections (within the limit) on the
+// first, each handed to a loop in turn, which reads its Hello with a deadline
+// and then serves it as a member or rejects it.
 #include "coordination/service.h"
 
 #include <algorithm>
@@ -25,15 +26,17 @@ std::string ErrorFrame(const Status& status) { return msg::Error::From(0, status
 
 }  // namespace
 
-// A connection until its Hello is accepted: a socket and a timer on the
-// event loop, owned by the handlers waiting on them. It holds one of the
+// A connection until its Hello is accepted: a socket and a timer on its
+// loop, owned by the handlers waiting on them. It holds one of the
 // connection slots (open_) until it ends, or hands it to its member.
 struct CoordinationService::Handshake {
-  Handshake(CoordinationService* s, tcp::socket sock) : service(s), socket(std::move(sock)), timer(socket.get_executor()) {}
+  Handshake(CoordinationService* s, Loop& l, tcp::socket sock)
+      : service(s), loop(&l), socket(std::move(sock)), timer(l.io) {}
   ~Handshake() {
     if (!member) --service->open_;
   }
   CoordinationService* service;
+  Loop* const loop;  // the socket's
   tcp::socket socket;
   // The Hello deadline, then the deadline of a rejected peer's error frame.
   asio::steady_timer timer;
@@ -47,21 +50,23 @@ struct CoordinationService::Handshake {
 };
 
 void CoordinationService::AcceptNext() {
-  loop_->acceptor.async_accept([this](const asio::error_code& ec, tcp::socket socket) {
+  // Round robin: each connection's socket belongs to its loop from here on.
+  Loop& next = *loops_[next_id_ % loops_.size()];
+  listener_->acceptor.async_accept(next.io, [this, &next](const asio::error_code& ec, tcp::socket socket) {
     if (stopping_ || ec == asio::error::operation_aborted) return;
     if (ec) {
       // EMFILE and the like persist until descriptors are freed: back off
       // (up to 1 s) rather than spin, and say so at a bounded rate.
       accept_errors_.Log("accept failed: accept: " + ec.message());
-      int& backoff_ms = loop_->backoff_ms;
+      int& backoff_ms = listener_->backoff_ms;
       backoff_ms = std::min(1000, backoff_ms == 0 ? 10 : backoff_ms * 2);
-      loop_->backoff.expires_after(std::chrono::milliseconds(backoff_ms));
-      loop_->backoff.async_wait([this](const asio::error_code& e) {
+      listener_->backoff.expires_after(std::chrono::milliseconds(backoff_ms));
+      listener_->backoff.async_wait([this](const asio::error_code& e) {
         if (!e && !stopping_) AcceptNext();
       });
       return;
     }
-    loop_->backoff_ms = 0;
+    listener_->backoff_ms = 0;
     Socket::MarkAccepted(socket.native_handle());
     std::string peer = Socket::PeerNameOf(socket.native_handle());
     if (open_.load() >= options_.max_connections) {
@@ -75,10 +80,10 @@ void CoordinationService::AcceptNext() {
       socket.send(asio::buffer(ErrorFrame(why)), 0, ignored);
     } else {
       ++open_;
-      auto h = std::make_shared<Handshake>(this, std::move(socket));
+      auto h = std::make_shared<Handshake>(this, next, std::move(socket));
       h->id = next_id_++;
       h->peer = std::move(peer);
-      StartHandshake(h);
+      asio::post(next.io, [this, h] { StartHandshake(h); });
     }
     AcceptNext();
   });
@@ -120,7 +125,7 @@ void CoordinationService::StartHandshake(const std::shared_ptr<Handshake>& h) {
 }
 
 void CoordinationService::OnHelloFrame(const std::shared_ptr<Handshake>& h) {
-  auto conn = std::make_shared<Connection>(loop_->io);
+  auto conn = std::make_shared<Connection>(*h->loop);
   conn->id = h->id;
   conn->peer = h->peer;
   Status st;

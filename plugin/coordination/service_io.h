@@ -1,16 +1,20 @@
 // What the service's files share: a member's connection (its socket, send
-// queue and the event loop's reading and writing state) and the event
-// loop's parts (Asio's context, the acceptor, timers).
+// queue and its event loop's reading and writing state), an event loop
+// (Asio's context and its thread) and the listener (the acceptor, on the
+// first loop).
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 // Standalone Asio (Debian's libasio-dev), header-only: the event loop that
 // serves every connection.
+#include <asio/executor_work_guard.hpp>
 #include <asio/io_context.hpp>
 #include <asio/ip/tcp.hpp>
 #include <asio/steady_timer.hpp>
@@ -24,13 +28,19 @@ namespace myplugin::coordination {
 using tcp = asio::ip::tcp;
 
 // Everything but `queue`, `flushing` and `stop_reported` (which Deliver
-// touches under the state lock, from any thread) belongs to the event loop.
+// touches under the state lock, from any thread) belongs to its event loop,
+// `loop`: one thread reads and writes a connection, so its frames go out in
+// the order the state queued them.
 struct CoordinationService::Connection {
-  explicit Connection(asio::io_context& io) : socket(io), stall(io) {}
+  explicit Connection(Loop& l);
+  Loop* const loop;
   ConnectionId id = 0;
   tcp::socket socket;
   std::string peer;
   SendQueue queue{kMaxSendQueueBytes};
+  // What each receive reads first: a barrier's arrival, a heartbeat or a
+  // get whole (more is read into the loop's buffer).
+  std::array<char, 256> first;
   // Bytes read that are not a whole frame yet.
   std::string in;
   // The frame on its way out, and how much of it the socket has taken.
@@ -49,14 +59,29 @@ struct CoordinationService::Connection {
   std::atomic<bool> finished{false};
 };
 
+// One event loop: the connections it serves (and their timers), on a
+// thread of its own.
 struct CoordinationService::Loop {
+  explicit Loop(size_t i) : index(i) {}
+  const size_t index;  // in loops_
   asio::io_context io;
-  tcp::acceptor acceptor{io};
-  asio::steady_timer backoff{io};  // after an accept error
-  int backoff_ms = 0;
+  // Keeps run() going while the loop has no connection yet (Stop ends it).
+  asio::executor_work_guard<asio::io_context::executor_type> busy = asio::make_work_guard(io);
   // What one readiness of one connection reads into, at most, before the
   // next connection's turn.
   std::vector<char> buffer = std::vector<char>(64u << 10);
+  std::thread thread;
+};
+
+inline CoordinationService::Connection::Connection(Loop& l) : loop(&l), socket(l.io), stall(l.io) {}
+
+// The listening socket, served by the first loop, which hands each
+// connection it accepts to a loop in turn.
+struct CoordinationService::Listener {
+  explicit Listener(asio::io_context& io) : acceptor(io), backoff(io) {}
+  tcp::acceptor acceptor;
+  asio::steady_timer backoff;  // after an accept error
+  int backoff_ms = 0;
 };
 
 }  // namespace myplugin::coordination

@@ -279,7 +279,7 @@ std::string ServiceState::CheckInvariants() const {
   if (bytes != store_bytes_) return "store_bytes_ disagrees with the store";
   if (store_bytes_ > kMaxStoreBytes) return "the store is over its limit";
   if (Waiting() > MaxWaitingFor(options_.num_processes) + 1) return "more waiters than the limit";
-  std::map<ConnectionId, size_t> waiting;
+  std::unordered_map<ConnectionId, size_t> waiting;
   for (const auto& kw : key_waiters_) ++waiting[kw.second.waiter.conn];
   for (const auto& b : barriers_) {
     for (const Waiter& w : b.second.waiters) ++waiting[w.conn];

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <unordered_map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -36,6 +37,9 @@ struct ServiceOptions {
   double initialization_timeout_s = kDefaultInitializationTimeoutSeconds;
   // 0: MaxConnectionsFor(num_processes) (limits.h).
   int max_connections = 0;
+  // Event-loop threads; 0: IoThreadsFor(num_processes, the machine's cores)
+  // (limits.h).
+  int io_threads = 0;
   // The launcher's restarts: this is attempt `attempt` of the job, and
   // `earlier_tokens` are the tokens of the attempts before it (index =
   // attempt), so a process left over from one is told so, not "wrong token".
@@ -207,7 +211,7 @@ class ServiceState {
 
   ServiceOptions options_;  // not const: a restart assigns a fresh state
   std::vector<Process> processes_;
-  std::map<ConnectionId, int> members_;
+  std::unordered_map<ConnectionId, int> members_;
   Clock::time_point init_deadline_;
   Clock::time_point next_init_report_;
   Clock::time_point next_beat_;
@@ -224,7 +228,7 @@ class ServiceState {
   std::map<std::string, Barrier> barriers_;
   // The processes that asked to shut down (a barrier they miss cannot complete).
   std::set<int> shutting_down_;
-  std::map<ConnectionId, size_t> waiting_of_;
+  std::unordered_map<ConnectionId, size_t> waiting_of_;
   std::optional<Status> failure_;
   int failed_process_ = -1;
 

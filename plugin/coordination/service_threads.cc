@@ -1,9 +1,9 @@
-// Members on the event loop: reading frames and handing them to the state
-// (under the state lock, never during I/O), flushing each member's send
-// queue as its socket takes bytes, and the ends of a member (its peer
-// closed, it stopped reading). One thread serves every member, so a job of
-// thousands costs descriptors and memory, not threads; the monitor thread
-// ticks the state's clock.
+// Members on their event loops: reading frames and handing them to the
+// state (under the state lock, never during I/O), flushing each member's
+// send queue as its socket takes bytes, and the ends of a member (its peer
+// closed, it stopped reading). A few threads serve every member, so a job
+// of thousands costs descriptors and memory, not threads; the monitor
+// thread ticks the state's clock.
 #include "coordination/service.h"
 
 #include <poll.h>
@@ -41,20 +41,40 @@ void CoordinationService::ServeMember(const std::shared_ptr<Connection>& conn) {
 }
 
 void CoordinationService::ReadMore(const std::shared_ptr<Connection>& conn) {
-  conn->socket.async_wait(tcp::socket::wait_read, [this, conn](const asio::error_code& ec) {
+  // A receive, not a wait for readiness: Asio then reads as the socket
+  // becomes readable, without re-arming its epoll registration (an
+  // epoll_ctl) or a last read that finds nothing (EAGAIN) per frame:
+  // half the system calls of an arrival at a barrier of thousands.
+  conn->socket.async_receive(asio::buffer(conn->first), [this, conn](const asio::error_code& ec, size_t n) {
     if (ec == asio::error::operation_aborted) return;
+    if (ec == asio::error::eof) return EndMember(conn, Status(Code::kUnavailable, "connection closed by peer"));
     if (ec) return EndMember(conn, Status(Code::kUnavailable, "recv: " + ec.message()));
-    OnReadable(conn);
+    OnReadable(conn, n);
   });
 }
 
-void CoordinationService::OnReadable(const std::shared_ptr<Connection>& conn) {
-  std::vector<char>& buf = loop_->buffer;
+void CoordinationService::OnReadable(const std::shared_ptr<Connection>& conn, size_t received) {
   std::vector<std::string> frames;
   Status st;
-  size_t total = 0;
   size_t pos = 0;  // conn->in up to here is taken as frames
-  while (st.ok() && total < kReadBurstBytes) {
+  // Whole frames out; a length over the limit ends the member before
+  // anything of that size is held.
+  auto take_frames = [&] {
+    while (conn->in.size() - pos >= 4) {
+      uint32_t length = 0;
+      st = DecodeLength(reinterpret_cast<const unsigned char*>(conn->in.data() + pos), &length);
+      if (!st.ok() || conn->in.size() - pos - 4 < length) break;
+      frames.push_back(conn->in.substr(pos + 4, length));
+      pos += 4 + length;
+    }
+  };
+  conn->in.append(conn->first.data(), received);
+  take_frames();
+  // The receive filled its buffer: there may be more (a big value), read
+  // here up to a burst's worth before the next connection's turn.
+  std::vector<char>& buf = conn->loop->buffer;
+  size_t total = received;
+  while (st.ok() && received == conn->first.size() && total < kReadBurstBytes) {
     ssize_t n = ::recv(conn->socket.native_handle(), buf.data(), buf.size(), MSG_DONTWAIT);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
@@ -63,15 +83,7 @@ void CoordinationService::OnReadable(const std::shared_ptr<Connection>& conn) {
     if (n <= 0) break;
     total += static_cast<size_t>(n);
     conn->in.append(buf.data(), static_cast<size_t>(n));
-    // Whole frames out; a length over the limit ends the member before
-    // anything of that size is held.
-    while (conn->in.size() - pos >= 4) {
-      uint32_t length = 0;
-      st = DecodeLength(reinterpret_cast<const unsigned char*>(conn->in.data() + pos), &length);
-      if (!st.ok() || conn->in.size() - pos - 4 < length) break;
-      frames.push_back(conn->in.substr(pos + 4, length));
-      pos += 4 + length;
-    }
+    take_frames();
   }
   conn->in.erase(0, pos);
   // Stopping: what a peer still sends is read (see Stop) but not acted on.
@@ -203,29 +215,41 @@ void CoordinationService::StoppedReading(const std::shared_ptr<Connection>& conn
 
 void CoordinationService::CloseOnLoop(const std::shared_ptr<Connection>& conn) {
   conn->queue.Abort();
-  if (!loop_) return;
-  // On the loop, which alone closes a socket: never another's descriptor.
-  asio::post(loop_->io, [conn] {
+  if (loops_.empty()) return;
+  // On its loop, which alone closes its socket: never another's descriptor.
+  asio::post(conn->loop->io, [conn] {
     asio::error_code ignored;
     if (conn->socket.is_open()) conn->socket.shutdown(tcp::socket::shutdown_both, ignored);
   });
 }
 
 void CoordinationService::Deliver(Outbox& out) {
+  if (loops_.empty()) {
+    out.frames.clear();
+    return;
+  }
+  // The connections each loop is to flush.
+  std::vector<std::vector<std::shared_ptr<Connection>>> flush(loops_.size());
   for (Outbox::Frame& f : out.frames) {
     auto it = connections_.find(f.to);
-    if (it == connections_.end() || !loop_) continue;
-    std::shared_ptr<Connection> conn = it->second;
+    if (it == connections_.end()) continue;
+    const std::shared_ptr<Connection>& conn = it->second;
     if (!conn->queue.Push(std::move(f.bytes))) {
       if (!conn->queue.overflowed() || conn->stop_reported.exchange(true)) continue;
-      asio::post(loop_->io, [this, conn] {
+      asio::post(conn->loop->io, [this, conn] {
         StoppedReading(conn, "over " + ByteCount(kMaxSendQueueBytes) + " queued: it reads slower than the job writes to it");
       });
     } else if (!conn->flushing.exchange(true)) {
-      asio::post(loop_->io, [this, conn] { Flush(conn); });
+      flush[conn->loop->index].push_back(conn);
     }
   }
   out.frames.clear();
+  for (size_t i = 0; i < flush.size(); ++i) {
+    if (flush[i].empty()) continue;
+    asio::post(loops_[i]->io, [this, conns = std::move(flush[i])] {
+      for (const auto& conn : conns) Flush(conn);
+    });
+  }
 }
 
 void CoordinationService::MonitorLoop() {

@@ -37,6 +37,7 @@ nb::dict Limits() {
   limits["max_topology_bytes"] = coord::kMaxTopologyBytes;
   limits["max_send_queue_bytes"] = coord::kMaxSendQueueBytes;
   limits["default_max_connections"] = coord::kDefaultMaxConnections;
+  limits["max_io_threads"] = coord::kMaxIoThreads;
   return limits;
 }
 
@@ -48,18 +49,19 @@ void BindService(nb::module_& m) {
       .def_static(
           "start",
           [](const std::string& bind_host, int port, int num_processes, const std::string& token,
-             double heartbeat_timeout, double initialization_timeout, int max_connections) {
+             double heartbeat_timeout, double initialization_timeout, int max_connections, int io_threads) {
             coord::ServiceOptions o;
             o.num_processes = num_processes;
             o.token = token;
             o.heartbeat_timeout_s = heartbeat_timeout;
             o.initialization_timeout_s = initialization_timeout;
             o.max_connections = max_connections;
+            o.io_threads = io_threads;
             return ValueOrThrow(coord::CoordinationService::Start(bind_host, port, o));
           },
           nb::arg("bind_host"), nb::arg("port"), nb::arg("num_processes"), nb::arg("token"),
           nb::arg("heartbeat_timeout"), nb::arg("initialization_timeout"),
-          nb::arg("max_connections") = 0)
+          nb::arg("max_connections") = 0, nb::arg("io_threads") = 0)
       .def_prop_ro("port", &coord::CoordinationService::port)
       .def("connections", &coord::CoordinationService::connections)
       .def("refused_connections", &coord::CoordinationService::refused_connections)

@@ -1,5 +1,5 @@
 // The coordination service and its clients over real sockets, with many
-// clients at once: every thread of the service (accept, readers, writers,
+// clients at once: every thread of the service (its event loops and its
 // monitor) and of each client (reader, heartbeat) runs concurrently. Built
 // with MYPLUGIN_SANITIZE=thread by ci/sanitizers.sh, this is the data-race
 // check of the service and the client; in the normal build, a stress test of
@@ -28,9 +28,12 @@ constexpr int kClients = 32;
 // Generous: a TSan build runs several times slower on a loaded 2-core machine.
 constexpr double kTimeoutS = 120;
 
-void TestManyConcurrentClients() {
+// `io_threads` event loops: with several, members on different loops
+// arrive, read and are answered at once.
+void TestManyConcurrentClients(int io_threads) {
   ServiceOptions options;
   options.num_processes = kClients;
+  options.io_threads = io_threads;
   options.token = "stress-token";
   options.heartbeat_timeout_s = 60;
   options.initialization_timeout_s = kTimeoutS;
@@ -96,9 +99,10 @@ void TestManyConcurrentClients() {
 // thread's last reap joined that connection's writer, still waiting on the
 // queue, while Stop waited for the accept thread: Stop never returned.
 void TestStopWhileMembersClose() {
-  for (int round = 0; round < 3; ++round) {
+  for (int round = 0; round < 4; ++round) {
     ServiceOptions options;
     options.num_processes = 4;
+    options.io_threads = 1 + round % 2 * 2;  // 1 and 3 loops
     options.token = "t";
     auto service = CoordinationService::Start("127.0.0.1", 0, options);
     CHECK(service.ok());
@@ -124,7 +128,35 @@ void TestStopWhileMembersClose() {
 
 }  // namespace
 
+// The number of event loops: chosen from the job's size and the cores, and
+// a wrong one refused at start, naming the range.
+void TestIoThreads() {
+  CHECK(IoThreadsFor(1, 16) == 1);
+  CHECK(IoThreadsFor(kProcessesPerIoThread, 16) == 1);
+  CHECK(IoThreadsFor(kProcessesPerIoThread + 1, 16) == 2);
+  CHECK(IoThreadsFor(4096, 16) == 2);
+  CHECK(IoThreadsFor(16384, 16) == 8);
+  CHECK(IoThreadsFor(16384, 8) == 4);  // half the cores
+  CHECK(IoThreadsFor(16384, 2) == 1);
+  CHECK(IoThreadsFor(1 << 20, 64) == kMaxIoThreads);
+  CHECK(IoThreadsFor(16384, 0) == 1);  // cores unknown
+  for (int bad : {-1, kMaxIoThreads + 1}) {
+    ServiceOptions options;
+    options.num_processes = 2;
+    options.io_threads = bad;
+    auto service = CoordinationService::Start("127.0.0.1", 0, options);
+    CHECK(!service.ok());
+    if (!service.ok()) {
+      CHECK(service.status().code() == myplugin::Code::kInvalidArgument);
+      CHECK(service.status().message().find("io_threads must be between 1 and " + std::to_string(kMaxIoThreads)) !=
+            std::string::npos);
+    }
+  }
+}
+
 void RunCoordinationStressTests() {
-  TestManyConcurrentClients();
+  TestIoThreads();
+  TestManyConcurrentClients(1);
+  TestManyConcurrentClients(3);
   TestStopWhileMembersClose();
 }
