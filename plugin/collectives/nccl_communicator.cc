@@ -117,7 +117,7 @@ StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(const NcclA
   std::unique_ptr<NcclCommunicator> made(
       new NcclCommunicator(api, comm, rank, size, std::move(causes), std::move(watch)));
   NcclCommunicator* polled = made.get();  // unwatched by its destructor, before NCCL's communicator goes
-  if (made->watch_.watchdog != nullptr) made->watch_.watchdog->Watch(polled, [polled] { polled->Poll(); });
+  if (made->watch_.watchdog != nullptr) made->watch_.watchdog->Watch(polled, [polled] { return polled->Poll(); });
   return made;
 }
 
@@ -192,11 +192,11 @@ Status NcclCommunicator::Guard(Clock::time_point started) {
   return OnAsyncError(result, "an earlier call on this NCCL communicator", started, /*keep=*/false, /*own=*/1);
 }
 
-void NcclCommunicator::Poll() {
+std::function<void()> NcclCommunicator::Poll() {
   StatusOr<std::optional<ncclResult_t>> async = AsyncError();
-  if (!async.ok() || !async.value()) return;  // the next call sees a failed poll itself
+  if (!async.ok() || !async.value()) return {};  // the next call sees a failed poll itself
   const ncclResult_t result = *async.value();
-  if (result == ncclSuccess || result == ncclInProgress) return;
+  if (result == ncclSuccess || result == ncclInProgress) return {};
   std::string call;
   Clock::time_point since;
   {
@@ -205,7 +205,9 @@ void NcclCommunicator::Poll() {
                              : enqueued_ + " (call #" + std::to_string(calls_) + " on this NCCL communicator)";
     since = enqueued_at_;
   }
-  (void)OnAsyncError(result, "the NCCL watchdog: " + call, since, /*keep=*/true, /*own=*/0);
+  return [this, result, call, since] {
+    (void)OnAsyncError(result, "the NCCL watchdog: " + call, since, /*keep=*/true, /*own=*/0);
+  };
 }
 
 StatusOr<std::optional<ncclResult_t>> NcclCommunicator::AsyncError() {

@@ -116,10 +116,12 @@ class NcclCommunicator {
   // combined collective's operands go out as one launch.
   Status Group(const std::function<Status()>& enqueue);
   void Abort(const Status& why);
-  // The watchdog's look (any thread, while kernels run): an asynchronous
-  // error is explained, the communicator aborted, the failure reported, and
-  // the explained error kept for the next call. Nothing after an abort.
-  void Poll();
+  // The watchdog's look (any thread, while kernels run): on an
+  // asynchronous error, what to do about it (empty if none): the error
+  // explained (which may wait for its cause), the communicator aborted, the
+  // failure reported, and the explained error kept for the next call.
+  // Nothing after an abort.
+  std::function<void()> Poll();
 
  private:
   using Clock = std::chrono::steady_clock;

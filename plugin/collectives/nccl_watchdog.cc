@@ -9,7 +9,7 @@ NcclWatchdog::NcclWatchdog(double poll_s) : poll_s_(poll_s) {}
 
 NcclWatchdog::~NcclWatchdog() { Stop(); }
 
-void NcclWatchdog::Watch(const void* key, std::function<void()> poll) {
+void NcclWatchdog::Watch(const void* key, Poll poll) {
   std::lock_guard<std::mutex> life(lifecycle_mu_);
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -20,9 +20,18 @@ void NcclWatchdog::Watch(const void* key, std::function<void()> poll) {
 }
 
 void NcclWatchdog::Unwatch(const void* key) {
-  std::unique_lock<std::mutex> lock(mu_);
-  watched_.erase(key);
-  cv_.wait(lock, [&] { return polling_ != key; });
+  std::thread handler;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    watched_.erase(key);
+    cv_.wait(lock, [&] { return polling_ != key && !handling_.count(key); });
+    auto it = handlers_.find(key);
+    if (it != handlers_.end()) {
+      handler = std::move(it->second);
+      handlers_.erase(it);
+    }
+  }
+  if (handler.joinable()) handler.join();  // done: it only returns
 }
 
 void NcclWatchdog::Stop() {
@@ -33,6 +42,21 @@ void NcclWatchdog::Stop() {
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
+  std::unique_lock<std::mutex> lock(mu_);
+  Reap(lock, /*all=*/true);
+}
+
+void NcclWatchdog::Reap(std::unique_lock<std::mutex>& lock, bool all) {
+  if (all) cv_.wait(lock, [&] { return handling_.empty(); });
+  for (auto it = handlers_.begin(); it != handlers_.end();) {
+    if (handling_.count(it->first)) {
+      ++it;
+      continue;
+    }
+    // Done: it no longer needs the lock, only to return.
+    it->second.join();
+    it = handlers_.erase(it);
+  }
 }
 
 bool NcclWatchdog::running() {
@@ -48,18 +72,28 @@ void NcclWatchdog::Loop() {
     // One round: each communicator watched as it began, unless it was
     // unwatched meanwhile. A poll runs without the lock (it may wait for
     // an error's cause), marked as `polling_` so that Unwatch waits for it.
+    Reap(lock, /*all=*/false);
     std::vector<const void*> keys;
     for (const auto& [key, poll] : watched_) keys.push_back(key);
     for (const void* key : keys) {
       if (stop_) break;
       auto it = watched_.find(key);
-      if (it == watched_.end()) continue;
-      std::function<void()> poll = it->second;
+      if (it == watched_.end() || handling_.count(key) || handlers_.count(key)) continue;
+      Poll poll = it->second;
       polling_ = key;
       lock.unlock();
-      poll();
+      std::function<void()> found = poll();
       lock.lock();
       polling_ = nullptr;
+      if (found) {
+        handling_.insert(key);
+        handlers_[key] = std::thread([this, key, found = std::move(found)] {
+          found();
+          std::lock_guard<std::mutex> done(mu_);
+          handling_.erase(key);
+          cv_.notify_all();
+        });
+      }
       cv_.notify_all();
     }
     cv_.wait_for(lock, period, [&] { return stop_; });

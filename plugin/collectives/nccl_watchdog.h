@@ -8,7 +8,9 @@
 //
 // It knows no NCCL type: each communicator watches itself with its own poll
 // (NcclCommunicator::Poll), so the process runtime, built with or without
-// NCCL's headers, can own it.
+// NCCL's headers, can own it. What a poll finds is handled on a thread of
+// its own: explaining an error may wait seconds for its cause, and the
+// other communicators' polls go on meanwhile.
 #pragma once
 
 #include <condition_variable>
@@ -16,6 +18,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "collectives/defaults.h"
@@ -29,15 +32,19 @@ class NcclWatchdog {
   NcclWatchdog(const NcclWatchdog&) = delete;
   NcclWatchdog& operator=(const NcclWatchdog&) = delete;
 
-  // Polls `poll` every poll period from now until Unwatch(key); the first
-  // watch starts the thread (again, after a Stop).
-  void Watch(const void* key, std::function<void()> poll);
-  // No poll of `key` runs once this returns: one in progress is waited for
-  // (a communicator unwatches itself before NCCL's communicator is
-  // destroyed). Never call it from a poll.
+  // A poll returns what to do about what it found, or an empty function.
+  using Poll = std::function<std::function<void()>()>;
+  // Polls `poll` every poll period from now until Unwatch(key), except
+  // while what its last poll found is being handled; the first watch
+  // starts the thread (again, after a Stop).
+  void Watch(const void* key, Poll poll);
+  // No poll of `key`, nor the handling of what it found, runs once this
+  // returns: one in progress is waited for (a communicator unwatches itself
+  // before NCCL's communicator is destroyed). Never call it from a poll or
+  // a handling.
   void Unwatch(const void* key);
-  // Ends the thread and joins it (the job's shutdown); a poll in progress
-  // finishes first.
+  // Ends the thread and joins it (the job's shutdown); a poll or handling
+  // in progress finishes first.
   void Stop();
 
   bool running();
@@ -49,9 +56,17 @@ class NcclWatchdog {
   const double poll_s_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::map<const void*, std::function<void()>> watched_;  // under mu_
-  const void* polling_ = nullptr;                        // under mu_: whose poll runs now
-  bool stop_ = false;                                    // under mu_
+  // Joins the handling threads that are done (mu_ held); all of them
+  // (waiting for them) when `all`.
+  void Reap(std::unique_lock<std::mutex>& lock, bool all);
+
+  std::map<const void*, Poll> watched_;  // under mu_
+  const void* polling_ = nullptr;        // under mu_: whose poll runs now
+  // Under mu_: the threads handling what a poll found, by key, and the
+  // keys whose handling has not finished.
+  std::map<const void*, std::thread> handlers_;
+  std::set<const void*> handling_;
+  bool stop_ = false;  // under mu_
   std::thread thread_;                                   // started and joined under lifecycle_mu_
   std::mutex lifecycle_mu_;
 };

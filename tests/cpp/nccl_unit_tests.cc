@@ -12,6 +12,7 @@ int RunNcclShareChild(int, int) { return 1; }
 #else
 
 #include <algorithm>
+#include <atomic>
 #include <array>
 #include <cstdlib>
 #include <cstring>
@@ -709,7 +710,49 @@ void TestWatchdogNeverPollsAnEndedCommunicator() {
   CHECK(nccl.used_after_end() == after_end);
 }
 
-// (d) The watchdog's thread stops at the job's end and starts again with
+// (d) What a poll finds is handled on a thread of its own: a communicator
+// whose error takes long to explain (its cause's look waits) holds up no
+// other communicator's poll, is not polled again meanwhile, and Unwatch
+// waits for its handling to end.
+void TestWatchdogSlowHandlingHoldsUpNoOtherPoll() {
+  coll::NcclWatchdog watchdog(0.005);
+  std::atomic<int> slow_polls{0}, other_polls{0}, other_polls_during{0};
+  std::atomic<bool> handling{false}, handled{false};
+  int slow_key = 0, other_key = 0;
+  watchdog.Watch(&slow_key, [&]() -> std::function<void()> {
+    if (slow_polls++ > 0) return {};
+    return [&] {
+      handling = true;
+      const int before = other_polls.load();
+      std::this_thread::sleep_for(std::chrono::milliseconds(800));
+      other_polls_during = other_polls.load() - before;
+      handling = false;
+      handled = true;
+    };
+  });
+  watchdog.Watch(&other_key, [&]() -> std::function<void()> {
+    ++other_polls;
+    return {};
+  });
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (!handling && !handled && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  CHECK(handling || handled);
+  const int slow_polls_at_start = slow_polls.load();
+  watchdog.Unwatch(&slow_key);
+  CHECK(handled);  // Unwatch returned only after the handling ended
+  CHECK(slow_polls_at_start == 1);
+  CHECK(slow_polls.load() == 1);  // not polled while handled, nor after Unwatch
+  // 800 ms at a poll every 5 ms: 160 rounds where nothing waits; a loaded
+  // machine gives fewer, and the poll that handled the error inline gave 0.
+  CHECK(other_polls_during.load() >= 10);
+  watchdog.Unwatch(&other_key);
+  watchdog.Stop();
+  CHECK(!watchdog.running());
+}
+
+// (e) The watchdog's thread stops at the job's end and starts again with
 // the next communicator; the process's own stops at ShutdownJob.
 void TestWatchdogStopsAtShutdown() {
   FakeLibnccl nccl = LoadFakeLibnccl();
@@ -753,7 +796,7 @@ void TestWatchdogStopsAtShutdown() {
   CHECK(nccl.polls(process_handle) == ended_at);
 }
 
-// (e) An abort (a failure notice's, on another thread) that comes while a
+// (f) An abort (a failure notice's, on another thread) that comes while a
 // call is past its guard but has not reached NCCL (a fault delay holds it
 // there) waits for the call to leave before ncclCommAbort frees NCCL's
 // communicator: the stand-in counts a call enqueued on an ended one. Both
@@ -1216,6 +1259,7 @@ bool RunNcclTests() {
   TestWatchdogEndsTheKernelInFlight();
   TestWatchdogNoFalseAlarm();
   TestWatchdogNeverPollsAnEndedCommunicator();
+  TestWatchdogSlowHandlingHoldsUpNoOtherPoll();
   TestWatchdogStopsAtShutdown();
   TestAbortWaitsForTheCallUnderWay();
   TestMismatchFoundAcrossProcesses();
