@@ -314,6 +314,10 @@ Status Communicator::Explain(const Signature& sig, const Status& backend_error) 
     return OfCall(Status(Code::kAborted, what + " was aborted: " + aborted->message()).WithFailureOf(*aborted), sig);
   }
   if (coordination_) {
+    // This process reached this call, so it finished the one before: a peer
+    // still in that one, giving up on a stall, must not name it (only the
+    // error path pays for the record).
+    (void)coordination_->KeyValueSet(ReachedPrefix(sig.sequence) + std::to_string(process_group_[rank_]), "");
     // A broken connection usually means a peer died, or saw this call's
     // signatures differ and broke off: the service names either within moments.
     auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<int>(kFailureNoticeWaitS * 1000));
@@ -362,7 +366,8 @@ Status Communicator::Explain(const Signature& sig, const Status& backend_error) 
         const GiveUps records = ReadGiveUps(arrived.value(), prefix, process_group_[rank_]);
         const int timed_out_peer = records.timed_out_peer;
         const std::string& peer_bound = records.peer_bound;
-        const std::vector<int> missing = records.MissingOf(process_group_);
+        std::vector<int> missing = records.MissingOf(process_group_);
+        if (moving) missing = WithoutThoseInTheNextCall(missing, sig.sequence);
         if (!moving && !timed_out && timed_out_peer < 0 && sig.sequence > 0) {
           if (std::optional<Status> earlier =
                   GaveUpOnTheCallBefore(sig, what, records_of(true, sig.sequence - 1), waited, backend_error)) {
@@ -409,6 +414,27 @@ Status Communicator::Explain(const Signature& sig, const Status& backend_error) 
   }
   return Status(backend_error.code() == Code::kOk ? Code::kInternal : backend_error.code(),
                 what + " failed: " + backend_error.message());
+}
+
+std::string Communicator::ReachedPrefix(uint64_t sequence) const {
+  return "myplugin/collectives/reached/" + std::to_string(group_hash_) + "/" + std::to_string(sequence) + "/";
+}
+
+std::vector<int> Communicator::WithoutThoseInTheNextCall(const std::vector<int>& missing, uint64_t sequence) {
+  // A peer that finished this call and waits in the next one learns of this
+  // process's giving up from the connection it closes, and records that it
+  // reached the next call at once: by now (kArrivalWaitS later) it has.
+  const std::string prefix = ReachedPrefix(sequence + 1);
+  auto reached = coordination_->KeyValueList(prefix);
+  if (!reached.ok() || reached.value().empty()) return missing;
+  std::set<int> finished;
+  for (const auto& [key, value] : reached.value()) finished.insert(std::atoi(key.c_str() + prefix.size()));
+  std::vector<int> left;
+  for (int p : missing) {
+    if (!finished.count(p)) left.push_back(p);
+  }
+  // The process that stopped never reached the next call: someone is left.
+  return left.empty() ? missing : left;
 }
 
 std::optional<Status> Communicator::GaveUpOnTheCallBefore(const Signature& sig, const std::string& what,

@@ -147,6 +147,12 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   static std::string WithTrace(const std::string& why);
   // Turns a backend error into one that says what failed and why.
   Status Explain(const Signature& sig, const Status& backend_error);
+  // Where the processes that reached call `sequence` record it (on the
+  // error path only).
+  std::string ReachedPrefix(uint64_t sequence) const;
+  // `missing` (of call `sequence`) less those recorded in the next call,
+  // which finished this one; never empty when `missing` is not.
+  std::vector<int> WithoutThoseInTheNextCall(const std::vector<int>& missing, uint64_t sequence);
   // The stall a peer gave up on in the call before sig, when its records
   // under prefix name one: the cause of a connection that closed while this
   // process waited for the others to arrive at sig.
