@@ -6,10 +6,10 @@
 // most ServiceOptions::max_connections at once; the excess is refused with
 // a clear error), and reading their Hellos and serving every member on a
 // few event-loop threads (standalone Asio; ServiceOptions::io_threads, by
-// default one per 2,048 processes up to the machine's cores), each
-// connection on one of them, with a bounded send queue each (so a job of
-// thousands of processes costs descriptors and memory, never a thread per
-// process); and a monitor thread for heartbeats and deadlines. The state lock is never held during
+// default IoThreadsFor in limits.h), each connection on one of them, with
+// a bounded send queue each (so a job of thousands of processes costs
+// descriptors and memory, never a thread per process); and a monitor
+// thread for heartbeats and deadlines. The state lock is never held during
 // I/O: a member that stops reading is dropped and declared failed once its
 // queue overflows or it takes no bytes for SendProgressTimeoutSeconds, and
 // nobody else waits.

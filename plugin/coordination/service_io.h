@@ -12,8 +12,8 @@
 #include <thread>
 #include <vector>
 
-// Standalone Asio (Debian's libasio-dev), header-only: the event loop that
-// serves every connection.
+// Standalone Asio (Debian's libasio-dev), header-only: the event loops that
+// serve every connection.
 #include <asio/executor_work_guard.hpp>
 #include <asio/io_context.hpp>
 #include <asio/ip/tcp.hpp>
