@@ -427,12 +427,7 @@ std::vector<int> Communicator::WithoutThoseInTheNextCall(const std::vector<int>&
   const std::string prefix = ReachedPrefix(sequence + 1);
   auto reached = coordination_->KeyValueList(prefix);
   if (!reached.ok() || reached.value().empty()) return missing;
-  std::set<int> finished;
-  for (const auto& [key, value] : reached.value()) finished.insert(std::atoi(key.c_str() + prefix.size()));
-  std::vector<int> left;
-  for (int p : missing) {
-    if (!finished.count(p)) left.push_back(p);
-  }
+  const std::vector<int> left = ReadGiveUps(reached.value(), prefix, process_group_[rank_]).MissingOf(missing);
   // The process that stopped never reached the next call: someone is left.
   return left.empty() ? missing : left;
 }
