@@ -16,6 +16,7 @@
 #include "collectives/straggler_watch.h"
 #include "common/deadline.h"
 #include "common/fault_delays.h"
+#include "common/tcp_links.h"
 
 namespace myplugin::collectives {
 namespace {
@@ -56,6 +57,30 @@ GiveUps ReadGiveUps(const std::vector<std::pair<std::string, std::string>>& reco
     }
   }
   return g;
+}
+
+// The peers whose links a stall's error describes at most: a stall of
+// thousands names them all, their links' state the first few.
+constexpr size_t kLinkNotesMax = 4;
+
+// What this process's TCP connections to `processes` say of their links
+// (common/tcp_links.h): whether a peer stopped, or its link. On the error
+// path only.
+std::string LinkNotes(const std::vector<int>& processes, int self) {
+  const std::vector<coordination::ProcessInfo> topology = ProcessRuntime::Get().distributed().processes();
+  std::string notes;
+  size_t described = 0;
+  for (int p : processes) {
+    if (described == kLinkNotesMax) break;
+    if (p == self || p < 0 || static_cast<size_t>(p) >= topology.size() || topology[p].address.empty()) continue;
+    StatusOr<std::vector<TcpConnectionState>> connections = TcpConnectionsTo(topology[p].address);
+    if (!connections.ok()) continue;
+    const std::string note = DescribeTcpLink("process " + std::to_string(p), topology[p].address, connections.value());
+    if (note.empty()) continue;
+    notes += "; " + note;
+    ++described;
+  }
+  return notes;
 }
 
 // Where the first process to see a call's signatures differ publishes them:
@@ -395,7 +420,8 @@ Status Communicator::Explain(const Signature& sig, const Status& backend_error) 
           const std::string why =
               what + how +
               (moving ? ": processes " + IdList(missing) + " stopped moving data in call #" +
-                            std::to_string(sig.sequence) + " (stopped, stuck, or their link is down)"
+                            std::to_string(sig.sequence) + " (stopped, stuck, or their link is down)" +
+                            LinkNotes(missing, process_group_[rank_])
                       : " waiting for processes " + IdList(missing) + ", which never reached call #" +
                             std::to_string(sig.sequence) + " (stopped, stuck, or running other code)");
           // A connection that closed without a failure notice is still a
@@ -408,7 +434,8 @@ Status Communicator::Explain(const Signature& sig, const Status& backend_error) 
     if (moving && timed_out) {
       return Failed(Code::kDeadlineExceeded,
                     what + " made no progress for " + SecondsText(limits().stall_s) +
-                        " on any of its processes (is a link between them down?): " + backend_error.message(),
+                        " on any of its processes (is a link between them down?): " + backend_error.message() +
+                        LinkNotes(process_group_, process_group_[rank_]),
                     FailureKind::kTimeout, {}, sig);
     }
   }
@@ -455,7 +482,8 @@ std::optional<Status> Communicator::GaveUpOnTheCallBefore(const Signature& sig, 
   const std::string why = what + " made no progress for " + records.peer_bound + " on process " + std::to_string(peer) +
                           ", in call #" + before + " (here its giving up closed a connection after " +
                           SecondsText(waited) + ": " + backend_error.message() + "): processes " + IdList(missing) +
-                          " stopped moving data in call #" + before + " (stopped, stuck, or their link is down)";
+                          " stopped moving data in call #" + before + " (stopped, stuck, or their link is down)" +
+                          LinkNotes(missing, process_group_[rank_]);
   return Failed(Code::kDeadlineExceeded, why + WithTrace(why), FailureKind::kTimeout, missing, sig);
 }
 

@@ -18,6 +18,7 @@
 #include "collectives/flight_recorder.h"
 #include "collectives/process_runtime.h"
 #include "common/deadline.h"
+#include "common/tcp_links.h"
 
 namespace myplugin::collectives {
 namespace {
@@ -38,6 +39,15 @@ constexpr double kHelloTimeoutS = 10;
 constexpr uint32_t kMaxControlBytes = 1 << 20;
 // How often a blocked wait looks at the abort and stop flags.
 constexpr auto kSlice = std::chrono::milliseconds(200);
+
+// A transfer that waited its stall bound on `peer` (`idle`: "took no data"
+// or "sent no data"), with what its connection `fd` says of the link
+// (common/tcp_links.h; nothing for one on this host's Unix socket).
+std::string Stalled(const std::string& what, const std::string& peer, const char* idle, double stall_s, int fd) {
+  const std::string link = DescribeTcpSocket(peer, fd);
+  return what + ": " + peer + " " + idle + " for " + SecondsText(stall_s) +
+         " (MYPLUGIN_COLLECTIVE_STALL_SECONDS): stopped, stuck, or its link is down" + (link.empty() ? "" : "; " + link);
+}
 
 // kRingPiece: the next ring slot holds `length` bytes (nothing follows on
 // the socket); kSlotFree: the receiver took the oldest one.
@@ -590,9 +600,7 @@ Status TransferEndpoint::StreamOverSocket(Outgoing* out, SendJob& job, const std
     }
     if (!st.ok()) {
       if (st.code() == Code::kDeadlineExceeded) {
-        return Status(Code::kDeadlineExceeded, what + ": " + peer + " took no data for " + SecondsText(limits_.stall_s) +
-                                                   " (MYPLUGIN_COLLECTIVE_STALL_SECONDS): stopped, stuck, or its "
-                                                   "link is down")
+        return Status(Code::kDeadlineExceeded, Stalled(what, peer, "took no data", limits_.stall_s, io.fd))
             .WithFailure({FailureKind::kTimeout, {out->process}, "send", spec.key});
       }
       if (std::optional<Status> why = ReceiverSaid(io)) {
@@ -620,9 +628,7 @@ Status TransferEndpoint::StreamThroughRing(Outgoing* out, SendJob& job, const st
     std::string payload;
     Status st = io.ReadControl(&type, &payload, limits_.stall_s);
     if (st.code() == Code::kDeadlineExceeded) {
-      return Status(Code::kDeadlineExceeded, what + ": " + peer + " took no data for " + SecondsText(limits_.stall_s) +
-                                                 " (MYPLUGIN_COLLECTIVE_STALL_SECONDS): stopped, stuck, or its "
-                                                 "link is down")
+      return Status(Code::kDeadlineExceeded, Stalled(what, peer, "took no data", limits_.stall_s, io.fd))
           .WithFailure({FailureKind::kTimeout, {out->process}, "send", spec.key});
     }
     if (!st.ok()) return lost(st);
@@ -894,9 +900,7 @@ bool TransferEndpoint::ServeTransfer(Incoming* in, const TransferSpec& spec) {
                                                        "process " + std::to_string(me_) + " received no data for " +
                                                            SecondsText(limits_.stall_s))),
                             1);
-        finish(Status(Code::kDeadlineExceeded, what + ": " + peer + " sent no data for " + SecondsText(limits_.stall_s) +
-                                                   " (MYPLUGIN_COLLECTIVE_STALL_SECONDS): stopped, stuck, or its "
-                                                   "link is down")
+        finish(Status(Code::kDeadlineExceeded, Stalled(what, peer, "sent no data", limits_.stall_s, io.fd))
                    .WithFailure({FailureKind::kTimeout, {in->process}, "receive", spec.key}));
       } else {
         finish(lost(st));

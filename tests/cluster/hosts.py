@@ -200,6 +200,42 @@ class Cluster:
         if r.returncode != 0:
           raise RuntimeError(f"{tool} -A INPUT -s {addr} -j DROP failed in {host.ns}: {r.stderr.strip()}")
 
+  def degrade(self, host: Host, *, loss: float, rate: str) -> None:
+    """A poor link, as clusters have: `loss` of the packets reaching `host`
+    on its link are dropped at random (iptables' statistic match, both
+    address families), and what it sends is held to `rate` (tc's token
+    bucket, tbf: a queue, bursts). The kernel here has no netem, so a fixed
+    delay cannot be modelled."""
+    for tool, addr in (("iptables", host.ipv4), ("ip6tables", host.ipv6)):
+      if addr:
+        self._in_host(host, [tool, "-A", "INPUT", "-i", "eth0", "-m", "statistic", "--mode", "random",
+                             "--probability", str(loss), "-j", "DROP"])
+    self._in_host(host, ["tc", "qdisc", "add", "dev", "eth0", "root", "tbf", "rate", rate, "burst", "256kb",
+                         "latency", "1s"])
+
+  def dropped(self, host: Host) -> int:
+    """Packets that degrade()'s rules dropped at `host` so far."""
+    total = 0
+    for tool, addr in (("iptables", host.ipv4), ("ip6tables", host.ipv6)):
+      if addr:
+        out = self._in_host(host, [tool, "-L", "INPUT", "-v", "-x", "-n"])
+        total += sum(int(line.split()[0]) for line in out.splitlines() if "statistic" in line)
+    return total
+
+  def tcp_retransmits(self, host: Host) -> int:
+    """Segments `host`'s TCP has sent again (RetransSegs of its /proc/net/snmp)."""
+    lines = [l.split() for l in self._in_host(host, ["cat", "/proc/net/snmp"]).splitlines() if l.startswith("Tcp:")]
+    return int(lines[1][lines[0].index("RetransSegs")])
+
+  def _in_host(self, host: Host, argv: list[str]) -> str:
+    if shutil.which(argv[0]) is None:
+      raise RuntimeError(f"{argv[0]} is not installed (.ci/run installs iptables and iproute2)")
+    r = subprocess.run(["nsenter", f"--net=/run/netns/{host.ns}", "--", *argv], capture_output=True, text=True,
+                       timeout=20)
+    if r.returncode != 0:
+      raise RuntimeError(f"{' '.join(argv)} failed in {host.ns}: {r.stderr.strip()}")
+    return r.stdout
+
   def vanish(self, host: Host) -> None:
     """The host is gone, as if powered off: its link disappears first (so
     no FIN or RST can leave it), then every process on it is killed."""

@@ -41,6 +41,7 @@ int main(int argc, char** argv) {
   RunProfileSpansTests();
   RunGpuTargetTests();
   RunHugePagesTests();
+  RunTcpLinksTests();
   bool nccl = RunNcclTests();
   std::printf("NCCL backend tests: %s\n", nccl ? "ran" : "not built (no NCCL headers)");
   std::printf("%d passed, %d failed\n", unit::passes, unit::failures);

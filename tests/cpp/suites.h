@@ -16,6 +16,7 @@ void RunFlightRecorderTests();
 void RunProfileSpansTests();
 void RunGpuTargetTests();
 void RunHugePagesTests();
+void RunTcpLinksTests();
 void RunDtypeTests();
 void RunSignatureTests();
 void RunCallClockTests();
