@@ -380,6 +380,8 @@ Status Communicator::Explain(const Signature& sig, const Status& backend_error) 
     // connections, and the timeout, not the closed connection, is then what
     // each names.
     const std::string own_bound = SecondsText(moving ? limits().stall_s : limits().arrival_s);
+    // Every process recorded giving up: none is missing, so none stopped.
+    bool all_gave_up = false;
     if (coordination_->KeyValueSet(prefix + std::to_string(process_group_[rank_]),
                                    timed_out ? kTimeoutMark + own_bound : "closed")
             .ok()) {
@@ -392,7 +394,28 @@ Status Communicator::Explain(const Signature& sig, const Status& backend_error) 
         const int timed_out_peer = records.timed_out_peer;
         const std::string& peer_bound = records.peer_bound;
         std::vector<int> missing = records.MissingOf(process_group_);
+        all_gave_up = missing.empty();
         if (moving) missing = WithoutThoseInTheNextCall(missing, sig.sequence);
+        if (!moving && timed_out && !missing.empty()) {
+          // A peer that waits in the next call reached this one and finished
+          // it: what this process still waited for (the signatures' last
+          // exchange) never came from it.
+          const std::vector<int> ahead = InTheNextCall(missing, sig.sequence);
+          if (ahead.size() == missing.size()) {
+            ProcessRuntime::Get().flight_recorder().End(record_, false);
+            record_ = 0;
+            const std::string why = what + " timed out after " + own_bound + ": processes " + IdList(ahead) +
+                                    " finished call #" + std::to_string(sig.sequence) + " and wait in the next, but " +
+                                    "what this process waited for from them never came (is a link between them "
+                                    "down?)" + LinkNotes(ahead, process_group_[rank_]);
+            return Failed(Code::kDeadlineExceeded, why + WithTrace(why), FailureKind::kTimeout, ahead, sig);
+          }
+          std::vector<int> behind;
+          for (int p : missing) {
+            if (std::find(ahead.begin(), ahead.end(), p) == ahead.end()) behind.push_back(p);
+          }
+          missing = behind;
+        }
         if (!moving && !timed_out && timed_out_peer < 0 && sig.sequence > 0) {
           if (std::optional<Status> earlier =
                   GaveUpOnTheCallBefore(sig, what, records_of(true, sig.sequence - 1), waited, backend_error)) {
@@ -423,7 +446,8 @@ Status Communicator::Explain(const Signature& sig, const Status& backend_error) 
                             std::to_string(sig.sequence) + " (stopped, stuck, or their link is down)" +
                             LinkNotes(missing, process_group_[rank_])
                       : " waiting for processes " + IdList(missing) + ", which never reached call #" +
-                            std::to_string(sig.sequence) + " (stopped, stuck, or running other code)");
+                            std::to_string(sig.sequence) + " (stopped, stuck, or running other code)" +
+                            (stalled ? LinkNotes(missing, process_group_[rank_]) : ""));
           // A connection that closed without a failure notice is still a
           // process that did not take part: named as one.
           return Failed(stalled ? Code::kDeadlineExceeded : Code::kAborted, why + WithTrace(why),
@@ -431,10 +455,15 @@ Status Communicator::Explain(const Signature& sig, const Status& backend_error) 
         }
       }
     }
-    if (moving && timed_out) {
+    if (timed_out && (moving || all_gave_up)) {
+      // Before the data moves, the processes exchange the call's signatures
+      // over the same links: every one reached the call, none could finish.
+      const std::string how =
+          moving ? " made no progress for " + SecondsText(limits().stall_s) + " on any of its processes"
+                 : " timed out after " + SecondsText(limits().arrival_s) + ", though every process reached call #" +
+                       std::to_string(sig.sequence) + ": none could exchange the call's signature with all the others";
       return Failed(Code::kDeadlineExceeded,
-                    what + " made no progress for " + SecondsText(limits().stall_s) +
-                        " on any of its processes (is a link between them down?): " + backend_error.message() +
+                    what + how + " (is a link between them down?): " + backend_error.message() +
                         LinkNotes(process_group_, process_group_[rank_]),
                     FailureKind::kTimeout, {}, sig);
     }
@@ -451,12 +480,25 @@ std::vector<int> Communicator::WithoutThoseInTheNextCall(const std::vector<int>&
   // A peer that finished this call and waits in the next one learns of this
   // process's giving up from the connection it closes, and records that it
   // reached the next call at once: by now (kArrivalWaitS later) it has.
-  const std::string prefix = ReachedPrefix(sequence + 1);
-  auto reached = coordination_->KeyValueList(prefix);
-  if (!reached.ok() || reached.value().empty()) return missing;
-  const std::vector<int> left = ReadGiveUps(reached.value(), prefix, process_group_[rank_]).MissingOf(missing);
+  const std::vector<int> ahead = InTheNextCall(missing, sequence);
+  std::vector<int> left;
+  for (int p : missing) {
+    if (std::find(ahead.begin(), ahead.end(), p) == ahead.end()) left.push_back(p);
+  }
   // The process that stopped never reached the next call: someone is left.
   return left.empty() ? missing : left;
+}
+
+std::vector<int> Communicator::InTheNextCall(const std::vector<int>& processes, uint64_t sequence) {
+  const std::string prefix = ReachedPrefix(sequence + 1);
+  auto reached = coordination_->KeyValueList(prefix);
+  if (!reached.ok() || reached.value().empty()) return {};
+  const GiveUps next = ReadGiveUps(reached.value(), prefix, process_group_[rank_]);
+  std::vector<int> in;
+  for (int p : processes) {
+    if (next.present.count(p)) in.push_back(p);
+  }
+  return in;
 }
 
 std::optional<Status> Communicator::GaveUpOnTheCallBefore(const Signature& sig, const std::string& what,

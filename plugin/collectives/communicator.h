@@ -153,6 +153,8 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   // `missing` (of call `sequence`) less those recorded in the next call,
   // which finished this one; never empty when `missing` is not.
   std::vector<int> WithoutThoseInTheNextCall(const std::vector<int>& missing, uint64_t sequence);
+  // Those of `processes` recorded in the call after `sequence`.
+  std::vector<int> InTheNextCall(const std::vector<int>& processes, uint64_t sequence);
   // The stall a peer gave up on in the call before sig, when its records
   // under prefix name one: the cause of a connection that closed while this
   // process waited for the others to arrive at sig.

@@ -147,7 +147,10 @@ Status Dump(int family, const std::vector<Far>& far, const std::set<uint64_t>& o
       if (h->nlmsg_type == NLMSG_ERROR) return Status(Code::kUnavailable, "socket diagnostics refused the dump");
       if (h->nlmsg_len < NLMSG_LENGTH(sizeof(inet_diag_msg))) continue;
       const auto* m = static_cast<const inet_diag_msg*>(NLMSG_DATA(h));
-      if (!Matches(*m, far) || own.count(m->idiag_inode) == 0) continue;
+      // Inode 0: closed by its process while its data still goes out (a
+      // library that gives up on a connection closes it at once): the
+      // kernel no longer says whose, and it tells the most about the link.
+      if (!Matches(*m, far) || (m->idiag_inode != 0 && own.count(m->idiag_inode) == 0)) continue;
       struct tcp_info info{};
       size_t length = 0;
       int left = static_cast<int>(h->nlmsg_len - NLMSG_LENGTH(sizeof(*m)));
@@ -218,7 +221,7 @@ std::string DescribeTcpLink(const std::string& who, const std::string& address,
                            " segments sent again in all";
   if (losing != nullptr) {
     return "the link to " + there + " loses what this process sends: " + std::to_string(losing->unacked_segments) +
-           " segments unacknowledged, sent again " + std::to_string(losing->retransmits_in_a_row) +
+           (losing->unacked_segments == 1 ? " segment" : " segments") + " unacknowledged, sent again " + std::to_string(losing->retransmits_in_a_row) +
            " times in a row, the last acknowledgement " + Seconds(losing->ms_since_last_ack) + " ago (" + over + ")";
   }
   if (closed_window != nullptr) {
