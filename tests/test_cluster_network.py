@@ -257,10 +257,16 @@ def test_network_fault_ends_every_process_with_its_cause(fresh, tmp_path, fault)
       assert job.event(rank, "wrong") is None, job.all_output()
       if fault in ("coordinator_vanishes", "service_host_vanishes"):
         assert "coordinator at" in out and "stopped responding" in out, out
+        assert re.search(r"stopped responding: [^;]*; the link to 10\.231\.\S+ \(the coordinator\) loses what this "
+                         r"process sends", out), out
       elif fault == "partition_between_workers":
         assert "timed out" in out or "DEADLINE_EXCEEDED" in out, out
       elif rank == 0:
         assert "process 1 failed" in out, out
+        # What the service's TCP saw of rank 1's link: its heartbeats to
+        # rank 1 unacknowledged (common/tcp_links.h).
+        assert re.search(rf"process 1 failed: stopped responding: [^;]*; the link to {re.escape(b.ipv4)} "
+                         r"\(process 1\) loses what the coordinator sends: \d+ segments? unacknowledged", out), out
       else:
         assert re.search(r"coordinator at \S+ (stopped responding|closed|is gone)|process 0 failed", out), out
     if service is not None:

@@ -87,6 +87,10 @@ def test_sigstop_is_detected_by_heartbeat():
     survivors = _surviving_exits(job, 2, injected, HEARTBEAT + 5)
     for r in survivors:
       assert "process 2 failed: stopped responding: no heartbeat for 3 s" in job.output(r), job.all_output()
+      # Its host still acknowledges the service's heartbeats: the process,
+      # not the link, stopped (common/tcp_links.h).
+      assert re.search(r"no heartbeat for 3 s \(the process is frozen, stopped or overloaded\); nothing the "
+                       r"coordinator sent to \S+ \(process 2\) is unacknowledged", job.output(r)), job.all_output()
       err = job.event(r, "error")
       assert err and "process 2 failed" in err["error"]
       assert (err["class"], err["processes"], err["code"], err["jax_error"]) == ("PeerFailure", [2], "ABORTED", True)
@@ -98,6 +102,8 @@ def test_sigstop_of_the_service_host_is_detected_by_clients():
     survivors = _surviving_exits(job, 0, injected, HEARTBEAT + 5)
     for r in survivors:
       assert "stopped responding" in job.output(r) and "coordinator" in job.output(r), job.all_output()
+      assert re.search(r"stopped responding: nothing heard for 3 s \(it is frozen, stopped or unreachable\); nothing "
+                       r"this process sent to \S+ \(the coordinator\) is unacknowledged", job.output(r)), job.all_output()
 
 
 def test_exit_without_shutdown_is_a_failure():

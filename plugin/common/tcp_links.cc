@@ -196,7 +196,7 @@ StatusOr<std::vector<TcpConnectionState>> TcpConnectionsTo(const std::string& ad
 }
 
 std::string DescribeTcpLink(const std::string& who, const std::string& address,
-                            const std::vector<TcpConnectionState>& connections) {
+                            const std::vector<TcpConnectionState>& connections, const std::string& sender) {
   if (connections.empty()) return "";
   // The connection that says most: one losing data, else one whose peer
   // stopped reading; else facts only (nothing of ours waits for an
@@ -220,19 +220,19 @@ std::string DescribeTcpLink(const std::string& who, const std::string& address,
                            (connections.size() == 1 ? "" : "s") + " there, " + std::to_string(resent) +
                            " segments sent again in all";
   if (losing != nullptr) {
-    return "the link to " + there + " loses what this process sends: " + std::to_string(losing->unacked_segments) +
+    return "the link to " + there + " loses what " + sender + " sends: " + std::to_string(losing->unacked_segments) +
            (losing->unacked_segments == 1 ? " segment" : " segments") + " unacknowledged, sent again " + std::to_string(losing->retransmits_in_a_row) +
            " times in a row, the last acknowledgement " + Seconds(losing->ms_since_last_ack) + " ago (" + over + ")";
   }
   if (closed_window != nullptr) {
-    return there + " acknowledges what this process sends but takes no more: a receive window there is closed, "
+    return there + " acknowledges what " + sender + " sends but takes no more: a receive window there is closed, "
                    "its process reads nothing (" + over + ")";
   }
-  return "nothing this process sent to " + there + " is unacknowledged; the last acknowledgement came " +
+  return "nothing " + sender + " sent to " + there + " is unacknowledged; the last acknowledgement came " +
          Seconds(last_ack) + " ago, the last data " + Seconds(last_data) + " ago (" + over + ")";
 }
 
-std::string DescribeTcpSocket(const std::string& who, int fd) {
+std::string DescribeTcpSocket(const std::string& who, int fd, const std::string& sender) {
   std::optional<TcpConnectionState> state = TcpStateOfSocket(fd);
   sockaddr_storage peer{};
   socklen_t len = sizeof(peer);
@@ -241,7 +241,10 @@ std::string DescribeTcpSocket(const std::string& who, int fd) {
       getnameinfo(reinterpret_cast<sockaddr*>(&peer), len, host, sizeof(host), nullptr, 0, NI_NUMERICHOST) != 0) {
     return "";
   }
-  return DescribeTcpLink(who, host, {*state});
+  std::string address = host;
+  // An IPv4 peer of a dual-stack socket, as users know it.
+  if (address.rfind("::ffff:", 0) == 0 && address.find('.') != std::string::npos) address = address.substr(7);
+  return DescribeTcpLink(who, address, {*state}, sender);
 }
 
 }  // namespace myplugin

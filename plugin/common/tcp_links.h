@@ -44,12 +44,14 @@ std::optional<TcpConnectionState> TcpStateOfSocket(int fd);
 StatusOr<std::vector<TcpConnectionState>> TcpConnectionsTo(const std::string& address);
 
 // One clause for an error message about `who` ("process 3") at `address`:
-// what this process's connections there say of the link (they are to the
+// what the connections of `sender` (this process; "the coordinator" in a
+// reason the service sends to all) there say of the link (they are to the
 // host: other processes there may hold some). Empty when there are none.
 std::string DescribeTcpLink(const std::string& who, const std::string& address,
-                            const std::vector<TcpConnectionState>& connections);
+                            const std::vector<TcpConnectionState>& connections,
+                            const std::string& sender = "this process");
 
 // The same clause for the one connected socket `fd` to `who`.
-std::string DescribeTcpSocket(const std::string& who, int fd);
+std::string DescribeTcpSocket(const std::string& who, int fd, const std::string& sender = "this process");
 
 }  // namespace myplugin

@@ -7,6 +7,7 @@
 
 #include "common/deadline.h"
 #include "common/fault_delays.h"
+#include "common/tcp_links.h"
 #include "coordination/messages.h"
 
 namespace myplugin::coordination {
@@ -194,9 +195,13 @@ void CoordinationClient::HeartbeatLoop() {
       lock.unlock();
       char buf[64];
       std::snprintf(buf, sizeof(buf), "%g", heartbeat_timeout_s_);
+      // Whether its host still acknowledges our heartbeats: a frozen
+      // coordinator, or a lost link.
+      const std::string link = DescribeTcpSocket("the coordinator", socket_.fd());
       OnFailure(Status(Code::kUnavailable, "the myplugin coordinator at " + options_.address +
                                                " stopped responding: nothing heard for " + buf +
-                                               " s (it is frozen, stopped or unreachable)")
+                                               " s (it is frozen, stopped or unreachable)" +
+                                               (link.empty() ? "" : "; " + link))
                     .WithFailure({FailureKind::kCoordination}));
       return;
     }

@@ -9,6 +9,7 @@
 #include <functional>
 #include <thread>
 
+#include "common/tcp_links.h"
 #include "coordination/service_io.h"
 
 namespace myplugin::coordination {
@@ -79,6 +80,14 @@ CoordinationService::CoordinationService(int port, const ServiceOptions& options
     : options_(options), port_(port), state_(options) {
   for (int i = 0; i < options_.io_threads; ++i) loops_.push_back(std::make_unique<Loop>(loops_.size()));
   listener_ = std::make_unique<Listener>(loops_.front()->io);
+  // Under mu_, like every call into the state: a connection still in
+  // connections_ has its socket open (EndMember erases it before closing).
+  state_.set_link_describer([this](ConnectionId id, int process) -> std::string {
+    auto it = connections_.find(id);
+    if (it == connections_.end()) return "";
+    return DescribeTcpSocket("process " + std::to_string(process), it->second->socket.native_handle(),
+                             "the coordinator");
+  });
 }
 
 CoordinationService::~CoordinationService() { Stop(); }

@@ -64,9 +64,11 @@ void ServiceState::Tick(Clock::time_point now, Outbox& out) {
       if (!watched) continue;
       if (now - p.last_heartbeat > timeout) {
         next_liveness_check_ = now;  // the others at the next tick
+        const std::string link = describe_link_ ? describe_link_(p.conn, static_cast<int>(i)) : "";
         DeclareFailure(static_cast<int>(i), "stopped responding: no heartbeat for " +
                                                 Seconds(options_.heartbeat_timeout_s) +
-                                                " (the process is frozen, stopped or overloaded)", out);
+                                                " (the process is frozen, stopped or overloaded)" +
+                                                (link.empty() ? "" : "; " + link), out);
         return;
       }
       next = std::min(next, p.last_heartbeat + timeout);

@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <unordered_map>
 #include <memory>
@@ -98,6 +99,12 @@ class ServiceState {
   void ExpectRejoin(int pid, bool expected, Outbox& out);
   // Heartbeats out; heartbeat, barrier, key and initialization deadlines.
   void Tick(Clock::time_point now, Outbox& out);
+  // What the network shell can say of a member's link (common/tcp_links.h),
+  // added to the reason when a process stops responding: whether its host
+  // still acknowledges what the service sends. Called under the caller's
+  // lock; unset (unit tests), nothing is added.
+  using LinkDescriber = std::function<std::string(ConnectionId conn, int process)>;
+  void set_link_describer(LinkDescriber describe) { describe_link_ = std::move(describe); }
 
   const ServiceOptions& options() const { return options_; }
   // The members of the current epoch (all processes until an agreement
@@ -182,6 +189,7 @@ class ServiceState {
   void ReplyOk(const Waiter& w, Outbox& out);
   // `blamed`: the processes the failed one named as the cause (its
   // ReportError); they are what the others' errors name.
+  LinkDescriber describe_link_;
   void DeclareFailure(int process_id, const std::string& reason, Outbox& out,
                       const std::vector<uint32_t>& blamed = {});
   void FailAllWaiters(const Status& status, Outbox& out);
