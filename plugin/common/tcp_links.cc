@@ -13,20 +13,23 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <climits>
-#include <cstdint>
 #include <cerrno>
+#include <climits>
+#include <cstddef>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <cstddef>
 #include <set>
 
 namespace myplugin {
 namespace {
 
-// The kernel's TCP_LISTEN state (include/net/tcp_states.h), which the
-// UAPI headers do not name.
-constexpr int kTcpListen = 10;
+// The states of a connection that still carries, or tries to carry, data,
+// by the kernel's numbers (include/net/tcp_states.h; the UAPI headers do
+// not name them): established, SYN sent, FIN wait 1 and 2, close wait,
+// last ACK, closing. Not listening, half-open (SYN received), TIME_WAIT or
+// closed: those have no tcp_info, or nothing to say of the link.
+constexpr uint32_t kCarryingStates = (1u << 1) | (1u << 2) | (1u << 4) | (1u << 5) | (1u << 8) | (1u << 9) | (1u << 11);
 
 // `length`: the bytes of `info` the kernel filled (older kernels fill less).
 TcpConnectionState FromInfo(const struct tcp_info& info, size_t length) {
@@ -128,7 +131,7 @@ Status Dump(int family, const std::vector<Far>& far, const std::set<uint64_t>& o
   req.request.sdiag_family = static_cast<uint8_t>(family);
   req.request.sdiag_protocol = IPPROTO_TCP;
   req.request.idiag_ext = 1u << (INET_DIAG_INFO - 1);
-  req.request.idiag_states = ~(1u << kTcpListen);
+  req.request.idiag_states = kCarryingStates;
   sockaddr_nl kernel{};
   kernel.nl_family = AF_NETLINK;
   if (sendto(fd, &req, sizeof(req), 0, reinterpret_cast<sockaddr*>(&kernel), sizeof(kernel)) < 0) {
@@ -162,6 +165,7 @@ Status Dump(int family, const std::vector<Far>& far, const std::set<uint64_t>& o
           std::memcpy(&info, RTA_DATA(a), length);
         }
       }
+      if (length == 0) continue;  // no tcp_info: nothing to say
       out->push_back(FromInfo(info, length));
     }
   }

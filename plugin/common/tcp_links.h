@@ -38,9 +38,11 @@ struct TcpConnectionState {
 // The state of the connected TCP socket `fd`; nullopt if it is not one.
 std::optional<TcpConnectionState> TcpStateOfSocket(int fd);
 
-// Every connection of this process (its own sockets, not other processes'
-// on this host) whose far end is `address` (a numeric IPv4 or IPv6
-// address, or a host name, resolved here), in any state but listening.
+// Every connection whose far end is `address` (a numeric IPv4 or IPv6
+// address, or a host name, resolved here) and that carries or tries to
+// carry data (not listening, half-open or in TIME_WAIT): this process's
+// own sockets, not other processes' on this host, and those closed while
+// their data still goes out, which the kernel keeps without an owner.
 StatusOr<std::vector<TcpConnectionState>> TcpConnectionsTo(const std::string& address);
 
 // One clause for an error message about `who` ("process 3") at `address`:

@@ -289,6 +289,30 @@ void TestStoppedReaderIsDeclaredFailed() {
   CHECK(job.state.CheckInvariants().empty());
 }
 
+void TestSilentProcessReasonSaysWhatTheLinkSaid() {
+  // The network shell's link describer (service.cc: tcp_links.h on the
+  // member's socket) is asked about the silent process's connection, and
+  // its clause ends the reason everyone hears; an empty one adds nothing.
+  for (const std::string& clause : {std::string("the link to 10.0.0.1 (process 0) loses what the coordinator sends"),
+                                   std::string()}) {
+    FakeJob job(2);
+    ConnectionId asked_conn = 0;
+    int asked_process = -1;
+    job.state.set_link_describer([&](ConnectionId conn, int process) {
+      asked_conn = conn;
+      asked_process = process;
+      return clause;
+    });
+    for (int p = 0; p < 2; ++p) CHECK(job.Hello(10 + p, p).ok());
+    job.state.Tick(ServiceState::Clock::now() + std::chrono::seconds(61), job.out);
+    auto f = job.state.failure();
+    const std::string want = "process 0 failed: stopped responding: no heartbeat for 60 s (the process is frozen, "
+                             "stopped or overloaded)" + (clause.empty() ? "" : "; " + clause);
+    CHECK(f && f->message() == want);
+    CHECK(asked_conn == 10 && asked_process == 0);
+  }
+}
+
 void TestFailureNamesWhomTheReporterBlames() {
   // Process 2 gives up waiting for process 1, which left: the others' notice
   // and the job's failure name process 1 (ids outside the job are dropped).
@@ -726,6 +750,7 @@ void RunServiceStateTests() {
   TestServiceRefusesStrangers();
   TestKeyValueLimits();
   TestStoppedReaderIsDeclaredFailed();
+  TestSilentProcessReasonSaysWhatTheLinkSaid();
   TestFailureNamesWhomTheReporterBlames();
   TestWaitingIsBounded();
   TestWaitingIsBoundedPerProcess();
