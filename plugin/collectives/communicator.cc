@@ -59,6 +59,15 @@ GiveUps ReadGiveUps(const std::vector<std::pair<std::string, std::string>>& reco
   return g;
 }
 
+// `all` less `those`, in order.
+std::vector<int> Excluding(const std::vector<int>& all, const std::vector<int>& those) {
+  std::vector<int> left;
+  for (int p : all) {
+    if (std::find(those.begin(), those.end(), p) == those.end()) left.push_back(p);
+  }
+  return left;
+}
+
 // The peers whose links a stall's error describes at most: a stall of
 // thousands names them all, their links' state the first few.
 constexpr size_t kLinkNotesMax = 4;
@@ -410,11 +419,7 @@ Status Communicator::Explain(const Signature& sig, const Status& backend_error) 
                                     "down?)" + LinkNotes(ahead, process_group_[rank_]);
             return Failed(Code::kDeadlineExceeded, why + WithTrace(why), FailureKind::kTimeout, ahead, sig);
           }
-          std::vector<int> behind;
-          for (int p : missing) {
-            if (std::find(ahead.begin(), ahead.end(), p) == ahead.end()) behind.push_back(p);
-          }
-          missing = behind;
+          missing = Excluding(missing, ahead);
         }
         if (!moving && !timed_out && timed_out_peer < 0 && sig.sequence > 0) {
           if (std::optional<Status> earlier =
@@ -480,11 +485,7 @@ std::vector<int> Communicator::WithoutThoseInTheNextCall(const std::vector<int>&
   // A peer that finished this call and waits in the next one learns of this
   // process's giving up from the connection it closes, and records that it
   // reached the next call at once: by now (kArrivalWaitS later) it has.
-  const std::vector<int> ahead = InTheNextCall(missing, sequence);
-  std::vector<int> left;
-  for (int p : missing) {
-    if (std::find(ahead.begin(), ahead.end(), p) == ahead.end()) left.push_back(p);
-  }
+  const std::vector<int> left = Excluding(missing, InTheNextCall(missing, sequence));
   // The process that stopped never reached the next call: someone is left.
   return left.empty() ? missing : left;
 }
