@@ -41,8 +41,14 @@ def load(folder: str) -> dict[int, dict]:
   return dumps
 
 
+# A transfer between two processes is one call, recorded as a send on one
+# and a receive on the other: the two sides agree.
+_TRANSFER_SIDES = ("send", "receive")
+
+
 def _signature(c: dict) -> tuple:
-  return (c["op"], c["reduction"], c["dtype"], c["count"], c["extra"])
+  op = "transfer" if c["op"] in _TRANSFER_SIDES else c["op"]
+  return (op, c["reduction"], c["dtype"], c["count"], c["extra"])
 
 
 def _what(c: dict) -> str:
@@ -118,6 +124,15 @@ def analyze(dumps: dict[int, dict], timeline: int | None = _TIMELINE_DEFAULT) ->
       elif last is not None and last is not mine:
         sentence += f"; its last call of all was {last['describe']} ({last['state']}, at {_at(last, t0)})"
       findings.append(sentence)
+    # Every process reached the last call, yet it stayed open on some: the
+    # call itself stuck (a dead link, a stuck device, a process stopped in it).
+    if all(highest[p] == top for p in have) and top >= 0:
+      open_on = sorted(p for p in have if calls[p][top]["state"] in ("issued", "matched"))
+      if open_on and len(have) == len(members):
+        states = "; ".join(f"process {p}: {_what(calls[p][top])}, {_duration(calls[p][top], dumps[p])}"
+                           for p in open_on)
+        findings.append(f"STUCK IN call #{top} on processes {_plist(members)}: every process reached it, yet it "
+                        f"had not completed ({states})")
     for p in members:
       if p in dumps:
         continue

@@ -143,6 +143,32 @@ def test_a_receiver_that_gives_up_frees_the_late_sender():
     assert "process 1 refused it: process 1 gave up" in job.output(0), job.all_output()
 
 
+def test_a_send_whose_process_goes_on_to_a_collective_completes():
+  """The sender's process runs a collective that the receiver joins only
+  once it has the array, with as many devices as cores: the collective's
+  partitions then hold every thread of the CPU engine's pool while they
+  wait, so the send must not need one (it deadlocked until the stall
+  bound when it read the array through the engine)."""
+  env = {"MYPLUGIN_NUM_DEVICES": str(max(2, os.cpu_count() or 2)), "MYPLUGIN_COLLECTIVE_STALL_SECONDS": "20",
+         "MYPLUGIN_COLLECTIVE_TIMEOUT_SECONDS": "30"}
+  with Job(2, ["then_collective"], program=TRANSFER_WORKER, env=env) as job:
+    codes = job.wait(timeout=120)
+    assert codes == {0: 0, 1: 0}, job.all_output()
+    for rank in range(2):
+      e = job.event(rank, "then_collective")
+      assert e["array_ok"] and e["sum_ok"], (e, job.all_output())
+
+
+def test_an_array_deleted_as_it_is_sent_arrives_whole():
+  """jax.device_put to another process, then delete(): the send was issued
+  first, so the receiver gets the array as it was, whatever the sender's
+  process writes next into the memory it freed."""
+  with Job(2, ["deleted"], program=TRANSFER_WORKER, env=ONE_DEVICE) as job:
+    codes = job.wait(timeout=120)
+    assert codes == {0: 0, 1: 0}, job.all_output()
+    assert job.event(1, "deleted")["ok"], job.all_output()
+
+
 # ---- Between hosts: two network namespaces, so the bytes go over TCP ----
 from cluster.hosts import module_hosts  # noqa: E402
 from cluster.job import ClusterJob  # noqa: E402

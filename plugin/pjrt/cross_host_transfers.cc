@@ -126,10 +126,34 @@ class SendState {
     *event = ready.event;
     HoldBufferForExport(source);
     s->held_ = true;
+    // What the send needs of the source is taken now, on jax's thread: jax
+    // may delete the array as soon as this returns.
+    auto source_ready = Init<PJRT_Buffer_ReadyEvent_Args>();
+    source_ready.buffer = source;
+    MYPLUGIN_RETURN_IF_ERROR(MYPLUGIN_ENGINE_STATUS(PJRT_Buffer_ReadyEvent, &source_ready));
+    s->source_ready_ = source_ready.event;
+    if (CurrentEngineKind() == EngineKind::kCpu) {
+      // Read in place (see Read): the engine then frees the memory, after
+      // a delete, only once this reference goes, and refuses to donate it
+      // meanwhile, rather than overwrite the bytes in flight.
+      auto hold = Init<PJRT_Buffer_IncreaseExternalReferenceCount_Args>();
+      hold.buffer = source;
+      MYPLUGIN_RETURN_IF_ERROR(MYPLUGIN_ENGINE_STATUS(PJRT_Buffer_IncreaseExternalReferenceCount, &hold));
+      s->in_place_ = true;
+      auto data = Init<PJRT_Buffer_OpaqueDeviceMemoryDataPointer_Args>();
+      data.buffer = source;
+      MYPLUGIN_RETURN_IF_ERROR(MYPLUGIN_ENGINE_STATUS(PJRT_Buffer_OpaqueDeviceMemoryDataPointer, &data));
+      s->memory_ = static_cast<const char*>(data.device_memory_ptr);
+    }
     return s;
   }
 
   ~SendState() {
+    if (source_ready_ != nullptr) {
+      auto destroy = Init<PJRT_Event_Destroy_Args>();
+      destroy.event = source_ready_;
+      (void)MYPLUGIN_ENGINE_STATUS(PJRT_Event_Destroy, &destroy);
+    }
     if (done_buffer_ != nullptr) {
       auto destroy = Init<PJRT_Buffer_Destroy_Args>();
       destroy.buffer = done_buffer_;
@@ -140,6 +164,11 @@ class SendState {
       destroy.transfer_manager = manager_;
       (void)MYPLUGIN_ENGINE_STATUS(PJRT_AsyncHostToDeviceTransferManager_Destroy, &destroy);
     }
+    if (in_place_) {
+      auto release = Init<PJRT_Buffer_DecreaseExternalReferenceCount_Args>();
+      release.buffer = source_;
+      (void)MYPLUGIN_ENGINE_STATUS(PJRT_Buffer_DecreaseExternalReferenceCount, &release);
+    }
     // jax destroyed the source while the bytes moved: its destroy is ours.
     if (held_ && ReleaseBufferForExport(source_)) {
       auto destroy = Init<PJRT_Buffer_Destroy_Args>();
@@ -148,16 +177,21 @@ class SendState {
     }
   }
 
-  // Bytes of the source at `offset`, copied into `scratch` by the engine
-  // (from device memory on the CUDA engine), once the source is ready.
+  // Bytes of the source at `offset`, once the source is ready. The CPU
+  // engine's buffer is host memory, read where it is: its CopyRawToHost is
+  // work for the engine's thread pool, whose threads a program's collectives
+  // hold while they wait for other processes (as many as this process has
+  // devices, and the pool has as many threads as cores), so a send whose
+  // process went on to such a program waited for a peer that waited for
+  // the send. The CUDA engine copies into `scratch` from device memory, on
+  // its own stream.
   StatusOr<const char*> Read(uint64_t offset, size_t size, char* scratch) {
-    if (!source_ready_) {
-      auto ready = Init<PJRT_Buffer_ReadyEvent_Args>();
-      ready.buffer = source_;
-      MYPLUGIN_RETURN_IF_ERROR(MYPLUGIN_ENGINE_STATUS(PJRT_Buffer_ReadyEvent, &ready));
-      MYPLUGIN_RETURN_IF_ERROR(Await(ready.event));
-      source_ready_ = true;
+    if (source_ready_ != nullptr) {
+      PJRT_Event* ready = source_ready_;
+      source_ready_ = nullptr;
+      MYPLUGIN_RETURN_IF_ERROR(Await(ready));
     }
+    if (in_place_) return memory_ + offset;
     auto copy = Init<PJRT_Buffer_CopyRawToHost_Args>();
     copy.buffer = source_;
     copy.dst = scratch;
@@ -198,7 +232,9 @@ class SendState {
   explicit SendState(PJRT_Buffer* source) : source_(source) {}
   PJRT_Buffer* source_;
   bool held_ = false;
-  bool source_ready_ = false;
+  bool in_place_ = false;  // an external reference to the source is held (the CPU engine)
+  PJRT_Event* source_ready_ = nullptr;  // until the first read has waited for it
+  const char* memory_ = nullptr;  // the source's bytes, when read in place
   PJRT_AsyncHostToDeviceTransferManager* manager_ = nullptr;
   PJRT_Buffer* done_buffer_ = nullptr;
 };

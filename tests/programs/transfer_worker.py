@@ -15,6 +15,14 @@ usage: python transfer_worker.py SCENARIO
   late_sender  process 0 sends only after process 1 gave up (arrival bound
                from MYPLUGIN_COLLECTIVE_TIMEOUT_SECONDS): "error" on process 1;
                process 0 then waits for a small array back, which never comes
+  then_collective
+               process 0 sends 48 MiB to process 1 and goes straight on to a
+               sum over every device of the job (a collective); process 1
+               joins the sum only once it holds the array (any number of
+               devices): RESULT {"event": "then_collective", "array_ok", "sum_ok"}
+  deleted      process 0 sends 48 MiB to process 1, deletes the array at
+               once and fills new arrays of its size (which may reuse its
+               memory): RESULT {"event": "deleted", "ok"} on process 1
 """
 import json
 import os
@@ -156,6 +164,33 @@ elif scenario == "late_sender":
     result(event="error", waited=time.monotonic() - t0, **error_fields(e))
   time.sleep(timeout + 2 if me == 1 else 0)  # alive when the late sender comes
   os._exit(0)
+elif scenario == "then_collective":
+  import jax.numpy as jnp
+  from jax.sharding import NamedSharding, PartitionSpec as P
+  x = np.arange((48 << 20) // 4, dtype=np.float32)
+  y = on(0, x) if me == 0 else on_shape(0, x.shape, np.float32, 0)
+  mesh = jax.make_mesh((jax.device_count(),), ("d",))
+  rows = np.arange(jax.device_count() * 4, dtype=np.float32).reshape(jax.device_count(), 4)
+  total = jax.jit(lambda r: jnp.sum(r, axis=0), out_shardings=NamedSharding(mesh, P()))
+  g = jax.make_array_from_callback(rows.shape, NamedSharding(mesh, P("d")), lambda i: rows[i])
+  z = jax.device_put(y, dev[1])
+  array_ok = True
+  if me == 1:
+    array_ok = bool(np.array_equal(np.asarray(z.addressable_shards[0].data), x))
+  s = total(g)  # process 0 is here while its send is still under way
+  sum_ok = all(np.array_equal(np.asarray(sh.data), rows.sum(axis=0)) for sh in s.addressable_shards)
+  result(event="then_collective", array_ok=array_ok, sum_ok=sum_ok)
+elif scenario == "deleted":
+  x = np.arange((48 << 20) // 4, dtype=np.float32)
+  y = on(0, x) if me == 0 else on_shape(0, x.shape, np.float32, 0)
+  z = jax.device_put(y, dev[1])
+  if me == 0:
+    y.delete()
+    others = [on(0, np.full(x.shape, -i, np.float32)) for i in range(1, 4)]
+    jax.block_until_ready(others)
+  else:
+    result(event="deleted", ok=bool(np.array_equal(np.asarray(z.addressable_shards[0].data), x)))
+  distributed.barrier("deleted-done", timeout=120)
 else:
   sys.exit(f"unknown scenario {scenario}")
 distributed.shutdown()
