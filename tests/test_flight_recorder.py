@@ -178,6 +178,39 @@ def test_default_folder_is_per_job_and_named_in_the_error(tmp_path):
     assert f"myplugin-trace {folder}]" in job.event(rank, "error")["error"], out
 
 
+def _record(call, op, processes, state, start, end=None):
+  return {"id": call, "op": op, "reduction": "", "dtype": "u8", "count": 1024, "processes": processes,
+          "num_processes": 2, "group_hash": "7", "call": call, "extra": "0", "name": "", "function": "",
+          "describe": f"{op} u8[1024] (call #{call}) on processes {processes}", "state": state, "start": start,
+          "match": start, "end": end}
+
+
+def test_trace_cli_reads_a_transfer_as_one_call_and_names_one_that_stuck(tmp_path):
+  """Two processes' files as the recorder writes them: transfer #0 done,
+  #1 matched on both sides but open. The two sides of a transfer (a send,
+  a receive) are one call, not a divergence; the open one is named."""
+  sides = {0: [_record(0, "send", [0, 1], "done", 1.0, 1.5), _record(1, "receive", [1, 0], "matched", 2.0)],
+           1: [_record(0, "receive", [0, 1], "done", 1.0, 1.5), _record(1, "send", [1, 0], "matched", 2.0)]}
+  for p, calls in sides.items():
+    (tmp_path / f"process-{p}.json").write_text(json.dumps(
+        {"format": "myplugin-flight-recorder-1", "process": p, "num_processes": 2, "pid": 100 + p, "host": "h",
+         "reason": "a straggler report", "written_at": 12.0, "capacity": 8, "recorded": 2, "calls": calls}))
+  rc, text = trace(tmp_path)
+  assert rc == 0, text
+  assert "DIVERGED" not in text, text
+  assert ("STUCK IN call #1 on processes [0, 1]: every process reached it, yet it had not completed "
+          "(process 0: receive u8[1024], matched, still waiting 10.00 s when written; "
+          "process 1: send u8[1024], matched, still waiting 10.00 s when written)") in text, text
+  # A send against a receive of another size is still a divergence.
+  calls = sides[1]
+  calls[1] = dict(calls[1], count=2048, describe="send u8[2048] (call #1) on processes [1, 0]")
+  (tmp_path / "process-1.json").write_text(json.dumps(
+      {"format": "myplugin-flight-recorder-1", "process": 1, "num_processes": 2, "pid": 101, "host": "h",
+       "reason": "a straggler report", "written_at": 12.0, "capacity": 8, "recorded": 2, "calls": calls}))
+  rc, text = trace(tmp_path)
+  assert "DIVERGED at call #1 on processes [0, 1]: process 0 issued receive u8[1024]; process 1 issued send u8[2048]" in text, text
+
+
 def test_trace_cli_refuses_bad_input_clearly(tmp_path):
   rc, text = trace(tmp_path / "absent")
   assert rc == 2 and "is not a folder" in text, text
