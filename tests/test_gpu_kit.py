@@ -173,6 +173,7 @@ def test_shared_gpu_training_step_on_the_cpu_engine(tmp_path):
 
 def test_shared_gpu_pipeline_on_the_cpu_engine(tmp_path):
   shared_gpu.check_pipeline(str(tmp_path))
+  shared_gpu.check_send_then_collective()
 
 
 def test_shared_gpu_faults_on_the_cpu_engine(tmp_path):

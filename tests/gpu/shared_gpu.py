@@ -205,6 +205,24 @@ def check_pipeline(tmp: str, **env) -> None:
   np.testing.assert_allclose(losses(r.stdout, 1), want, rtol=TOLERANCE, err_msg="rank 1 (the loss's stage)")
 
 
+def check_send_then_collective(**env) -> None:
+  """Process 0 sends 48 MiB to process 1 (staged off the GPU) and goes
+  straight on to a sum over both processes (a NCCL all-reduce on the GPU),
+  which process 1 joins only once it holds the array
+  (tests/programs/transfer_worker.py then_collective): the send must not
+  wait for anything that sum holds. Both arrays equal numpy's."""
+  from job import Job
+  e = dict(JAX_PLATFORMS="myplugin", MYPLUGIN_COLLECTIVE_STALL_SECONDS="20",
+           MYPLUGIN_COLLECTIVE_TIMEOUT_SECONDS="60", **env)
+  with Job(2, ["then_collective"], program="transfer_worker.py", env=e,
+           per_rank_env=lambda rank: rank_env(rank, 2)) as job:
+    codes = job.wait(timeout=180)
+    assert codes == {0: 0, 1: 0}, job.all_output()
+    for rank in range(2):
+      got = job.event(rank, "then_collective")
+      assert got["array_ok"] and got["sum_ok"], (rank, got, job.all_output())
+
+
 # Faults, with the CPU tests' worker programs (tests/programs/straggler_worker.py,
 # recovery_worker.py): short settings so that each ends in seconds.
 FAULT_ENV = {"MYPLUGIN_HEARTBEAT_TIMEOUT": "10", "MYPLUGIN_STRAGGLER_SECONDS": "1"}

@@ -4,7 +4,8 @@ jax_plugin.gpu_sharing.rank_environment, for jobs started one by one),
 with MYPLUGIN_ENGINE=cuda. Every collective through shard_map, pmap and
 jit, a data-parallel training step's combined calls, a pipeline whose
 stages move arrays between the processes (cross-host transfers staged
-through host memory), executables compiled
+through host memory), a send whose process goes straight on to a
+collective that the receiver joins later, executables compiled
 ahead of time on a machine with no GPU, and faults (a rank killed,
 stopped, deviating; in-place recovery); a Triton Pallas kernel in a
 shard_map across the processes. The programs and checks are in
@@ -53,6 +54,12 @@ def test_pipeline_stages_move_arrays_between_processes(tmp_path, n):
   if n != 2:
     pytest.skip("two stages: the example runs on 2 processes")
   shared_gpu.check_pipeline(str(tmp_path), **GPU)
+
+
+def test_a_send_then_a_collective_the_receiver_joins_later(n):
+  if n != 2:
+    pytest.skip("one sender, one receiver")
+  shared_gpu.check_send_then_collective(**GPU)
 
 
 def test_sigkill_of_one_rank_ends_the_others_naming_it(n):
