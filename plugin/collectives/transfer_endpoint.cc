@@ -295,6 +295,7 @@ class TransferEndpoint::Receive {
   int src_process = 0;
   TransferSpec expected;
   PieceSink sink;
+  char* landing = nullptr;
   State state = State::kPosted;  // under the endpoint's mu_
   Status status;                 // under the endpoint's mu_
   Clock::time_point posted_at;
@@ -679,11 +680,12 @@ Status TransferEndpoint::StreamThroughRing(Outgoing* out, SendJob& job, const st
 // ---- Receiving ----
 
 std::shared_ptr<TransferEndpoint::Receive> TransferEndpoint::Post(int src, const TransferSpec& expected,
-                                                                  PieceSink sink) {
+                                                                  PieceSink sink, char* landing) {
   auto r = std::make_shared<Receive>();
   r->src_process = src;
   r->expected = expected;
   r->sink = std::move(sink);
+  r->landing = landing;
   r->posted_at = Clock::now();
   r->record = ProcessRuntime::Get().flight_recorder().Begin(SignatureOf(CollectiveOp::kReceive, expected),
                                                             {src, me_}, nullptr, FunctionScope::Current());
@@ -891,8 +893,10 @@ bool TransferEndpoint::ServeTransfer(Incoming* in, const TransferSpec& spec) {
     if (st.ok() && in->ring.base != nullptr) {
       data = in->ring.slot(in->ring_pieces++);
     } else if (st.ok()) {
-      data = in->scratch.get();
-      st = io.ReadAll(in->scratch.get(), n, limits_.stall_s);
+      // The type, dims and size agreed with the receive's: a landing area holds the whole.
+      char* into = r->landing != nullptr ? r->landing + offset : in->scratch.get();
+      data = into;
+      st = io.ReadAll(into, n, limits_.stall_s);
     }
     if (!st.ok()) {
       if (st.code() == Code::kDeadlineExceeded) {

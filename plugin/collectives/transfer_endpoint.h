@@ -105,9 +105,14 @@ class TransferEndpoint {
   void Send(int dst_process, const TransferSpec& spec, PieceSource source, std::function<void(const Status&)> done);
 
   // A receive: posted, then waited for. `sink` runs on the connection's
-  // thread; Wait returns once it will not run again.
+  // thread; Wait returns once it will not run again. `landing`, when given,
+  // is where the bytes may go directly (the expected byte count, the
+  // receiver's until Wait returns): a piece that comes over a socket is
+  // read into it, and the sink then gets a pointer into it, with nothing
+  // left to copy (a piece through a ring still comes from the ring).
   class Receive;
-  std::shared_ptr<Receive> Post(int src_process, const TransferSpec& expected, PieceSink sink);
+  std::shared_ptr<Receive> Post(int src_process, const TransferSpec& expected, PieceSink sink,
+                                char* landing = nullptr);
   Status Wait(const std::shared_ptr<Receive>& receive);
 
   // Ends every wait with `why` (a failure the coordination service reported).

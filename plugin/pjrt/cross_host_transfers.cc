@@ -307,9 +307,14 @@ class Receiver {
  public:
   Receiver(PJRT_AsyncHostToDeviceTransferManager* manager, std::vector<TransferSpec> expected,
            std::vector<int> sources, std::shared_ptr<TransferEndpoint> endpoint)
-      : manager_(manager), expected_(std::move(expected)), sources_(std::move(sources)), endpoint_(std::move(endpoint)) {}
+      : manager_(manager),
+        expected_(std::move(expected)),
+        sources_(std::move(sources)),
+        endpoint_(std::move(endpoint)),
+        landing_(expected_.size()) {}
 
   ~Receiver() {
+    for (size_t i = 0; i < landing_.size(); ++i) Unland(static_cast<int>(i));
     auto destroy = Init<PJRT_AsyncHostToDeviceTransferManager_Destroy_Args>();
     destroy.transfer_manager = manager_;
     (void)MYPLUGIN_ENGINE_STATUS(PJRT_AsyncHostToDeviceTransferManager_Destroy, &destroy);
@@ -324,7 +329,8 @@ class Receiver {
       posted.push_back(endpoint_->Post(sources_[i], expected_[i],
                                        [this, index](uint64_t offset, const char* data, size_t size, bool last) {
                                          return Transfer(index, data, offset, size, last);
-                                       }));
+                                       },
+                                       landing_[i].memory));
     }
     for (size_t i = 0; i < posted.size(); ++i) {
       Status st = endpoint_->Wait(posted[i]);
@@ -332,7 +338,28 @@ class Receiver {
         collectives::RecordFailure(st);
         Fail(static_cast<int>(i), st);
       }
+      Unland(static_cast<int>(i));
     }
+  }
+
+  // On the CPU engine, where the destination is host memory: bytes from a
+  // socket are read straight into buffer `i` (one copy fewer than through
+  // the engine's transfer), under an external reference and a deferred
+  // destroy (as a send's source), so that jax deleting or dropping the
+  // array before it is ready frees nothing under the read. Huge pages are
+  // asked for over it first: the first write then does not fault and clear
+  // it 4 KiB at a time (docs/performance.md, cross-host transfers).
+  void Land(int i, PJRT_Buffer* buffer, uint64_t bytes) {
+    if (CurrentEngineKind() != EngineKind::kCpu || bytes == 0) return;
+    auto data = Init<PJRT_Buffer_OpaqueDeviceMemoryDataPointer_Args>();
+    data.buffer = buffer;
+    if (!MYPLUGIN_ENGINE_STATUS(PJRT_Buffer_OpaqueDeviceMemoryDataPointer, &data).ok()) return;
+    (void)AdviseHugePages(data.device_memory_ptr, static_cast<size_t>(bytes));
+    auto hold = Init<PJRT_Buffer_IncreaseExternalReferenceCount_Args>();
+    hold.buffer = buffer;
+    if (!MYPLUGIN_ENGINE_STATUS(PJRT_Buffer_IncreaseExternalReferenceCount, &hold).ok()) return;
+    HoldBufferForExport(buffer);
+    landing_[i] = {buffer, static_cast<char*>(data.device_memory_ptr)};
   }
 
  private:
@@ -340,11 +367,16 @@ class Receiver {
   // may go away).
   Status Transfer(int i, const char* data, uint64_t offset, size_t size, bool last) {
     static const char kNothing = 0;
+    // Already in place (read into the landing area): only the last piece
+    // has something to say, that the buffer is whole.
+    const bool landed = landing_[i].memory != nullptr && data == landing_[i].memory + offset;
+    if (landed && !last) return OkStatus();
+    if (landed) size = 0;
     auto t = Init<PJRT_AsyncHostToDeviceTransferManager_TransferData_Args>();
     t.transfer_manager = manager_;
     t.buffer_index = i;
     t.data = size > 0 ? data : &kNothing;
-    t.offset = static_cast<int64_t>(offset);
+    t.offset = landed ? 0 : static_cast<int64_t>(offset);
     t.transfer_size = static_cast<int64_t>(size);
     t.is_last_transfer = last;
     MYPLUGIN_RETURN_IF_ERROR(MYPLUGIN_ENGINE_STATUS(PJRT_AsyncHostToDeviceTransferManager_TransferData, &t));
@@ -362,26 +394,31 @@ class Receiver {
     (void)MYPLUGIN_ENGINE_STATUS(PJRT_AsyncHostToDeviceTransferManager_SetBufferError, &e);
   }
 
+  // The reference and the deferred destroy of buffer `i`'s landing area go.
+  void Unland(int i) {
+    Landing& l = landing_[i];
+    if (l.buffer == nullptr) return;
+    auto release = Init<PJRT_Buffer_DecreaseExternalReferenceCount_Args>();
+    release.buffer = l.buffer;
+    (void)MYPLUGIN_ENGINE_STATUS(PJRT_Buffer_DecreaseExternalReferenceCount, &release);
+    if (ReleaseBufferForExport(l.buffer)) {
+      auto destroy = Init<PJRT_Buffer_Destroy_Args>();
+      destroy.buffer = l.buffer;
+      (void)MYPLUGIN_ENGINE_STATUS(PJRT_Buffer_Destroy, &destroy);
+    }
+    l = Landing{};
+  }
+
+  struct Landing {
+    PJRT_Buffer* buffer = nullptr;
+    char* memory = nullptr;
+  };
   PJRT_AsyncHostToDeviceTransferManager* manager_;
   std::vector<TransferSpec> expected_;
   std::vector<int> sources_;
   std::shared_ptr<TransferEndpoint> endpoint_;
+  std::vector<Landing> landing_;  // per buffer; set by Land before Run, cleared as each receive ends
 };
-
-// The CPU engine's new buffer is memory no one has written: each 4 KiB page
-// faults and is cleared as the first piece lands in it, and that was 94 % of
-// the receiver's time at 1 GiB (perf). Huge pages over it (only advice: the
-// memory stays the engine's, nothing is written here) made a transfer about
-// 3x faster (docs/performance.md). Called before jax has the buffer, so the
-// memory cannot have been freed. The CUDA engine's buffers are device memory.
-void AdviseHugePagesFor(PJRT_Buffer* buffer, uint64_t bytes) {
-  if (CurrentEngineKind() != EngineKind::kCpu || bytes == 0) return;
-  auto data = Init<PJRT_Buffer_OpaqueDeviceMemoryDataPointer_Args>();
-  data.buffer = buffer;
-  if (MYPLUGIN_ENGINE_STATUS(PJRT_Buffer_OpaqueDeviceMemoryDataPointer, &data).ok()) {
-    (void)AdviseHugePages(data.device_memory_ptr, static_cast<size_t>(bytes));
-  }
-}
 
 PJRT_Error* ReceiveBuffers(CrossHostReceiveArgs* args) {
   if (args == nullptr || args->struct_size < sizeof(CrossHostReceiveArgs)) {
@@ -442,7 +479,7 @@ PJRT_Error* ReceiveBuffers(CrossHostReceiveArgs* args) {
       return ToPjrtError(st);  // the receiver's destructor frees the manager and the buffers not yet taken
     }
     args->buffers[i] = retrieve.buffer_out;
-    AdviseHugePagesFor(retrieve.buffer_out, sizes[i]);
+    receiver->Land(static_cast<int>(i), retrieve.buffer_out, sizes[i]);
   }
   // The buffers are returned now and become ready as their bytes come; a
   // failure (a dead peer, a timeout, another shape) becomes their error.

@@ -4,6 +4,7 @@
 // The bytes against what was sent; the failures that jax cannot provoke (a
 // source that cannot be read, a sink that cannot take the data) named on
 // both sides; a mismatch; an empty array; an abort.
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <future>
@@ -114,6 +115,37 @@ void TestRoundTrip(bool same_host) {
   CHECK(p.end[0]->Wait(r0).ok());
   CHECK(s0.get().ok() && s1.get().ok());
   CHECK(got_a == a && got_b == b);
+
+  // A landing area: over a socket every piece is read into it (the sink
+  // gets pointers into it, in order); through a ring the pieces come from
+  // the ring's slots and the area is not written.
+  {
+    std::vector<char> area(n, 0);
+    uint64_t in_place = 0, elsewhere = 0, next = 0;
+    bool ordered = true;
+    auto r = p.end[1]->Post(
+        0, Spec(9, n),
+        [&](uint64_t offset, const char* d, size_t size, bool) {
+          ordered = ordered && offset == next;
+          next = offset + size;
+          if (d == area.data() + offset) {
+            in_place += size;
+          } else {
+            elsewhere += size;
+            std::memcpy(got_a.data() + offset, d, size);
+          }
+          return myplugin::OkStatus();
+        },
+        area.data());
+    auto sl = Send(p, 0, Spec(9, n), &a);
+    CHECK(p.end[1]->Wait(r).ok() && sl.get().ok() && ordered && next == n);
+    if (same_host) {
+      CHECK(in_place == 0 && elsewhere == n && got_a == a);
+      CHECK(std::all_of(area.begin(), area.end(), [](char c) { return c == 0; }));
+    } else {
+      CHECK(in_place == n && elsewhere == 0 && area == a);
+    }
+  }
 
   // An empty array: the sink sees one last piece of no bytes.
   int calls = 0;
