@@ -134,8 +134,9 @@ class SendState {
     s->source_ready_ = source_ready.event;
     if (CurrentEngineKind() == EngineKind::kCpu) {
       // Read in place (see Read): the engine then frees the memory, after
-      // a delete, only once this reference goes, and refuses to donate it
-      // meanwhile, rather than overwrite the bytes in flight.
+      // a delete, only once this reference goes, and a call that donates
+      // the array meanwhile does not write into it (tried: its result and
+      // the bytes the receiver got were both right).
       auto hold = Init<PJRT_Buffer_IncreaseExternalReferenceCount_Args>();
       hold.buffer = source;
       MYPLUGIN_RETURN_IF_ERROR(MYPLUGIN_ENGINE_STATUS(PJRT_Buffer_IncreaseExternalReferenceCount, &hold));
