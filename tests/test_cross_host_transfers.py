@@ -169,6 +169,16 @@ def test_an_array_deleted_as_it_is_sent_arrives_whole():
     assert job.event(1, "deleted")["ok"], job.all_output()
 
 
+def test_an_array_donated_as_it_is_sent_arrives_whole():
+  """The sender passes the array, donated, to a jitted call while its send
+  waits for the receiver: the call's result is right, and so are the bytes
+  the receiver gets (the send holds the array's memory until it is done)."""
+  with Job(2, ["donated"], program=TRANSFER_WORKER, env=ONE_DEVICE) as job:
+    codes = job.wait(timeout=120)
+    assert codes == {0: 0, 1: 0}, job.all_output()
+    assert job.event(0, "donated")["ok"] and job.event(1, "donated")["ok"], job.all_output()
+
+
 # ---- Between hosts: two network namespaces, so the bytes go over TCP ----
 from cluster.hosts import module_hosts  # noqa: E402
 from cluster.job import ClusterJob  # noqa: E402

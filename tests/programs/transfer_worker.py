@@ -23,6 +23,10 @@ usage: python transfer_worker.py SCENARIO
   deleted      process 0 sends 48 MiB to process 1, deletes the array at
                once and fills new arrays of its size (which may reuse its
                memory): RESULT {"event": "deleted", "ok"} on process 1
+  donated      process 0 sends 48 MiB to process 1, which posts its receive
+               2 s late, and at once passes the array, donated, to a jitted
+               x + 1: RESULT {"event": "donated", "ok"} on each (the
+               result on process 0, the bytes sent on process 1)
 """
 import json
 import os
@@ -191,6 +195,19 @@ elif scenario == "deleted":
   else:
     result(event="deleted", ok=bool(np.array_equal(np.asarray(z.addressable_shards[0].data), x)))
   distributed.barrier("deleted-done", timeout=120)
+elif scenario == "donated":
+  x = np.arange((48 << 20) // 4, dtype=np.float32)
+  y = on(0, x) if me == 0 else on_shape(0, x.shape, np.float32, 0)
+  plus_one = jax.jit(lambda a: a + 1, donate_argnums=0)
+  if me == 1:
+    time.sleep(2)  # the send waits for this receive meanwhile
+  z = jax.device_put(y, dev[1])
+  if me == 0:
+    w = plus_one(y)
+    result(event="donated", ok=bool(np.array_equal(np.asarray(w.addressable_shards[0].data), x + 1)))
+  else:
+    result(event="donated", ok=bool(np.array_equal(np.asarray(z.addressable_shards[0].data), x)))
+  distributed.barrier("donated-done", timeout=120)
 else:
   sys.exit(f"unknown scenario {scenario}")
 distributed.shutdown()
