@@ -43,6 +43,22 @@ Status Await(PJRT_Event* event) {
   return st;
 }
 
+// Lets go of what a transfer held of `buffer`: its external reference, if
+// it took one, then its hold on the destroy (engine/buffer_capture.h),
+// destroying the buffer now if jax destroyed it meanwhile.
+void LetGo(PJRT_Buffer* buffer, bool external_reference) {
+  if (external_reference) {
+    auto release = Init<PJRT_Buffer_DecreaseExternalReferenceCount_Args>();
+    release.buffer = buffer;
+    (void)MYPLUGIN_ENGINE_STATUS(PJRT_Buffer_DecreaseExternalReferenceCount, &release);
+  }
+  if (ReleaseBufferForExport(buffer)) {
+    auto destroy = Init<PJRT_Buffer_Destroy_Args>();
+    destroy.buffer = buffer;
+    (void)MYPLUGIN_ENGINE_STATUS(PJRT_Buffer_Destroy, &destroy);
+  }
+}
+
 // The process's endpoint, made on first use for the current job and
 // membership epoch; held by the process runtime (its Attached<T>).
 struct EndpointSlot {
@@ -165,17 +181,7 @@ class SendState {
       destroy.transfer_manager = manager_;
       (void)MYPLUGIN_ENGINE_STATUS(PJRT_AsyncHostToDeviceTransferManager_Destroy, &destroy);
     }
-    if (in_place_) {
-      auto release = Init<PJRT_Buffer_DecreaseExternalReferenceCount_Args>();
-      release.buffer = source_;
-      (void)MYPLUGIN_ENGINE_STATUS(PJRT_Buffer_DecreaseExternalReferenceCount, &release);
-    }
-    // jax destroyed the source while the bytes moved: its destroy is ours.
-    if (held_ && ReleaseBufferForExport(source_)) {
-      auto destroy = Init<PJRT_Buffer_Destroy_Args>();
-      destroy.buffer = source_;
-      (void)MYPLUGIN_ENGINE_STATUS(PJRT_Buffer_Destroy, &destroy);
-    }
+    if (held_) LetGo(source_, in_place_);
   }
 
   // Bytes of the source at `offset`, once the source is ready. The CPU
@@ -399,14 +405,7 @@ class Receiver {
   void Unland(int i) {
     Landing& l = landing_[i];
     if (l.buffer == nullptr) return;
-    auto release = Init<PJRT_Buffer_DecreaseExternalReferenceCount_Args>();
-    release.buffer = l.buffer;
-    (void)MYPLUGIN_ENGINE_STATUS(PJRT_Buffer_DecreaseExternalReferenceCount, &release);
-    if (ReleaseBufferForExport(l.buffer)) {
-      auto destroy = Init<PJRT_Buffer_Destroy_Args>();
-      destroy.buffer = l.buffer;
-      (void)MYPLUGIN_ENGINE_STATUS(PJRT_Buffer_Destroy, &destroy);
-    }
+    LetGo(l.buffer, true);
     l = Landing{};
   }
 
