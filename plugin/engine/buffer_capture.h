@@ -57,9 +57,8 @@ bool DeferBufferDestroy(PJRT_Buffer* buffer);
 // The engine's C API keeps a buffer's external references in a list that
 // PJRT_Buffer_Increase/DecreaseExternalReferenceCount change without a
 // lock, and a transfer's thread lets go of one while jax's thread takes
-// another of the same array (the next send of it): every such call, ours
-// to the engine and jax's through our entry points, is made under this
-// lock (the Python module's calls go through those entry points).
+// another of the same array (the next send of it): every such call of
+// ours is made under this lock.
 std::mutex& ExternalReferencesLock();
 
 }  // namespace myplugin

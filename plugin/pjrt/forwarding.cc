@@ -197,16 +197,8 @@ MYPLUGIN_PASS_THROUGH(PJRT_Buffer_IsDeleted)
 MYPLUGIN_PASS_THROUGH(PJRT_Buffer_ToHostBuffer)
 MYPLUGIN_PASS_THROUGH(PJRT_Buffer_IsOnCpu)
 MYPLUGIN_PASS_THROUGH(PJRT_Buffer_ReadyEvent)
-// jax's external references and ours change one list per buffer
-// (engine/buffer_capture.h): under the same lock.
-PJRT_Error* Forward_PJRT_Buffer_IncreaseExternalReferenceCount(PJRT_Buffer_IncreaseExternalReferenceCount_Args* args) {
-  std::lock_guard<std::mutex> lock(ExternalReferencesLock());
-  return MYPLUGIN_CALL_ENGINE(PJRT_Buffer_IncreaseExternalReferenceCount, args);
-}
-PJRT_Error* Forward_PJRT_Buffer_DecreaseExternalReferenceCount(PJRT_Buffer_DecreaseExternalReferenceCount_Args* args) {
-  std::lock_guard<std::mutex> lock(ExternalReferencesLock());
-  return MYPLUGIN_CALL_ENGINE(PJRT_Buffer_DecreaseExternalReferenceCount, args);
-}
+MYPLUGIN_PASS_THROUGH(PJRT_Buffer_IncreaseExternalReferenceCount)
+MYPLUGIN_PASS_THROUGH(PJRT_Buffer_DecreaseExternalReferenceCount)
 MYPLUGIN_PASS_THROUGH(PJRT_Buffer_OpaqueDeviceMemoryDataPointer)
 MYPLUGIN_PASS_THROUGH(PJRT_Buffer_CopyRawToHost)
 MYPLUGIN_PASS_THROUGH(PJRT_CopyToDeviceStream_Destroy)
