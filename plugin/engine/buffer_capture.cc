@@ -56,11 +56,6 @@ bool ReleaseBufferForExport(PJRT_Buffer* buffer) {
   return deferred;
 }
 
-std::mutex& ExternalReferencesLock() {
-  static std::mutex mu;
-  return mu;
-}
-
 bool DeferBufferDestroy(PJRT_Buffer* buffer) {
   ExportTable& t = Table();
   if (t.live.load(std::memory_order_relaxed) == 0) return false;

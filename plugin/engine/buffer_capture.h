@@ -19,8 +19,6 @@
 // Python module captures and releases, and both must see the same state.
 #pragma once
 
-#include <mutex>
-
 struct PJRT_Buffer;
 
 namespace myplugin {
@@ -53,12 +51,5 @@ bool ReleaseBufferForExport(PJRT_Buffer* buffer);
 // Called by our PJRT_Buffer_Destroy entry point: true when `buffer` has
 // live exports (its destroy is then left to the last of them).
 bool DeferBufferDestroy(PJRT_Buffer* buffer);
-
-// The engine's C API keeps a buffer's external references in a list that
-// PJRT_Buffer_Increase/DecreaseExternalReferenceCount change without a
-// lock, and a transfer's thread lets go of one while jax's thread takes
-// another of the same array (the next send of it): every such call of
-// ours is made under this lock.
-std::mutex& ExternalReferencesLock();
 
 }  // namespace myplugin

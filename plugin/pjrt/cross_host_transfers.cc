@@ -50,7 +50,6 @@ void LetGo(PJRT_Buffer* buffer, bool external_reference) {
   if (external_reference) {
     auto release = Init<PJRT_Buffer_DecreaseExternalReferenceCount_Args>();
     release.buffer = buffer;
-    std::lock_guard<std::mutex> lock(ExternalReferencesLock());
     (void)MYPLUGIN_ENGINE_STATUS(PJRT_Buffer_DecreaseExternalReferenceCount, &release);
   }
   if (ReleaseBufferForExport(buffer)) {
@@ -156,10 +155,7 @@ class SendState {
       // the bytes the receiver got were both right).
       auto hold = Init<PJRT_Buffer_IncreaseExternalReferenceCount_Args>();
       hold.buffer = source;
-      {
-        std::lock_guard<std::mutex> lock(ExternalReferencesLock());
-        MYPLUGIN_RETURN_IF_ERROR(MYPLUGIN_ENGINE_STATUS(PJRT_Buffer_IncreaseExternalReferenceCount, &hold));
-      }
+      MYPLUGIN_RETURN_IF_ERROR(MYPLUGIN_ENGINE_STATUS(PJRT_Buffer_IncreaseExternalReferenceCount, &hold));
       s->in_place_ = true;
       auto data = Init<PJRT_Buffer_OpaqueDeviceMemoryDataPointer_Args>();
       data.buffer = source;
@@ -368,10 +364,7 @@ class Receiver {
     (void)AdviseHugePages(data.device_memory_ptr, static_cast<size_t>(bytes));
     auto hold = Init<PJRT_Buffer_IncreaseExternalReferenceCount_Args>();
     hold.buffer = buffer;
-    {
-      std::lock_guard<std::mutex> lock(ExternalReferencesLock());
-      if (!MYPLUGIN_ENGINE_STATUS(PJRT_Buffer_IncreaseExternalReferenceCount, &hold).ok()) return;
-    }
+    if (!MYPLUGIN_ENGINE_STATUS(PJRT_Buffer_IncreaseExternalReferenceCount, &hold).ok()) return;
     HoldBufferForExport(buffer);
     landing_[i] = {buffer, static_cast<char*>(data.device_memory_ptr)};
   }

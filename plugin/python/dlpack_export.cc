@@ -96,7 +96,6 @@ struct Export {
     if (holds_external_reference) {
       auto args = Init<PJRT_Buffer_DecreaseExternalReferenceCount_Args>();
       args.buffer = buffer;
-      std::lock_guard<std::mutex> lock(ExternalReferencesLock());
       if (PJRT_Error* error = api->PJRT_Buffer_DecreaseExternalReferenceCount(&args)) TakeError(api, error);
     }
     if (holds_buffer && ReleaseBufferForExport(buffer)) {
@@ -228,10 +227,7 @@ nb::object BufferToDlpack(nb::handle c_api, nb::handle array, int32_t device_typ
   out->holds_buffer = true;
   auto hold = Init<PJRT_Buffer_IncreaseExternalReferenceCount_Args>();
   hold.buffer = buffer;
-  {
-    std::lock_guard<std::mutex> lock(ExternalReferencesLock());
-    Call(api, api->PJRT_Buffer_IncreaseExternalReferenceCount, &hold, "PJRT_Buffer_IncreaseExternalReferenceCount");
-  }
+  Call(api, api->PJRT_Buffer_IncreaseExternalReferenceCount, &hold, "PJRT_Buffer_IncreaseExternalReferenceCount");
   out->holds_external_reference = true;
   AwaitReady(api, buffer);
   auto data = Init<PJRT_Buffer_OpaqueDeviceMemoryDataPointer_Args>();
