@@ -102,6 +102,7 @@ def _device_of(x):
 def _export(x, jax_export, stream, max_version, dl_device, copy):
   from jax_plugin import _myplugin
 
+  x._check_if_deleted()  # jax's own export says so first: "Array has been deleted ..."
   if _single_device(x) is None:
     raise BufferError(
         "to_dlpack can only pack a dlpack tensor from an array on a singular device, but an array with a "

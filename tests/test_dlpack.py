@@ -169,17 +169,42 @@ def test_an_unconsumed_capsule_frees_itself():
 
 
 def test_memory_outlives_delete_as_on_cpu():
-  """The tensor holds the buffer (an external reference), as jaxlib's does:
-  deleting the array leaves what numpy took intact."""
+  """The tensor holds the buffer, as jaxlib's does: deleting the array
+  leaves what numpy took intact, and the array reads as deleted at once."""
   value = np.arange(1 << 16, dtype=np.float32)
   for platform in PLATFORMS:
     x = on(platform, value * 2)
     n = np.from_dlpack(x)
     x.delete()
+    assert x.is_deleted(), platform
     # Give the freed memory, had it been freed, to other arrays.
     junk = [on(platform, np.full_like(value, -1.0)) for _ in range(8)]
     jax.block_until_ready(junk)
     np.testing.assert_array_equal(n, value * 2, err_msg=platform)
+
+
+def test_a_deleted_array_is_refused_as_on_cpu():
+  said = {}
+  for platform in PLATFORMS:
+    x = on(platform, np.arange(4, dtype=np.float32))
+    x.delete()
+    with pytest.raises(RuntimeError) as e:
+      np.from_dlpack(x)
+    said[platform] = str(e.value)
+  assert said["myplugin"] == said["cpu"] and "deleted" in said["cpu"], said
+
+
+def test_a_donated_array_that_an_export_holds_keeps_the_exported_bytes():
+  """A jitted call that donates an array which numpy holds through DLPack:
+  the call's result is right and numpy's bytes do not change (the engine
+  gives the result memory of its own), on both backends."""
+  value = np.arange(1 << 14, dtype=np.float32)
+  for platform in PLATFORMS:
+    x = on(platform, value)
+    n = np.from_dlpack(x)
+    y = jax.jit(lambda a: a * 3, donate_argnums=0)(x)
+    np.testing.assert_array_equal(np.asarray(y), value * 3, err_msg=platform)
+    np.testing.assert_array_equal(n, value, err_msg=platform)
 
 
 @pytest.mark.parametrize("major_to_minor", [(1, 0), (0, 1, 2), (2, 0, 1)])

@@ -9,14 +9,10 @@
 // into the open capture. With no capture open on the thread, noting is a
 // no-op.
 //
-// How long: an export's external reference lives inside the PJRT_Buffer
-// (XLA's C API keeps it there), and jaxlib destroys the PJRT_Buffer when
-// the array is deleted or collected, which would free the memory under a
-// consumer. So a buffer with live exports has its PJRT_Buffer_Destroy
-// deferred to the release of its last export.
+// How long the memory stays: engine/buffer_holds.h.
 //
-// Lives in libmyplugin_runtime: the PJRT library notes and defers, the
-// Python module captures and releases, and both must see the same state.
+// Lives in libmyplugin_runtime: the PJRT library notes, the Python module
+// captures, and both must see the same thread-local state.
 #pragma once
 
 struct PJRT_Buffer;
@@ -42,14 +38,5 @@ class BufferCapture {
 
 // Called by our PJRT_Buffer_UnsafePointer entry point.
 void NoteBufferPointerQuery(PJRT_Buffer* buffer);
-
-// An export of `buffer` begins.
-void HoldBufferForExport(PJRT_Buffer* buffer);
-// An export of `buffer` ends; true when it was the last one and the
-// buffer's destroy was deferred: the caller destroys it now.
-bool ReleaseBufferForExport(PJRT_Buffer* buffer);
-// Called by our PJRT_Buffer_Destroy entry point: true when `buffer` has
-// live exports (its destroy is then left to the last of them).
-bool DeferBufferDestroy(PJRT_Buffer* buffer);
 
 }  // namespace myplugin

@@ -12,7 +12,7 @@
 #include "collectives/transfer_endpoint.h"
 #include "common/huge_pages.h"
 #include "coordination/runtime.h"
-#include "engine/buffer_capture.h"
+#include "engine/buffer_holds.h"
 #include "pjrt/client.h"
 #include "pjrt/device.h"
 #include "pjrt/engine_instance.h"
@@ -43,16 +43,18 @@ Status Await(PJRT_Event* event) {
   return st;
 }
 
-// Lets go of what a transfer held of `buffer`: its external reference, if
-// it took one, then its hold on the destroy (engine/buffer_capture.h),
-// destroying the buffer now if jax destroyed it meanwhile.
-void LetGo(PJRT_Buffer* buffer, bool external_reference) {
-  if (external_reference) {
-    auto release = Init<PJRT_Buffer_DecreaseExternalReferenceCount_Args>();
-    release.buffer = buffer;
-    (void)MYPLUGIN_ENGINE_STATUS(PJRT_Buffer_DecreaseExternalReferenceCount, &release);
+// Lets go of a transfer's hold on `buffer` (engine/buffer_holds.h), making
+// the delete and destroy that jax asked for meanwhile: on the transfer's
+// thread, with no lock held (either may run a view's deleter, which takes
+// the GIL).
+void LetGo(PJRT_Buffer* buffer) {
+  const BufferHolds::Deferred deferred = BufferHolds::Process().Release(buffer);
+  if (deferred.delete_now) {
+    auto del = Init<PJRT_Buffer_Delete_Args>();
+    del.buffer = buffer;
+    (void)MYPLUGIN_ENGINE_STATUS(PJRT_Buffer_Delete, &del);
   }
-  if (ReleaseBufferForExport(buffer)) {
+  if (deferred.destroy_now) {
     auto destroy = Init<PJRT_Buffer_Destroy_Args>();
     destroy.buffer = buffer;
     (void)MYPLUGIN_ENGINE_STATUS(PJRT_Buffer_Destroy, &destroy);
@@ -118,6 +120,26 @@ class SendState {
   static StatusOr<std::shared_ptr<SendState>> Make(PJRT_Buffer* source, Client* client, Device* device,
                                                    PJRT_Event** event) {
     auto s = std::shared_ptr<SendState>(new SendState(source));
+    // What the send needs of the source is taken now, on jax's thread: jax
+    // may delete the array, or donate it to a call, as soon as this returns;
+    // the hold keeps its memory until the send ends (engine/buffer_holds.h).
+    if (!BufferHolds::Process().Hold(source)) {
+      return FailedPrecondition("the array to send has been deleted");
+    }
+    s->held_ = true;
+    auto source_ready = Init<PJRT_Buffer_ReadyEvent_Args>();
+    source_ready.buffer = source;
+    MYPLUGIN_RETURN_IF_ERROR(MYPLUGIN_ENGINE_STATUS(PJRT_Buffer_ReadyEvent, &source_ready));
+    s->source_ready_ = source_ready.event;
+    if (CurrentEngineKind() == EngineKind::kCpu) {
+      // Read in place (see Read): the hold keeps the memory through a
+      // delete, and a call that donates the array meanwhile allocates its
+      // result elsewhere.
+      auto data = Init<PJRT_Buffer_OpaqueDeviceMemoryDataPointer_Args>();
+      data.buffer = source;
+      MYPLUGIN_RETURN_IF_ERROR(MYPLUGIN_ENGINE_STATUS(PJRT_Buffer_OpaqueDeviceMemoryDataPointer, &data));
+      s->memory_ = static_cast<const char*>(data.device_memory_ptr);
+    }
     PJRT_ShapeSpec spec{};
     spec.struct_size = PJRT_ShapeSpec_STRUCT_SIZE;
     spec.element_type = PJRT_Buffer_Type_U8;
@@ -140,28 +162,6 @@ class SendState {
     ready.buffer = s->done_buffer_;
     MYPLUGIN_RETURN_IF_ERROR(MYPLUGIN_ENGINE_STATUS(PJRT_Buffer_ReadyEvent, &ready));
     *event = ready.event;
-    HoldBufferForExport(source);
-    s->held_ = true;
-    // What the send needs of the source is taken now, on jax's thread: jax
-    // may delete the array as soon as this returns.
-    auto source_ready = Init<PJRT_Buffer_ReadyEvent_Args>();
-    source_ready.buffer = source;
-    MYPLUGIN_RETURN_IF_ERROR(MYPLUGIN_ENGINE_STATUS(PJRT_Buffer_ReadyEvent, &source_ready));
-    s->source_ready_ = source_ready.event;
-    if (CurrentEngineKind() == EngineKind::kCpu) {
-      // Read in place (see Read): the engine then frees the memory, after
-      // a delete, only once this reference goes, and a call that donates
-      // the array meanwhile does not write into it (tried: its result and
-      // the bytes the receiver got were both right).
-      auto hold = Init<PJRT_Buffer_IncreaseExternalReferenceCount_Args>();
-      hold.buffer = source;
-      MYPLUGIN_RETURN_IF_ERROR(MYPLUGIN_ENGINE_STATUS(PJRT_Buffer_IncreaseExternalReferenceCount, &hold));
-      s->in_place_ = true;
-      auto data = Init<PJRT_Buffer_OpaqueDeviceMemoryDataPointer_Args>();
-      data.buffer = source;
-      MYPLUGIN_RETURN_IF_ERROR(MYPLUGIN_ENGINE_STATUS(PJRT_Buffer_OpaqueDeviceMemoryDataPointer, &data));
-      s->memory_ = static_cast<const char*>(data.device_memory_ptr);
-    }
     return s;
   }
 
@@ -181,7 +181,7 @@ class SendState {
       destroy.transfer_manager = manager_;
       (void)MYPLUGIN_ENGINE_STATUS(PJRT_AsyncHostToDeviceTransferManager_Destroy, &destroy);
     }
-    if (held_) LetGo(source_, in_place_);
+    if (held_) LetGo(source_);
   }
 
   // Bytes of the source at `offset`, once the source is ready. The CPU
@@ -198,7 +198,7 @@ class SendState {
       source_ready_ = nullptr;
       MYPLUGIN_RETURN_IF_ERROR(Await(ready));
     }
-    if (in_place_) return memory_ + offset;
+    if (memory_ != nullptr) return memory_ + offset;
     auto copy = Init<PJRT_Buffer_CopyRawToHost_Args>();
     copy.buffer = source_;
     copy.dst = scratch;
@@ -238,10 +238,9 @@ class SendState {
  private:
   explicit SendState(PJRT_Buffer* source) : source_(source) {}
   PJRT_Buffer* source_;
-  bool held_ = false;
-  bool in_place_ = false;  // an external reference to the source is held (the CPU engine)
+  bool held_ = false;  // BufferHolds::Hold(source_)
   PJRT_Event* source_ready_ = nullptr;  // until the first read has waited for it
-  const char* memory_ = nullptr;  // the source's bytes, when read in place
+  const char* memory_ = nullptr;  // the source's bytes, when read in place (the CPU engine)
   PJRT_AsyncHostToDeviceTransferManager* manager_ = nullptr;
   PJRT_Buffer* done_buffer_ = nullptr;
 };
@@ -351,9 +350,9 @@ class Receiver {
 
   // On the CPU engine, where the destination is host memory: bytes from a
   // socket are read straight into buffer `i` (one copy fewer than through
-  // the engine's transfer), under an external reference and a deferred
-  // destroy (as a send's source), so that jax deleting or dropping the
-  // array before it is ready frees nothing under the read. Huge pages are
+  // the engine's transfer), under a hold (engine/buffer_holds.h), as a
+  // send's source, so that jax deleting, dropping or donating the array
+  // before it is ready frees nothing under the read. Huge pages are
   // asked for over it first: the first write then does not fault and clear
   // it 4 KiB at a time (docs/performance.md, cross-host transfers).
   void Land(int i, PJRT_Buffer* buffer, uint64_t bytes) {
@@ -362,10 +361,7 @@ class Receiver {
     data.buffer = buffer;
     if (!MYPLUGIN_ENGINE_STATUS(PJRT_Buffer_OpaqueDeviceMemoryDataPointer, &data).ok()) return;
     (void)AdviseHugePages(data.device_memory_ptr, static_cast<size_t>(bytes));
-    auto hold = Init<PJRT_Buffer_IncreaseExternalReferenceCount_Args>();
-    hold.buffer = buffer;
-    if (!MYPLUGIN_ENGINE_STATUS(PJRT_Buffer_IncreaseExternalReferenceCount, &hold).ok()) return;
-    HoldBufferForExport(buffer);
+    if (!BufferHolds::Process().Hold(buffer)) return;
     landing_[i] = {buffer, static_cast<char*>(data.device_memory_ptr)};
   }
 
@@ -401,11 +397,11 @@ class Receiver {
     (void)MYPLUGIN_ENGINE_STATUS(PJRT_AsyncHostToDeviceTransferManager_SetBufferError, &e);
   }
 
-  // The reference and the deferred destroy of buffer `i`'s landing area go.
+  // The hold on buffer `i`'s landing area goes.
   void Unland(int i) {
     Landing& l = landing_[i];
     if (l.buffer == nullptr) return;
-    LetGo(l.buffer, true);
+    LetGo(l.buffer);
     l = Landing{};
   }
 

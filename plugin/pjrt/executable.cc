@@ -1,12 +1,17 @@
 #include "pjrt/executable.h"
 
+#include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <unordered_map>
+#include <vector>
 
 #include "collectives/process_runtime.h"
 #include "common/profile_spans.h"
+#include "engine/buffer_holds.h"
 #include "pjrt/client.h"
 #include "pjrt/device_assignment.h"
 #include "pjrt/forwarding.h"
@@ -407,6 +412,26 @@ PJRT_Error* PjrtLoadedExecutableExecute(PJRT_LoadedExecutable_Execute_Args* args
     span.Add(profile::Stat::Int("devices", args->execute_device != nullptr ? 1 : static_cast<int64_t>(args->num_devices)));
   }
   ScopedSwap<PJRT_LoadedExecutable*> exec(args->executable, FromC(args->executable)->engine());
+  // An argument that a send, a receive or an export of ours holds is not
+  // donated (engine/buffer_holds.h): its memory is in use.
+  std::vector<int64_t> keep;
+  std::vector<char> options;
+  std::optional<ScopedSwap<PJRT_ExecuteOptions*>> swapped;
+  const size_t devices = args->execute_device != nullptr ? 1 : args->num_devices;
+  if (args->options != nullptr &&
+      args->options->struct_size >= offsetof(PJRT_ExecuteOptions, num_non_donatable_input_indices) + sizeof(size_t) &&
+      BufferHolds::Process().HeldArguments(args->argument_lists, devices, args->num_args, &keep)) {
+    const PJRT_ExecuteOptions* given = args->options;
+    keep.insert(keep.end(), given->non_donatable_input_indices,
+                given->non_donatable_input_indices + given->num_non_donatable_input_indices);
+    std::sort(keep.begin(), keep.end());
+    keep.erase(std::unique(keep.begin(), keep.end()), keep.end());
+    options.assign(reinterpret_cast<const char*>(given), reinterpret_cast<const char*>(given) + given->struct_size);
+    auto* ours = reinterpret_cast<PJRT_ExecuteOptions*>(options.data());
+    ours->non_donatable_input_indices = keep.data();
+    ours->num_non_donatable_input_indices = keep.size();
+    swapped.emplace(args->options, ours);
+  }
   PJRT_Error* error;
   if (args->execute_device != nullptr) {
     ScopedSwap<PJRT_Device*> device(args->execute_device, EngineOf(args->execute_device));

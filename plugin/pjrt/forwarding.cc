@@ -1,6 +1,8 @@
 #include "pjrt/forwarding.h"
 
 #include "engine/buffer_capture.h"
+#include "common/gil_aware_mutex.h"
+#include "engine/buffer_holds.h"
 #include "pjrt/api_table.h"
 #include "pjrt/client.h"
 #include "pjrt/cost_analysis.h"
@@ -141,11 +143,50 @@ PJRT_Error* BufferUnsafePointer(PJRT_Buffer_UnsafePointer_Args* args) {
   return MYPLUGIN_CALL_ENGINE(PJRT_Buffer_UnsafePointer, args);
 }
 
-// A buffer that DLPack exports still use is destroyed by the last of them
-// (engine/buffer_capture.h).
+// A buffer that a send, a receive or a DLPack export of ours still uses is
+// deleted and destroyed by the last of them (engine/buffer_holds.h).
 PJRT_Error* BufferDestroy(PJRT_Buffer_Destroy_Args* args) {
-  if (DeferBufferDestroy(args->buffer)) return nullptr;
+  if (BufferHolds::Process().DeferDestroy(args->buffer)) return nullptr;
   return MYPLUGIN_CALL_ENGINE(PJRT_Buffer_Destroy, args);
+}
+
+PJRT_Error* BufferDelete(PJRT_Buffer_Delete_Args* args) {
+  BufferHolds& holds = BufferHolds::Process();
+  if (holds.DeferDelete(args->buffer)) return nullptr;
+  PJRT_Error* error = MYPLUGIN_CALL_ENGINE(PJRT_Buffer_Delete, args);
+  holds.DeleteEnded(args->buffer);
+  return error;
+}
+
+// The engine keeps a buffer's external references in a list that it
+// changes without a lock (DESIGN §11), and jaxlib changes it from several
+// threads: np.asarray, the buffer protocol and its DLPack export add
+// references with the GIL let go, and a DLPack consumer drops one on any
+// thread. Every change goes under one lock, for which a thread holding the
+// GIL waits without it: a last release may run numpy's deleter, which takes
+// the GIL (common/gil_aware_mutex.h). No thread of ours changes the list
+// (engine/buffer_holds.h).
+GilAwareMutex& ExternalReferencesMutex() {
+  static auto* mutex = new GilAwareMutex();  // never destroyed: buffers are released while the process exits
+  return *mutex;
+}
+
+PJRT_Error* BufferIncreaseExternalReferenceCount(PJRT_Buffer_IncreaseExternalReferenceCount_Args* args) {
+  GilAwareMutex::Lock lock(ExternalReferencesMutex());
+  return MYPLUGIN_CALL_ENGINE(PJRT_Buffer_IncreaseExternalReferenceCount, args);
+}
+
+PJRT_Error* BufferDecreaseExternalReferenceCount(PJRT_Buffer_DecreaseExternalReferenceCount_Args* args) {
+  GilAwareMutex::Lock lock(ExternalReferencesMutex());
+  return MYPLUGIN_CALL_ENGINE(PJRT_Buffer_DecreaseExternalReferenceCount, args);
+}
+
+PJRT_Error* BufferIsDeleted(PJRT_Buffer_IsDeleted_Args* args) {
+  if (BufferHolds::Process().DeleteDeferred(args->buffer)) {
+    args->is_deleted = true;
+    return nullptr;
+  }
+  return MYPLUGIN_CALL_ENGINE(PJRT_Buffer_IsDeleted, args);
 }
 
 PJRT_Error* BufferCopyToDevice(PJRT_Buffer_CopyToDevice_Args* args) {
@@ -192,13 +233,9 @@ MYPLUGIN_PASS_THROUGH(PJRT_Buffer_UnpaddedDimensions)
 MYPLUGIN_PASS_THROUGH(PJRT_Buffer_DynamicDimensionIndices)
 MYPLUGIN_PASS_THROUGH(PJRT_Buffer_GetMemoryLayout)
 MYPLUGIN_PASS_THROUGH(PJRT_Buffer_OnDeviceSizeInBytes)
-MYPLUGIN_PASS_THROUGH(PJRT_Buffer_Delete)
-MYPLUGIN_PASS_THROUGH(PJRT_Buffer_IsDeleted)
 MYPLUGIN_PASS_THROUGH(PJRT_Buffer_ToHostBuffer)
 MYPLUGIN_PASS_THROUGH(PJRT_Buffer_IsOnCpu)
 MYPLUGIN_PASS_THROUGH(PJRT_Buffer_ReadyEvent)
-MYPLUGIN_PASS_THROUGH(PJRT_Buffer_IncreaseExternalReferenceCount)
-MYPLUGIN_PASS_THROUGH(PJRT_Buffer_DecreaseExternalReferenceCount)
 MYPLUGIN_PASS_THROUGH(PJRT_Buffer_OpaqueDeviceMemoryDataPointer)
 MYPLUGIN_PASS_THROUGH(PJRT_Buffer_CopyRawToHost)
 MYPLUGIN_PASS_THROUGH(PJRT_CopyToDeviceStream_Destroy)
@@ -252,6 +289,12 @@ void InstallPassThroughEntries(PJRT_Api& api) {
   api.PJRT_Buffer_Memory = MYPLUGIN_ENTRY_POINT(PJRT_Buffer_Memory, BufferMemory);
   api.PJRT_Buffer_UnsafePointer = MYPLUGIN_ENTRY_POINT(PJRT_Buffer_UnsafePointer, BufferUnsafePointer);
   api.PJRT_Buffer_Destroy = MYPLUGIN_ENTRY_POINT(PJRT_Buffer_Destroy, BufferDestroy);
+  api.PJRT_Buffer_Delete = MYPLUGIN_ENTRY_POINT(PJRT_Buffer_Delete, BufferDelete);
+  api.PJRT_Buffer_IsDeleted = MYPLUGIN_ENTRY_POINT(PJRT_Buffer_IsDeleted, BufferIsDeleted);
+  api.PJRT_Buffer_IncreaseExternalReferenceCount =
+      MYPLUGIN_ENTRY_POINT(PJRT_Buffer_IncreaseExternalReferenceCount, BufferIncreaseExternalReferenceCount);
+  api.PJRT_Buffer_DecreaseExternalReferenceCount =
+      MYPLUGIN_ENTRY_POINT(PJRT_Buffer_DecreaseExternalReferenceCount, BufferDecreaseExternalReferenceCount);
   api.PJRT_Buffer_CopyToDevice = MYPLUGIN_ENTRY_POINT(PJRT_Buffer_CopyToDevice, BufferCopyToDevice);
   api.PJRT_Buffer_CopyToMemory = MYPLUGIN_ENTRY_POINT(PJRT_Buffer_CopyToMemory, BufferCopyToMemory);
   api.PJRT_AsyncHostToDeviceTransferManager_Device = MYPLUGIN_ENTRY_POINT(PJRT_AsyncHostToDeviceTransferManager_Device, TransferManagerDevice);
@@ -289,13 +332,9 @@ void InstallPassThroughEntries(PJRT_Api& api) {
   MYPLUGIN_INSTALL(PJRT_Buffer_DynamicDimensionIndices);
   MYPLUGIN_INSTALL(PJRT_Buffer_GetMemoryLayout);
   MYPLUGIN_INSTALL(PJRT_Buffer_OnDeviceSizeInBytes);
-  MYPLUGIN_INSTALL(PJRT_Buffer_Delete);
-  MYPLUGIN_INSTALL(PJRT_Buffer_IsDeleted);
   MYPLUGIN_INSTALL(PJRT_Buffer_ToHostBuffer);
   MYPLUGIN_INSTALL(PJRT_Buffer_IsOnCpu);
   MYPLUGIN_INSTALL(PJRT_Buffer_ReadyEvent);
-  MYPLUGIN_INSTALL(PJRT_Buffer_IncreaseExternalReferenceCount);
-  MYPLUGIN_INSTALL(PJRT_Buffer_DecreaseExternalReferenceCount);
   MYPLUGIN_INSTALL(PJRT_Buffer_OpaqueDeviceMemoryDataPointer);
   MYPLUGIN_INSTALL(PJRT_Buffer_CopyRawToHost);
   MYPLUGIN_INSTALL(PJRT_CopyToDeviceStream_Destroy);

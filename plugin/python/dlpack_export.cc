@@ -4,12 +4,13 @@
 // the client's platform id). It aliases the engine's buffer: no copy.
 //
 // The engine buffer comes from a BufferCapture (engine/buffer_capture.h)
-// around the array's unsafe_buffer_pointer(). Like jaxlib's export, the
-// tensor holds an external reference on the buffer, so the memory outlives
-// a delete() of the array; the PJRT_Buffer that keeps that reference is
-// destroyed by the last export (engine/buffer_capture.h), and the Python
-// array is kept too, as jaxlib keeps it. Everything else goes through our
-// PJRT_Api, as jaxlib's calls do.
+// around the array's unsafe_buffer_pointer(). The tensor holds the buffer
+// (engine/buffer_holds.h): a delete() of the array, a call that donates it
+// and its PJRT_Buffer_Destroy all leave the memory to the export, whose
+// release makes the deferred delete and destroy. It keeps the Python array
+// too, as jaxlib's export does. No external reference of the engine's is
+// taken: its list of them is not safe for several threads (buffer_holds.h).
+// Everything else goes through our PJRT_Api, as jaxlib's calls do.
 #include <Python.h>
 #include <nanobind/nanobind.h>
 
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include "engine/buffer_capture.h"
+#include "engine/buffer_holds.h"
 #include "pjrt_c_api.h"
 #include "python/bindings.h"
 #include "python/dlpack.h"
@@ -84,21 +86,22 @@ struct Export {
   dlpack::ManagedTensor tensor{};
   const PJRT_Api* api = nullptr;
   PJRT_Buffer* buffer = nullptr;
-  bool holds_buffer = false;  // HoldBufferForExport
-  bool holds_external_reference = false;
+  bool holds_buffer = false;  // BufferHolds::Hold
   PyObject* array = nullptr;  // a strong reference
   std::vector<int64_t> shape;
   std::vector<int64_t> strides;
 
   ~Export() {
-    // The external reference lives in the PJRT_Buffer, whose destroy waits
-    // for this export (engine/buffer_capture.h): release it, then the buffer.
-    if (holds_external_reference) {
-      auto args = Init<PJRT_Buffer_DecreaseExternalReferenceCount_Args>();
+    // The delete and destroy that jax asked for meanwhile, with no lock
+    // held: either may run a view's deleter, which takes the GIL.
+    const BufferHolds::Deferred deferred =
+        holds_buffer ? BufferHolds::Process().Release(buffer) : BufferHolds::Deferred{};
+    if (deferred.delete_now) {
+      auto args = Init<PJRT_Buffer_Delete_Args>();
       args.buffer = buffer;
-      if (PJRT_Error* error = api->PJRT_Buffer_DecreaseExternalReferenceCount(&args)) TakeError(api, error);
+      if (PJRT_Error* error = api->PJRT_Buffer_Delete(&args)) TakeError(api, error);
     }
-    if (holds_buffer && ReleaseBufferForExport(buffer)) {
+    if (deferred.destroy_now) {
       auto args = Init<PJRT_Buffer_Destroy_Args>();
       args.buffer = buffer;
       if (PJRT_Error* error = api->PJRT_Buffer_Destroy(&args)) TakeError(api, error);
@@ -223,12 +226,8 @@ nb::object BufferToDlpack(nb::handle c_api, nb::handle array, int32_t device_typ
   int64_t element_bytes = dtype->bits / 8;
   out->strides = StridesOf(api, buffer, out->shape, element_bytes);
 
-  HoldBufferForExport(buffer);
+  if (!BufferHolds::Process().Hold(buffer)) throw nb::buffer_error("DLPack export: the array has been deleted");
   out->holds_buffer = true;
-  auto hold = Init<PJRT_Buffer_IncreaseExternalReferenceCount_Args>();
-  hold.buffer = buffer;
-  Call(api, api->PJRT_Buffer_IncreaseExternalReferenceCount, &hold, "PJRT_Buffer_IncreaseExternalReferenceCount");
-  out->holds_external_reference = true;
   AwaitReady(api, buffer);
   auto data = Init<PJRT_Buffer_OpaqueDeviceMemoryDataPointer_Args>();
   data.buffer = buffer;

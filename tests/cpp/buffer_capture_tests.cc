@@ -1,7 +1,5 @@
 // The engine buffers behind DLPack exports (engine/buffer_capture.h): a
-// capture sees only its own thread's query, nests, and closes; a buffer's
-// destroy waits for its last export, and only a deferred destroy is handed
-// back to the export.
+// capture sees only its own thread's query, nests, and closes.
 #include <cstdint>
 #include <thread>
 
@@ -36,27 +34,8 @@ void TestCapture() {
   }
 }
 
-void TestDeferredDestroy() {
-  // No export: destroyed at once.
-  CHECK(!DeferBufferDestroy(Fake(10)));
-  // Two exports; jax destroys the buffer between them: the last export destroys it.
-  HoldBufferForExport(Fake(11));
-  HoldBufferForExport(Fake(11));
-  CHECK(!DeferBufferDestroy(Fake(12)));  // another buffer is not held
-  CHECK(DeferBufferDestroy(Fake(11)));
-  CHECK(!ReleaseBufferForExport(Fake(11)));
-  CHECK(ReleaseBufferForExport(Fake(11)));
-  CHECK(!DeferBufferDestroy(Fake(11)));  // forgotten: the destroy it hands on goes through
-  // Exports that end before the destroy leave it to jax.
-  HoldBufferForExport(Fake(13));
-  CHECK(!ReleaseBufferForExport(Fake(13)));
-  CHECK(!DeferBufferDestroy(Fake(13)));
-  CHECK(!ReleaseBufferForExport(Fake(14)));  // never held
-}
-
 }  // namespace
 
 void RunBufferCaptureTests() {
   TestCapture();
-  TestDeferredDestroy();
 }

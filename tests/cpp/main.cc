@@ -17,6 +17,8 @@ int main(int argc, char** argv) {
   RunEngineExtensionsTests();
   RunProcessRuntimeTests();
   RunBufferCaptureTests();
+  RunBufferHoldsTests();
+  RunGilAwareMutexTests();
   RunTransferEndpointTests();
   RunWireTests();
   RunProcessInfoTests();

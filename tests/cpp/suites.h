@@ -32,6 +32,8 @@ void RunEngineClientTests();
 void RunEngineExtensionsTests();
 void RunProcessRuntimeTests();
 void RunBufferCaptureTests();
+void RunBufferHoldsTests();
+void RunGilAwareMutexTests();
 void RunTransferEndpointTests();
 // False when the NCCL backend is not built.
 bool RunNcclTests();
