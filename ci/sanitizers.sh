@@ -2,10 +2,17 @@
 # Sanitizer builds (clang 16, CMake option MYPLUGIN_SANITIZE), in CI after
 # the test command:
 #  1. ASan+UBSan: the C++ unit tests (tests/cpp), then the coordination,
-#     collectives and bad-input Python tests against an instrumented module
-#     installed in a virtual environment of its own;
+#     collectives and bad-input Python tests, and the tests of arrays that
+#     several threads touch while they move (transfers between processes,
+#     DLPack, the stress jobs of test_array_threads.py), against an
+#     instrumented module installed in a virtual environment of its own;
 #  2. TSan: the C++ unit tests, among them the coordination service with 32
-#     concurrent clients over real sockets (coordination_stress_tests.cc).
+#     concurrent clients over real sockets (coordination_stress_tests.cc),
+#     and the buffer holds and the GIL-aware lock under many threads
+#     (buffer_holds_tests.cc, gil_aware_mutex_tests.cc). The Python jobs do
+#     not run under TSan: CPython, jaxlib and the engine are not
+#     instrumented, so their accesses (the engine's list of external
+#     references among them) are invisible to it.
 # Every finding aborts the process that made it (no recovery), so the script
 # exits non-zero on any. Build folders: build-sanitizers/ (ccache).
 #
@@ -66,6 +73,16 @@ echo "+ [address,undefined] pytest: coordination, collectives, bad input ($((SEC
   "$root/tests/test_collectives.py" "$root/tests/test_bad_input.py" \
   -k "not test_descriptor_exhaustion_does_not_wedge_the_service and not test_64_megabyte_all_reduce \
 and not test_every_op_on_64_megabytes and not test_a_call_longer_than_the_stall_bound_completes_while_data_moves")
+
+# The arrays that several threads touch while they move between processes:
+# every stress job, DLPack, and the transfer tests but the 300 MiB ones
+# (the same paths with more bytes) and the network namespaces' (root's
+# setup, the same code over TCP).
+echo "+ [address,undefined] pytest: arrays touched by several threads, transfers, DLPack ($((SECONDS - start)) s)"
+(cd "$out" && LD_PRELOAD=$asan_runtime ASAN_OPTIONS=$asan_common:detect_leaks=0 \
+  timeout 600 "$venv/bin/python" -m pytest -q -p no:cacheprovider -n 2 --dist load --rootdir "$root" \
+  "$root/tests/test_array_threads.py" "$root/tests/test_dlpack.py" "$root/tests/test_cross_host_transfers.py" \
+  -k "not over_256_mib and not across_hosts")
 
 # TSan: the unit tests alone.
 echo "+ [thread] myplugin_unit_tests ($((SECONDS - start)) s)"

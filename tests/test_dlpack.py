@@ -199,12 +199,15 @@ def test_a_donated_array_that_an_export_holds_keeps_the_exported_bytes():
   the call's result is right and numpy's bytes do not change (the engine
   gives the result memory of its own), on both backends."""
   value = np.arange(1 << 14, dtype=np.float32)
+  deleted = {}
   for platform in PLATFORMS:
     x = on(platform, value)
     n = np.from_dlpack(x)
     y = jax.jit(lambda a: a * 3, donate_argnums=0)(x)
     np.testing.assert_array_equal(np.asarray(y), value * 3, err_msg=platform)
     np.testing.assert_array_equal(n, value, err_msg=platform)
+    deleted[platform] = x.is_deleted()  # not donated after all, on jax's CPU backend
+  assert deleted["myplugin"] == deleted["cpu"], deleted
 
 
 @pytest.mark.parametrize("major_to_minor", [(1, 0), (0, 1, 2), (2, 0, 1)])
