@@ -1,5 +1,7 @@
 #include "collectives/process_runtime.h"
 
+#include <chrono>
+#include <cstdio>
 #include <utility>
 
 namespace myplugin::collectives {
@@ -57,6 +59,18 @@ FlightRecorder& ProcessRuntime::flight_recorder() {
 }
 
 Status ProcessRuntime::ShutdownJob(double timeout_s) {
+  // Entering shutdown tells the peers that this process issues no more
+  // collectives: first every local device's part of the programs launched
+  // must have ended (executions_in_flight.h). Bounded: a part whose peer
+  // died or stalls ends within the collectives' own bounds.
+  const auto waited_from = std::chrono::steady_clock::now();
+  if (const int64_t left = executions_in_flight_.WaitForNone(timeout_s); left > 0) {
+    std::fprintf(stderr,
+                 "myplugin: process %d enters shutdown with %lld device part(s) of its programs still running "
+                 "after %.1f s (MYPLUGIN_SHUTDOWN_TIMEOUT)\n",
+                 distributed_.process_id(), static_cast<long long>(left),
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - waited_from).count());
+  }
   // After the barrier: every process has finished its calls, and until then
   // a kernel whose peer died is still the watchdog's to end.
   Status st = distributed_.Shutdown(timeout_s);

@@ -9,6 +9,7 @@
 //   flight recorder    this process's recent calls, sized by the settings of its first use;
 //                      beside it the compiles in progress and each barrier's uses
 //   local rendezvous   where this process's devices meet for a collective
+//   executions         the multi-process programs' device parts launched and not yet ended
 //   device ids         the global id of each local device ordinal, set by the client
 //   communicators      one per process group and membership epoch
 //   straggler watch    the current job's watch state (its threads hold it too)
@@ -25,7 +26,9 @@
 //                      cost-analysis table, executables' origins
 //                      (executable.cc), the running engine's FFI probe
 //                      (ffi_extension.cc), the transfer endpoint of the
-//                      current job and epoch (cross_host_transfers.cc);
+//                      current job and epoch (cross_host_transfers.cc),
+//                      the holds on engine buffers and the lock of their
+//                      external references (forwarding.cc);
 //                      spmd/'s hook slots (program_hooks.cc,
 //                      cost_analysis_hook.cc)
 // The floors above reach theirs through Attached<T>, keyed by type: the owner
@@ -60,7 +63,9 @@
 // Not held here, each made once and never destroyed, for the reason given:
 //   the FFI handler adapters' slots (engine/ffi_handler_adapter.cc), a floor
 //     below the owner: trampolines fixed at compile time read them with no
-//     context to find an owner by; a slot, once given, never changes.
+//     context to find an owner by; a slot, once given, never changes;
+//   the GIL calls (common/gil_aware_mutex.cc), a floor below the owner: three
+//     function pointers the Python module sets at its import.
 // and these, which hold no state that changes once made:
 //   the PJRT_Api table and its extension chain (FFI, cross-host transfers;
 //     api_table.cc, ffi_extension.cc, cross_host_transfers.cc): function
@@ -78,6 +83,7 @@
 #include "collectives/attachments.h"
 #include "collectives/communicator_cache.h"
 #include "collectives/device_ids.h"
+#include "collectives/executions_in_flight.h"
 #include "collectives/flight_recorder.h"
 #include "collectives/in_process_key_values.h"
 #include "collectives/local_rendezvous.h"
@@ -125,6 +131,9 @@ class ProcessRuntime {
   LocalDeviceIds& device_ids() { return device_ids_; }
   CompileStarts& compile_starts() { return compile_starts_; }
   BarrierUses& barrier_uses() { return barrier_uses_; }
+  // The multi-process programs' device parts launched here and not yet
+  // ended; ShutdownJob waits for them first.
+  ExecutionsInFlight& executions_in_flight() { return executions_in_flight_; }
   CommunicatorCache& communicators() { return communicators_; }
   KeptPackBuffers& pack_buffers() { return pack_buffers_; }
   InProcessKeyValues& in_process_key_values() { return in_process_key_values_; }
@@ -177,6 +186,7 @@ class ProcessRuntime {
   std::unique_ptr<FlightRecorder> recorder_;
   CompileStarts compile_starts_;
   BarrierUses barrier_uses_;
+  ExecutionsInFlight executions_in_flight_;
   LocalRendezvous local_rendezvous_;
   LocalDeviceIds device_ids_;
   CommunicatorCache communicators_;

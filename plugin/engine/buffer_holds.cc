@@ -2,11 +2,6 @@
 
 namespace myplugin {
 
-BufferHolds& BufferHolds::Process() {
-  static auto* holds = new BufferHolds();
-  return *holds;
-}
-
 void BufferHolds::EraseIfUnused(std::unordered_map<PJRT_Buffer*, Entry>::iterator it) {
   const Entry& e = it->second;
   if (e.holds > 0 || e.deleting > 0) return;

@@ -31,11 +31,11 @@
 // and launch. One mutex guards the table and is held only inside these
 // functions, never across an engine call or a wait.
 //
-// Lives in libmyplugin_runtime, allocated once and never destroyed: the
-// PJRT library (entry points, transfers) and the Python module (DLPack
-// exports) must see the same table, and buffers are destroyed while the
-// process exits. It sits on the engine's floor (it knows engine buffers,
-// nothing of ours above), below the process runtime that owns the rest.
+// The process's table is an attachment of the process runtime
+// (collectives/process_runtime.h), which never destroys it: the PJRT
+// library (entry points, transfers) and the Python module (DLPack exports)
+// see the same one, and buffers are destroyed while the process exits. The
+// class sits on the engine's floor: it knows engine buffers, nothing above.
 #pragma once
 
 #include <atomic>
@@ -50,9 +50,6 @@ namespace myplugin {
 
 class BufferHolds {
  public:
-  // The process's table.
-  static BufferHolds& Process();
-
   BufferHolds() = default;
   BufferHolds(const BufferHolds&) = delete;
   BufferHolds& operator=(const BufferHolds&) = delete;

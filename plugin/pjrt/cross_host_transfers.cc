@@ -48,7 +48,7 @@ Status Await(PJRT_Event* event) {
 // thread, with no lock held (either may run a view's deleter, which takes
 // the GIL).
 void LetGo(PJRT_Buffer* buffer) {
-  const BufferHolds::Deferred deferred = BufferHolds::Process().Release(buffer);
+  const BufferHolds::Deferred deferred = ProcessBufferHolds().Release(buffer);
   if (deferred.delete_now) {
     auto del = Init<PJRT_Buffer_Delete_Args>();
     del.buffer = buffer;
@@ -123,7 +123,7 @@ class SendState {
     // What the send needs of the source is taken now, on jax's thread: jax
     // may delete the array, or donate it to a call, as soon as this returns;
     // the hold keeps its memory until the send ends (engine/buffer_holds.h).
-    if (!BufferHolds::Process().Hold(source)) {
+    if (!ProcessBufferHolds().Hold(source)) {
       return FailedPrecondition("the array to send has been deleted");
     }
     s->held_ = true;
@@ -361,7 +361,7 @@ class Receiver {
     data.buffer = buffer;
     if (!MYPLUGIN_ENGINE_STATUS(PJRT_Buffer_OpaqueDeviceMemoryDataPointer, &data).ok()) return;
     (void)AdviseHugePages(data.device_memory_ptr, static_cast<size_t>(bytes));
-    if (!BufferHolds::Process().Hold(buffer)) return;
+    if (!ProcessBufferHolds().Hold(buffer)) return;
     landing_[i] = {buffer, static_cast<char*>(data.device_memory_ptr)};
   }
 

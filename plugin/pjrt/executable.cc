@@ -87,6 +87,68 @@ void ProfileRuns(const std::string& program, int64_t launched_ns, PJRT_Event** e
   }
 }
 
+// A device part of a multi-process program, counted in flight until its
+// completion event fires (collectives/executions_in_flight.h).
+struct TrackedRun {
+  PJRT_Event* own_event;  // ours to destroy (jax asked for no events), or null
+};
+
+// Events of ours whose runs ended: destroyed at the next launch, on jax's
+// thread, not inside their own callback.
+struct EndedEvents {
+  std::mutex mu;
+  std::vector<PJRT_Event*> events;  // under mu
+};
+
+EndedEvents& Ended() {
+  static EndedEvents& ended = collectives::ProcessRuntime::Get().Attached<EndedEvents>();  // never replaced
+  return ended;
+}
+
+void RunEnded(PJRT_Error* error, void* arg) {
+  if (error != nullptr) Engine().Consume(error);  // the program's own error reaches jax through its results
+  std::unique_ptr<TrackedRun> run(static_cast<TrackedRun*>(arg));
+  if (run->own_event != nullptr) {
+    EndedEvents& ended = Ended();
+    std::lock_guard<std::mutex> lock(ended.mu);
+    ended.events.push_back(run->own_event);
+  }
+  collectives::ProcessRuntime::Get().executions_in_flight().Ended();
+}
+
+void DestroyEndedEvents() {
+  std::vector<PJRT_Event*> events;
+  {
+    EndedEvents& ended = Ended();
+    std::lock_guard<std::mutex> lock(ended.mu);
+    events.swap(ended.events);
+  }
+  for (PJRT_Event* event : events) {
+    MYPLUGIN_PJRT_ARGS(PJRT_Event_Destroy_Args, destroy);
+    destroy.event = event;
+    (void)Engine().Consume(Engine().api()->PJRT_Event_Destroy(&destroy));
+  }
+}
+
+// Counts each device part of a launch in flight until its event fires.
+void TrackRuns(PJRT_Event** events, size_t count, bool own) {
+  collectives::ExecutionsInFlight& in_flight = collectives::ProcessRuntime::Get().executions_in_flight();
+  for (size_t i = 0; i < count; ++i) {
+    if (events[i] == nullptr) continue;
+    in_flight.Launched(1);
+    auto run = std::make_unique<TrackedRun>(TrackedRun{own ? events[i] : nullptr});
+    MYPLUGIN_PJRT_ARGS(PJRT_Event_OnReady_Args, on_ready);
+    on_ready.event = events[i];
+    on_ready.callback = RunEnded;
+    on_ready.user_arg = run.get();
+    if (Engine().Consume(Engine().api()->PJRT_Event_OnReady(&on_ready)).ok()) {
+      run.release();  // RunEnded frees it
+    } else {
+      in_flight.Ended();
+    }
+  }
+}
+
 ExecutableOrigins& Origins() {
   static ExecutableOrigins& origins = collectives::ProcessRuntime::Get().Attached<ExecutableOrigins>();  // once: the owner never replaces what it holds
   return origins;
@@ -420,7 +482,7 @@ PJRT_Error* PjrtLoadedExecutableExecute(PJRT_LoadedExecutable_Execute_Args* args
   const size_t devices = args->execute_device != nullptr ? 1 : args->num_devices;
   if (args->options != nullptr &&
       args->options->struct_size >= offsetof(PJRT_ExecuteOptions, num_non_donatable_input_indices) + sizeof(size_t) &&
-      BufferHolds::Process().HeldArguments(args->argument_lists, devices, args->num_args, &keep)) {
+      ProcessBufferHolds().HeldArguments(args->argument_lists, devices, args->num_args, &keep)) {
     const PJRT_ExecuteOptions* given = args->options;
     keep.insert(keep.end(), given->non_donatable_input_indices,
                 given->non_donatable_input_indices + given->num_non_donatable_input_indices);
@@ -432,6 +494,20 @@ PJRT_Error* PjrtLoadedExecutableExecute(PJRT_LoadedExecutable_Execute_Args* args
     ours->num_non_donatable_input_indices = keep.size();
     swapped.emplace(args->options, ours);
   }
+  // A multi-process program's device parts are counted until they end: a
+  // process enters shutdown only once its devices have finished what its
+  // peers wait for (collectives/executions_in_flight.h). Where jax asks for
+  // no completion events, the engine makes ours.
+  const bool track = ours->multi_process();
+  std::vector<PJRT_Event*> own_events;
+  std::optional<ScopedSwap<PJRT_Event**>> events_swapped;
+  if (track) {
+    DestroyEndedEvents();
+    if (args->device_complete_events == nullptr) {
+      own_events.assign(devices, nullptr);
+      events_swapped.emplace(args->device_complete_events, own_events.data());
+    }
+  }
   PJRT_Error* error;
   if (args->execute_device != nullptr) {
     ScopedSwap<PJRT_Device*> device(args->execute_device, EngineOf(args->execute_device));
@@ -439,6 +515,8 @@ PJRT_Error* PjrtLoadedExecutableExecute(PJRT_LoadedExecutable_Execute_Args* args
   } else {
     error = MYPLUGIN_CALL_ENGINE(PJRT_LoadedExecutable_Execute, args);
   }
+  if (track && error == nullptr) TrackRuns(args->device_complete_events, devices, !own_events.empty());
+  events_swapped.reset();
   if (span.on() && error == nullptr && args->device_complete_events != nullptr) {
     ProfileRuns(ours->name(), launched, args->device_complete_events,
                 args->execute_device != nullptr ? 1 : args->num_devices);

@@ -47,6 +47,8 @@ class LoadedExecutable {
   // The program's name as the engine reports it (jit_f), for profiles.
   const std::string& name() const { return name_; }
   const std::vector<PJRT_Device*>& c_addressable_devices() const { return c_addressable_devices_; }
+  // The local part of a program over several processes' devices.
+  bool multi_process() const { return partitioned_ != nullptr; }
   // The whole program as compiled on the shadow engine, or null.
   const EngineExecutable* global_program() const { return partitioned_ ? partitioned_->shadow.get() : nullptr; }
   // A multi-process program whose shadow stopped early: its local

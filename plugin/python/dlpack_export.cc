@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "engine/buffer_capture.h"
+#include "collectives/process_runtime.h"
 #include "engine/buffer_holds.h"
 #include "pjrt_c_api.h"
 #include "python/bindings.h"
@@ -81,6 +82,13 @@ std::optional<dlpack::DataType> DlpackType(PJRT_Buffer_Type type) {
   }
 }
 
+// The process's buffer holds (engine/buffer_holds.h), which the PJRT
+// library's entry points consult.
+BufferHolds& Holds() {
+  static BufferHolds& holds = collectives::ProcessRuntime::Get().Attached<BufferHolds>();  // never replaced
+  return holds;
+}
+
 // The tensor and what keeps its memory alive.
 struct Export {
   dlpack::ManagedTensor tensor{};
@@ -95,7 +103,7 @@ struct Export {
     // The delete and destroy that jax asked for meanwhile, with no lock
     // held: either may run a view's deleter, which takes the GIL.
     const BufferHolds::Deferred deferred =
-        holds_buffer ? BufferHolds::Process().Release(buffer) : BufferHolds::Deferred{};
+        holds_buffer ? Holds().Release(buffer) : BufferHolds::Deferred{};
     if (deferred.delete_now) {
       auto args = Init<PJRT_Buffer_Delete_Args>();
       args.buffer = buffer;
@@ -226,7 +234,7 @@ nb::object BufferToDlpack(nb::handle c_api, nb::handle array, int32_t device_typ
   int64_t element_bytes = dtype->bits / 8;
   out->strides = StridesOf(api, buffer, out->shape, element_bytes);
 
-  if (!BufferHolds::Process().Hold(buffer)) throw nb::buffer_error("DLPack export: the array has been deleted");
+  if (!Holds().Hold(buffer)) throw nb::buffer_error("DLPack export: the array has been deleted");
   out->holds_buffer = true;
   AwaitReady(api, buffer);
   auto data = Init<PJRT_Buffer_OpaqueDeviceMemoryDataPointer_Args>();
