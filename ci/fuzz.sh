@@ -3,7 +3,9 @@
 # (clang 16, CMake option MYPLUGIN_FUZZ: ASan+UBSan and coverage on the
 # library code too) in build-fuzz/ (ccache), then runs every target for a
 # fixed time on a copy of its seed corpus (fuzz/corpus/<target>/), two at a
-# time, with the Atheris target of the HLO rewrite (fuzz/hlo_rewrite_fuzzer.py).
+# time, with the Atheris target of the HLO rewrite (fuzz/hlo_rewrite_fuzzer.py),
+# then as long a random mix of jobs whose arrays several threads touch
+# (fuzz/array_threads_mix.py, on the installed plugin).
 # Any crash, invariant failure or sanitizer report fails the script; the
 # input that caused it is kept in $FUZZ_ARTIFACTS (default build-fuzz/artifacts/).
 #
@@ -63,5 +65,16 @@ for job in "${jobs[@]}"; do
   fi
 done
 for pid in "${pids[@]}"; do wait "$pid" || failed=1; done
+# The random mix of transfers, exports, deletes, donations and kills
+# (fuzz/array_threads_mix.py): real jobs of the installed plugin, with a
+# fresh seed each; a failure prints its seed.
+# It needs myplugin installed for $python (CI's test command installs it).
+if ! (cd / && "$python" -c "import jax_plugin._myplugin") 2>/dev/null; then
+  echo "fuzz: array_threads_mix needs myplugin installed for $python (pip install .)" >&2
+  failed=1
+elif ! timeout $((seconds + 300)) "$python" "$root/fuzz/array_threads_mix.py" --seconds "$seconds"; then
+  echo "fuzz: array_threads_mix FAILED" >&2
+  failed=1
+fi
 echo "fuzz: $([ $failed = 0 ] && echo clean || echo FAILED) in $((SECONDS - start)) s"
 exit $failed

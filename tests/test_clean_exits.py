@@ -7,13 +7,12 @@ result equal to numpy's, and no collective error printed after the results
 programs launched, 1 to 4 runs in 10 printed "finished (entered shutdown)
 without issuing it", and some stalled until the collective timeout)."""
 import os
-import signal
-import subprocess
 import sys
 
 import numpy as np
 import pytest
 
+from busy import busy
 from job import HERE
 from proc import child_env, run_python
 
@@ -23,19 +22,8 @@ RUNS = int(os.environ.get("TEST_CLEAN_EXIT_RUNS", "6"))
 
 @pytest.fixture(scope="module")
 def busy_machine():
-  """A spinning process for every two cores, each with a deadline of its
-  own, killed on the way out."""
-  spinners = [subprocess.Popen(["timeout", "600", sys.executable, "-c", "while True: pass"], start_new_session=True)
-              for _ in range(max(1, (os.cpu_count() or 2) // 2))]
-  try:
+  with busy():
     yield
-  finally:
-    for p in spinners:
-      try:
-        os.killpg(p.pid, signal.SIGKILL)
-      except ProcessLookupError:
-        pass
-      p.wait(timeout=30)
 
 
 def expected(processes, devices_per_process):

@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from busy import busy
 from proc import child_env, kill_group, run, run_python
 
 LAUNCHER = ["-m", "jax_plugin.launcher"]
@@ -33,6 +34,28 @@ def test_console_script():
   p = run(["myplugin-run", "-n", "2", "--", sys.executable, "-c", PROGRAM], child_env(), timeout=180)
   assert p.returncode == 0, p.output
   assert "[1] process 1 of 2" in p.stdout
+
+
+def test_a_rank_that_raises_on_a_busy_machine_is_reported_with_its_own_exit_code():
+  """A rank that raises mid-loop while the machine is busy (4 spinning
+  processes on 2 cores) takes a second or more to exit; the others end
+  first (fate-sharing). The summary says what the rank did (exit code 1),
+  not the launcher's kill: before, it said "killed by SIGKILL" in 7 runs
+  of 8 at this load."""
+  program = """
+import time, jax
+jax.devices()
+for step in range(1000):
+  time.sleep(0.01)
+  if jax.process_index() == 1 and step == 50:
+    raise ValueError("bad step")
+"""
+  with busy(spinners=2 * (os.cpu_count() or 2)):
+    for _ in range(3):
+      r = run_python(LAUNCHER + ["-n", "3", "--", sys.executable, "-c", program], child_env(), timeout=180)
+      assert r.returncode == 101, r.output
+      assert "myplugin-run: rank 1 failed first with exit code 1" in r.stderr, r.output
+      assert "ValueError: bad step" in r.stderr, r.output
 
 
 def test_failing_rank_ends_the_job_and_is_named():

@@ -199,6 +199,11 @@ int CoordinationService::failed_process() {
   return state_.failed_process();
 }
 
+bool CoordinationService::failure_self_reported() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return state_.failure_self_reported();
+}
+
 bool CoordinationService::all_departed() {
   std::lock_guard<std::mutex> lock(mu_);
   return state_.all_departed();

@@ -55,6 +55,8 @@ class CoordinationService {
   // The process whose failure was the job's first (-1 while there is none):
   // the culprit, never a process that fate-sharing ended afterwards.
   int failed_process();
+  // ServiceState::failure_self_reported.
+  bool failure_self_reported();
   // True once every process has completed the shutdown barrier.
   bool all_departed();
   // The current failure (if any) can still end in a membership agreement,

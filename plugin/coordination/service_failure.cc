@@ -38,7 +38,9 @@ Status ServiceState::HandleReportError(int pid, const std::string& payload, Outb
       blamed.push_back(id);
     }
   }
+  const bool first = !failure_;
   DeclareFailure(pid, m.value().reason, out, blamed);
+  if (first && failure_ && failed_process_ == pid) failure_self_reported_ = true;
   return OkStatus();
 }
 

@@ -116,6 +116,10 @@ class ServiceState {
   bool recoverable() const { return registration_complete_ && !terminal_; }
   std::optional<Status> failure() const { return failure_; }
   int failed_process() const { return failed_process_; }
+  // The job's failure came from the failed process's own report (an error
+  // it raised, a collective it cannot complete): that process is alive and
+  // exiting by itself, not dead or frozen.
+  bool failure_self_reported() const { return failure_self_reported_; }
   // How many times each process id was declared failed (this attempt): the
   // launcher compares it with the count when it started the id's process,
   // so a process failed while still running (stopped, stuck) is ended.
@@ -239,6 +243,7 @@ class ServiceState {
   std::unordered_map<ConnectionId, size_t> waiting_of_;
   std::optional<Status> failure_;
   int failed_process_ = -1;
+  bool failure_self_reported_ = false;
 
   // Membership: the processes of the current epoch, and the agreement on
   // the next one (members that asked; the deadline runs from the first).

@@ -78,6 +78,8 @@ void BindService(nb::module_& m) {
              if (p < 0) return std::nullopt;
              return p;
            })
+      .def("failure_self_reported", &coord::CoordinationService::failure_self_reported,
+           "The failed process reported its failure itself (it is exiting on its own, not dead or frozen).")
       .def("all_departed", &coord::CoordinationService::all_departed)
       .def("recoverable", &coord::CoordinationService::recoverable)
       .def("epoch", &coord::CoordinationService::epoch)
