@@ -700,8 +700,12 @@ void TestWatchdogNeverPollsAnEndedCommunicator() {
   const ncclComm_t handle = nccl.last_comm();
   const int aborts = nccl.aborts();
   nccl.fail_in(0, ncclRemoteError);
+  // A poll counted from here on reads the error (the fake counts, then
+  // reads it); one counted before may have read the health before it (a
+  // loaded machine: the watchdog's first poll came before the injection).
+  const int polls_at_fail = nccl.polls(handle);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (nccl.polls(handle) < 1 && std::chrono::steady_clock::now() < deadline) {
+  while (nccl.polls(handle) < polls_at_fail + 1 && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
   explained.value().reset();  // while the watchdog looks for the cause
