@@ -190,6 +190,12 @@ a missing engine, a file that is not a shared library and a library without
 is an `INVALID_ARGUMENT` that says how many devices there are. When
 `jax_plugin.initialize()` itself fails, it logs the cause at warning level
 (jax alone would only call the platform "unknown").
+
+A `MYPLUGIN_*` variable that nothing reads is said once when the backend
+starts (by process 0 only, in a job), with the setting it most likely meant:
+`myplugin: MYPLUGIN_NUM_DEVICE is not a myplugin setting and is ignored (did
+you mean MYPLUGIN_NUM_DEVICES?)` (`jax_plugin/variables.py`; it used to be
+ignored without a word).
 """
 
 

@@ -56,7 +56,8 @@ def _initialize() -> None:
   lib = library_path()
   if not os.path.exists(lib):
     raise RuntimeError(f"the myplugin PJRT library is missing: {lib} (reinstall the package)")
-  from jax_plugin import _myplugin, engine_selection
+  from jax_plugin import _myplugin, engine_selection, variables
+  variables.warn_unknown()
   engine = engine_selection.select()
   kind = engine.kind
   nccl = engine_selection.nccl_library() if kind == "cuda" else None

@@ -8,7 +8,7 @@ import jax
 import numpy as np
 import pytest
 
-from proc import run
+from proc import child_env, run, run_python
 
 import jax_plugin
 from jax_plugin import _myplugin
@@ -190,3 +190,38 @@ def test_python_hands_its_library_choice_to_cpp():
   assert "MYPLUGIN_NCCL_LIBRARY" not in os.environ
   with pytest.raises(ValueError, match="engine_kind"):
     _myplugin.set_library_choice(engine_path="", engine_kind="tpu", shadow_engine_path="", nccl_library="")
+
+
+def test_a_misspelt_setting_is_named_once_with_the_closest_one():
+  """MYPLUGIN_NUM_DEVICE=8 (without the S) was silently ignored: one device
+  and no word. Now the backend's start says so once, naming the setting
+  meant; correct settings say nothing."""
+  program = "import jax; print('DEVICES', len(jax.devices()))"
+  r = run_python(["-c", program], child_env(JAX_PLATFORMS="myplugin", MYPLUGIN_NUM_DEVICE="8",
+                                            MYPLUGIN_TRASNPORT="gloo"), timeout=120)
+  assert r.returncode == 0, r.output
+  assert "DEVICES 1" in r.stdout, r.output
+  assert r.stderr.count("MYPLUGIN_NUM_DEVICE is not a myplugin setting and is ignored "
+                        "(did you mean MYPLUGIN_NUM_DEVICES?)") == 1, r.output
+  assert "MYPLUGIN_TRASNPORT is not a myplugin setting and is ignored (did you mean MYPLUGIN_TRANSPORT?)" in r.stderr
+  r = run_python(["-c", program], child_env(JAX_PLATFORMS="myplugin", MYPLUGIN_NUM_DEVICES="8"), timeout=120)
+  assert r.returncode == 0 and "DEVICES 8" in r.stdout, r.output
+  assert "not a myplugin setting" not in r.stderr, r.output
+
+
+def test_every_variable_the_sources_name_is_known():
+  """No false warning: every MYPLUGIN_* name that the package, the C++
+  library, the tests, the benchmarks or CI read or set is a known one."""
+  import re
+  from jax_plugin import variables
+  root = os.path.join(os.path.dirname(__file__), "..")
+  named = set()
+  for top in ("jax_plugin", "plugin", "tests", "bench", "ci", "examples", "fuzz"):
+    for dirpath, _, files in os.walk(os.path.join(root, top)):
+      for f in files:
+        if f.endswith((".py", ".cc", ".h", ".sh")):
+          with open(os.path.join(dirpath, f), errors="replace") as fh:
+            text = fh.read()
+          named |= set(re.findall(r"[\"'`]?(MYPLUGIN_[A-Z0-9_]+)(?=[\"'`=])", text))
+  named -= {"MYPLUGIN_NUM_DEVICE", "MYPLUGIN_TRASNPORT", "MYPLUGIN_NO_SUCH_VARIABLE"}  # unknown on purpose
+  assert named - variables.known() == set(), sorted(named - variables.known())
