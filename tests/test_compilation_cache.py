@@ -178,6 +178,23 @@ def test_an_entry_made_for_another_process_devices_is_refused_there(tmp_path, re
     assert_matches(second[rank], reference, shards=SHARDS_2X2[rank])
 
 
+def test_a_job_of_another_shape_misses_instead_of_reading_entries_it_cannot_run(tmp_path, reference):
+  """Entries written by a job of 2 processes x 2 devices, then one process
+  of 4 devices on the same cache: a miss for every mesh program (the
+  platform version names the job's shape, which jax's key covers), never an
+  entry read and refused ("Error reading persistent compilation cache
+  entry"), and every result right."""
+  cache = tmp_path / "cache"
+  job(cache, tmp_path / "first.{rank}.npz")
+  written = len(entries(cache))
+  r, got = single(cache, tmp_path / "single.npz")
+  assert "Error reading persistent compilation cache entry" not in r.output, r.output
+  assert "holds the local program" not in r.output, r.output
+  assert int(got["hits"]) == 0 and int(got["misses"]) >= 4, r.output
+  assert len(entries(cache)) > written  # the single process's own entries, beside the job's
+  assert_matches(got, reference, shards=14)
+
+
 def test_the_platform_version_names_the_build_and_the_engine():
   r = run_python(["-c", "import jax; print(jax.devices()[0].client.platform_version)"],
                  child_env(JAX_PLATFORMS="myplugin"), timeout=60)

@@ -147,6 +147,15 @@ Status Client::BuildDevices(const std::vector<coordination::ProcessInfo>& proces
                       ") over XLA engine '" +
                       engine.platform_name() + "' " + engine.platform_version() + " (PJRT C API " +
                       Engine().ApiVersionString() + ")";
+  // And the job's shape: a multi-process executable holds one process's
+  // local program, so jax's cache key (which counts the devices, not who
+  // owns them) must tell a job of 2 x 2 from one process of 4 (a cache miss,
+  // not an entry refused after it was read).
+  if (processes.size() > 1) {
+    std::string shape;
+    for (const coordination::ProcessInfo& p : processes) shape += (shape.empty() ? "" : "+") + std::to_string(p.num_devices);
+    platform_version_ += " in a job of " + std::to_string(processes.size()) + " processes (devices " + shape + ")";
+  }
   topology_ = std::make_unique<Topology>(kPlatformName, platform_version_, std::move(descriptions));
   topology_->set_owner(this);
 
