@@ -10,9 +10,11 @@ must end cleanly, and every array that arrived must equal what was sent
 (numpy on both sides).
 
 Before the buffer holds (engine/buffer_holds.h), the engine's list of a
-buffer's external references was changed by several threads at once: about
-half the readers jobs crashed (a corrupted heap, SIGSEGV), and a lock
-around those changes deadlocked the deleted-view job against the GIL."""
+buffer's external references was changed by several threads at once: the
+readers job aborted the sender within 20 rounds (the list corrupted:
+jaxlib's fatal "decrease reference on a buffer with zero reference count";
+a corrupted heap or SIGSEGV in other runs), and a lock around those changes
+deadlocked the deleted-view job against the GIL."""
 import json
 import os
 import signal
