@@ -88,7 +88,7 @@ def test_a_receiver_killed_mid_burst_frees_the_sender_and_its_readers():
 
 
 @pytest.mark.parametrize("platform", ["myplugin", "cpu"])
-def test_readers_of_views_of_numpy_memory_deleted_meanwhile(platform):
+def test_readers_of_views_of_numpy_memory_let_go_meanwhile(platform):
   """jaxlib's own external references, from several threads at once, on
   views whose last release runs numpy's deleter: no crash and no deadlock
   on myplugin, as on jax's CPU backend, and every read equals numpy."""
