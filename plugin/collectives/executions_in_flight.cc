@@ -4,9 +4,9 @@
 
 namespace myplugin::collectives {
 
-void ExecutionsInFlight::Launched(int64_t parts) {
+void ExecutionsInFlight::Launched() {
   std::lock_guard<std::mutex> lock(mu_);
-  in_flight_ += parts;
+  ++in_flight_;
 }
 
 void ExecutionsInFlight::Ended() {
@@ -20,11 +20,6 @@ int64_t ExecutionsInFlight::WaitForNone(double timeout_s) {
                         std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                             std::chrono::duration<double>(timeout_s > 0 ? timeout_s : 0));
   none_.wait_until(lock, deadline, [&] { return in_flight_ == 0; });
-  return in_flight_;
-}
-
-int64_t ExecutionsInFlight::in_flight() {
-  std::lock_guard<std::mutex> lock(mu_);
   return in_flight_;
 }
 

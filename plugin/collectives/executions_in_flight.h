@@ -23,14 +23,13 @@ namespace myplugin::collectives {
 
 class ExecutionsInFlight {
  public:
-  // `parts` device parts of one program were launched.
-  void Launched(int64_t parts);
+  // A device part of a program was launched.
+  void Launched();
   // One of them ended (done or failed).
   void Ended();
   // Waits until none is in flight or `timeout_s` passed; the number still
   // in flight (0 when all ended).
   int64_t WaitForNone(double timeout_s);
-  int64_t in_flight();
 
  private:
   std::mutex mu_;

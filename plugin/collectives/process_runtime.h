@@ -10,6 +10,8 @@
 //                      beside it the compiles in progress and each barrier's uses
 //   local rendezvous   where this process's devices meet for a collective
 //   executions         the multi-process programs' device parts launched and not yet ended
+//   buffer holds       what keeps engine buffers' memory for our sends, receives, exports
+//                      (engine/buffer_holds.h)
 //   device ids         the global id of each local device ordinal, set by the client
 //   communicators      one per process group and membership epoch
 //   straggler watch    the current job's watch state (its threads hold it too)
@@ -27,8 +29,8 @@
 //                      (executable.cc), the running engine's FFI probe
 //                      (ffi_extension.cc), the transfer endpoint of the
 //                      current job and epoch (cross_host_transfers.cc),
-//                      the holds on engine buffers and the lock of their
-//                      external references (forwarding.cc);
+//                      the lock of engine buffers' external references
+//                      (forwarding.cc);
 //                      spmd/'s hook slots (program_hooks.cc,
 //                      cost_analysis_hook.cc)
 // The floors above reach theirs through Attached<T>, keyed by type: the owner
@@ -92,6 +94,7 @@
 #include "common/settings.h"
 #include "common/status.h"
 #include "coordination/runtime.h"
+#include "engine/buffer_holds.h"
 #include "engine/library_choice.h"
 
 namespace myplugin {
@@ -134,6 +137,9 @@ class ProcessRuntime {
   // The multi-process programs' device parts launched here and not yet
   // ended; ShutdownJob waits for them first.
   ExecutionsInFlight& executions_in_flight() { return executions_in_flight_; }
+  // The holds on engine buffers that our entry points, transfers and DLPack
+  // exports consult (engine/buffer_holds.h).
+  BufferHolds& buffer_holds() { return buffer_holds_; }
   CommunicatorCache& communicators() { return communicators_; }
   KeptPackBuffers& pack_buffers() { return pack_buffers_; }
   InProcessKeyValues& in_process_key_values() { return in_process_key_values_; }
@@ -187,6 +193,7 @@ class ProcessRuntime {
   CompileStarts compile_starts_;
   BarrierUses barrier_uses_;
   ExecutionsInFlight executions_in_flight_;
+  BufferHolds buffer_holds_;
   LocalRendezvous local_rendezvous_;
   LocalDeviceIds device_ids_;
   CommunicatorCache communicators_;

@@ -1,5 +1,7 @@
 #include "engine/buffer_holds.h"
 
+#include "pjrt_c_api.h"
+
 namespace myplugin {
 
 void BufferHolds::EraseIfUnused(std::unordered_map<PJRT_Buffer*, Entry>::iterator it) {
@@ -30,6 +32,29 @@ BufferHolds::Deferred BufferHolds::Release(PJRT_Buffer* buffer) {
   Deferred d{e.delete_deferred, e.destroy_deferred};
   EraseIfUnused(it);
   return d;
+}
+
+void BufferHolds::ReleaseThrough(const PJRT_Api* api, PJRT_Buffer* buffer) {
+  const Deferred deferred = Release(buffer);
+  auto drop = [api](PJRT_Error* error) {
+    if (error == nullptr) return;
+    PJRT_Error_Destroy_Args destroy{};
+    destroy.struct_size = PJRT_Error_Destroy_Args_STRUCT_SIZE;
+    destroy.error = error;
+    api->PJRT_Error_Destroy(&destroy);
+  };
+  if (deferred.delete_now) {
+    PJRT_Buffer_Delete_Args del{};
+    del.struct_size = PJRT_Buffer_Delete_Args_STRUCT_SIZE;
+    del.buffer = buffer;
+    drop(api->PJRT_Buffer_Delete(&del));
+  }
+  if (deferred.destroy_now) {
+    PJRT_Buffer_Destroy_Args destroy{};
+    destroy.struct_size = PJRT_Buffer_Destroy_Args_STRUCT_SIZE;
+    destroy.buffer = buffer;
+    drop(api->PJRT_Buffer_Destroy(&destroy));
+  }
 }
 
 bool BufferHolds::DeferDelete(PJRT_Buffer* buffer) {

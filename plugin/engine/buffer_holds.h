@@ -12,8 +12,8 @@
 // last release of a view of numpy memory runs numpy's deleter, which takes
 // the GIL, while a Python thread holding the GIL waited for the lock. So no
 // thread of ours touches that list any more; only jaxlib's calls do, which
-// our entry points pass through unchanged. What the external reference gave
-// a send, a hold gives:
+// our entry points serialize under one lock (pjrt/forwarding.cc). What the
+// external reference gave a send, a hold gives:
 //   - jax's PJRT_Buffer_Delete of a held buffer (x.delete()) is deferred to
 //     the release of its last hold, and PJRT_Buffer_IsDeleted answers true
 //     meanwhile, as the engine would;
@@ -31,11 +31,12 @@
 // and launch. One mutex guards the table and is held only inside these
 // functions, never across an engine call or a wait.
 //
-// The process's table is an attachment of the process runtime
-// (collectives/process_runtime.h), which never destroys it: the PJRT
-// library (entry points, transfers) and the Python module (DLPack exports)
-// see the same one, and buffers are destroyed while the process exits. The
-// class sits on the engine's floor: it knows engine buffers, nothing above.
+// The process's table belongs to the process runtime
+// (collectives/process_runtime.h, buffer_holds()), which never destroys it:
+// the PJRT library (entry points, transfers) and the Python module (DLPack
+// exports) see the same one, and buffers are destroyed while the process
+// exits. The class sits on the engine's floor: it knows engine buffers and
+// the C API, nothing above.
 #pragma once
 
 #include <atomic>
@@ -44,6 +45,7 @@
 #include <unordered_map>
 #include <vector>
 
+struct PJRT_Api;
 struct PJRT_Buffer;
 
 namespace myplugin {
@@ -67,6 +69,10 @@ class BufferHolds {
   };
   // A user of `buffer` ends (each Hold is released once).
   Deferred Release(PJRT_Buffer* buffer);
+  // Release, then the deferred delete and destroy made through `api` (the
+  // engine's table, or ours), with no lock held; their errors are dropped:
+  // jax let go of the buffer already.
+  void ReleaseThrough(const PJRT_Api* api, PJRT_Buffer* buffer);
 
   // jax's PJRT_Buffer_Delete: true when it is deferred (the caller answers
   // success without the engine). False: the caller deletes now, then calls

@@ -44,21 +44,10 @@ Status Await(PJRT_Event* event) {
 }
 
 // Lets go of a transfer's hold on `buffer` (engine/buffer_holds.h), making
-// the delete and destroy that jax asked for meanwhile: on the transfer's
-// thread, with no lock held (either may run a view's deleter, which takes
-// the GIL).
+// the delete and destroy that jax asked for meanwhile on the transfer's
+// thread.
 void LetGo(PJRT_Buffer* buffer) {
-  const BufferHolds::Deferred deferred = ProcessBufferHolds().Release(buffer);
-  if (deferred.delete_now) {
-    auto del = Init<PJRT_Buffer_Delete_Args>();
-    del.buffer = buffer;
-    (void)MYPLUGIN_ENGINE_STATUS(PJRT_Buffer_Delete, &del);
-  }
-  if (deferred.destroy_now) {
-    auto destroy = Init<PJRT_Buffer_Destroy_Args>();
-    destroy.buffer = buffer;
-    (void)MYPLUGIN_ENGINE_STATUS(PJRT_Buffer_Destroy, &destroy);
-  }
+  collectives::ProcessRuntime::Get().buffer_holds().ReleaseThrough(Engine().api(), buffer);
 }
 
 // The process's endpoint, made on first use for the current job and
@@ -123,7 +112,7 @@ class SendState {
     // What the send needs of the source is taken now, on jax's thread: jax
     // may delete the array, or donate it to a call, as soon as this returns;
     // the hold keeps its memory until the send ends (engine/buffer_holds.h).
-    if (!ProcessBufferHolds().Hold(source)) {
+    if (!collectives::ProcessRuntime::Get().buffer_holds().Hold(source)) {
       return FailedPrecondition("the array to send has been deleted");
     }
     s->held_ = true;
@@ -361,7 +350,7 @@ class Receiver {
     data.buffer = buffer;
     if (!MYPLUGIN_ENGINE_STATUS(PJRT_Buffer_OpaqueDeviceMemoryDataPointer, &data).ok()) return;
     (void)AdviseHugePages(data.device_memory_ptr, static_cast<size_t>(bytes));
-    if (!ProcessBufferHolds().Hold(buffer)) return;
+    if (!collectives::ProcessRuntime::Get().buffer_holds().Hold(buffer)) return;
     landing_[i] = {buffer, static_cast<char*>(data.device_memory_ptr)};
   }
 

@@ -135,7 +135,7 @@ void TrackRuns(PJRT_Event** events, size_t count, bool own) {
   collectives::ExecutionsInFlight& in_flight = collectives::ProcessRuntime::Get().executions_in_flight();
   for (size_t i = 0; i < count; ++i) {
     if (events[i] == nullptr) continue;
-    in_flight.Launched(1);
+    in_flight.Launched();
     auto run = std::make_unique<TrackedRun>(TrackedRun{own ? events[i] : nullptr});
     MYPLUGIN_PJRT_ARGS(PJRT_Event_OnReady_Args, on_ready);
     on_ready.event = events[i];
@@ -482,7 +482,7 @@ PJRT_Error* PjrtLoadedExecutableExecute(PJRT_LoadedExecutable_Execute_Args* args
   const size_t devices = args->execute_device != nullptr ? 1 : args->num_devices;
   if (args->options != nullptr &&
       args->options->struct_size >= offsetof(PJRT_ExecuteOptions, num_non_donatable_input_indices) + sizeof(size_t) &&
-      ProcessBufferHolds().HeldArguments(args->argument_lists, devices, args->num_args, &keep)) {
+      collectives::ProcessRuntime::Get().buffer_holds().HeldArguments(args->argument_lists, devices, args->num_args, &keep)) {
     const PJRT_ExecuteOptions* given = args->options;
     keep.insert(keep.end(), given->non_donatable_input_indices,
                 given->non_donatable_input_indices + given->num_non_donatable_input_indices);

@@ -1,8 +1,8 @@
 #include "pjrt/forwarding.h"
 
-#include "engine/buffer_capture.h"
 #include "collectives/process_runtime.h"
 #include "common/gil_aware_mutex.h"
+#include "engine/buffer_capture.h"
 #include "engine/buffer_holds.h"
 #include "pjrt/api_table.h"
 #include "pjrt/client.h"
@@ -147,12 +147,12 @@ PJRT_Error* BufferUnsafePointer(PJRT_Buffer_UnsafePointer_Args* args) {
 // A buffer that a send, a receive or a DLPack export of ours still uses is
 // deleted and destroyed by the last of them (engine/buffer_holds.h).
 PJRT_Error* BufferDestroy(PJRT_Buffer_Destroy_Args* args) {
-  if (ProcessBufferHolds().DeferDestroy(args->buffer)) return nullptr;
+  if (collectives::ProcessRuntime::Get().buffer_holds().DeferDestroy(args->buffer)) return nullptr;
   return MYPLUGIN_CALL_ENGINE(PJRT_Buffer_Destroy, args);
 }
 
 PJRT_Error* BufferDelete(PJRT_Buffer_Delete_Args* args) {
-  BufferHolds& holds = ProcessBufferHolds();
+  BufferHolds& holds = collectives::ProcessRuntime::Get().buffer_holds();
   if (holds.DeferDelete(args->buffer)) return nullptr;
   PJRT_Error* error = MYPLUGIN_CALL_ENGINE(PJRT_Buffer_Delete, args);
   holds.DeleteEnded(args->buffer);
@@ -185,7 +185,7 @@ PJRT_Error* BufferDecreaseExternalReferenceCount(PJRT_Buffer_DecreaseExternalRef
 }
 
 PJRT_Error* BufferIsDeleted(PJRT_Buffer_IsDeleted_Args* args) {
-  if (ProcessBufferHolds().DeleteDeferred(args->buffer)) {
+  if (collectives::ProcessRuntime::Get().buffer_holds().DeleteDeferred(args->buffer)) {
     args->is_deleted = true;
     return nullptr;
   }
@@ -278,11 +278,6 @@ MYPLUGIN_EXECUTABLE_FORWARD(PJRT_Executable_GetCompiledMemoryStats)
 #undef MYPLUGIN_EXECUTABLE_FORWARD
 
 }  // namespace
-
-BufferHolds& ProcessBufferHolds() {
-  static BufferHolds& holds = collectives::ProcessRuntime::Get().Attached<BufferHolds>();  // never replaced
-  return holds;
-}
 
 void InstallPassThroughEntries(PJRT_Api& api) {
   api.PJRT_Plugin_Initialize = MYPLUGIN_ENTRY_POINT(PJRT_Plugin_Initialize, PluginInitialize);

@@ -7,7 +7,6 @@
 
 #include <string>
 
-#include "engine/buffer_holds.h"
 #include "pjrt/engine_instance.h"
 #include "pjrt/error.h"
 
@@ -49,9 +48,5 @@ class ScopedSwap {
 
 // Fills in every PJRT_Api entry that is a plain pass-through to the engine.
 void InstallPassThroughEntries(PJRT_Api& api);
-
-// The process's holds on engine buffers (engine/buffer_holds.h): our
-// entry points defer jax's delete, destroy and donation of a held buffer.
-BufferHolds& ProcessBufferHolds();
 
 }  // namespace myplugin

@@ -20,8 +20,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/buffer_capture.h"
 #include "collectives/process_runtime.h"
+#include "engine/buffer_capture.h"
 #include "engine/buffer_holds.h"
 #include "pjrt_c_api.h"
 #include "python/bindings.h"
@@ -82,13 +82,6 @@ std::optional<dlpack::DataType> DlpackType(PJRT_Buffer_Type type) {
   }
 }
 
-// The process's buffer holds (engine/buffer_holds.h), which the PJRT
-// library's entry points consult.
-BufferHolds& Holds() {
-  static BufferHolds& holds = collectives::ProcessRuntime::Get().Attached<BufferHolds>();  // never replaced
-  return holds;
-}
-
 // The tensor and what keeps its memory alive.
 struct Export {
   dlpack::ManagedTensor tensor{};
@@ -100,20 +93,9 @@ struct Export {
   std::vector<int64_t> strides;
 
   ~Export() {
-    // The delete and destroy that jax asked for meanwhile, with no lock
-    // held: either may run a view's deleter, which takes the GIL.
-    const BufferHolds::Deferred deferred =
-        holds_buffer ? Holds().Release(buffer) : BufferHolds::Deferred{};
-    if (deferred.delete_now) {
-      auto args = Init<PJRT_Buffer_Delete_Args>();
-      args.buffer = buffer;
-      if (PJRT_Error* error = api->PJRT_Buffer_Delete(&args)) TakeError(api, error);
-    }
-    if (deferred.destroy_now) {
-      auto args = Init<PJRT_Buffer_Destroy_Args>();
-      args.buffer = buffer;
-      if (PJRT_Error* error = api->PJRT_Buffer_Destroy(&args)) TakeError(api, error);
-    }
+    // The delete and destroy that jax asked for meanwhile, through our
+    // PJRT_Api (engine/buffer_holds.h).
+    if (holds_buffer) collectives::ProcessRuntime::Get().buffer_holds().ReleaseThrough(api, buffer);
     if (array == nullptr) return;
     // A consumer may free the tensor on any thread, with or without the
     // GIL; at interpreter exit the reference is left to the exit.
@@ -234,7 +216,7 @@ nb::object BufferToDlpack(nb::handle c_api, nb::handle array, int32_t device_typ
   int64_t element_bytes = dtype->bits / 8;
   out->strides = StridesOf(api, buffer, out->shape, element_bytes);
 
-  if (!Holds().Hold(buffer)) throw nb::buffer_error("DLPack export: the array has been deleted");
+  if (!collectives::ProcessRuntime::Get().buffer_holds().Hold(buffer)) throw nb::buffer_error("DLPack export: the array has been deleted");
   out->holds_buffer = true;
   AwaitReady(api, buffer);
   auto data = Init<PJRT_Buffer_OpaqueDeviceMemoryDataPointer_Args>();
