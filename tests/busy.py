@@ -4,18 +4,16 @@ would), all killed on the way out (races that need a process to be slow,
 and exit reports measured under load)."""
 import contextlib
 import os
-import signal
 import subprocess
 import sys
 import threading
 
+from proc import kill_group
+
 
 def _kill_groups(procs) -> None:
   for p in procs:
-    try:
-      os.killpg(p.pid, signal.SIGKILL)
-    except ProcessLookupError:
-      pass
+    kill_group(p)
 
 
 @contextlib.contextmanager
