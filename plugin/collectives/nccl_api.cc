@@ -28,7 +28,7 @@ Status NcclApi::CheckVersion(const std::string& path) const {
                             "MYPLUGIN_NCCL_PATH to a newer libnccl.so.2)");
 }
 
-StatusOr<NcclApi> NcclApi::Load(const std::string& path) {
+StatusOr<NcclApi> NcclApi::Load(const std::string& path, const std::string& driver_path) {
   void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr) {
     const char* why = dlerror();
@@ -57,6 +57,16 @@ StatusOr<NcclApi> NcclApi::Load(const std::string& path) {
   resolve(api.GroupEnd, "ncclGroupEnd");
   if (!missing.ok()) return missing;
   MYPLUGIN_RETURN_IF_ERROR(api.CheckVersion(path));
+  void* driver = dlopen(driver_path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (driver == nullptr) {
+    const char* why = dlerror();
+    return FailedPrecondition("cannot load the CUDA driver (" + driver_path + ") for NCCL collectives: " +
+                              (why ? why : "unknown error") + " (is an NVIDIA driver installed?)");
+  }
+  api.MemsetD8Async = reinterpret_cast<decltype(api.MemsetD8Async)>(dlsym(driver, "cuMemsetD8Async"));
+  if (api.MemsetD8Async == nullptr) {
+    return FailedPrecondition(driver_path + " has no cuMemsetD8Async: not a CUDA driver");
+  }
   return api;
 }
 

@@ -1,8 +1,10 @@
 // The NCCL entry points we use, resolved from libnccl.so.2 at run time (it
 // comes from the nvidia-nccl-cu12 wheel, and only GPU machines need it), or
-// filled in by a test with fakes. Types come from NCCL's own header.
+// filled in by a test with fakes, and the one CUDA driver call the NCCL path
+// makes. Types come from NCCL's and CUDA's own headers.
 #pragma once
 
+#include <cuda.h>
 #include <nccl.h>
 
 #include <string>
@@ -38,11 +40,16 @@ struct NcclApi {
   decltype(&ncclRecv) Recv = nullptr;
   decltype(&ncclGroupStart) GroupStart = nullptr;
   decltype(&ncclGroupEnd) GroupEnd = nullptr;
+  // From the CUDA driver (libcuda.so.1, on every machine with an NVIDIA
+  // driver; the driver, not a runtime, so no CUDA runtime version matters):
+  // a collective permute's rank that no rank sends to gets zeros, as XLA's
+  // own collective-permute gives, enqueued on the call's stream.
+  decltype(&cuMemsetD8Async) MemsetD8Async = nullptr;
 
-  // dlopen()s `path` (never closed: NCCL keeps threads), resolves every
-  // entry point and checks the version (CheckVersion); the error names the
-  // library and the missing symbol or the versions.
-  static StatusOr<NcclApi> Load(const std::string& path);
+  // dlopen()s `path` (never closed: NCCL keeps threads) and `driver_path`,
+  // resolves every entry point and checks the version (CheckVersion); the
+  // error names the library and the missing symbol or the versions.
+  static StatusOr<NcclApi> Load(const std::string& path, const std::string& driver_path = "libcuda.so.1");
   // FAILED_PRECONDITION, naming `path`, its version and the minimum, when
   // the library is older than kMinNccl*.
   Status CheckVersion(const std::string& path) const;

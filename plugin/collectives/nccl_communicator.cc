@@ -352,6 +352,17 @@ Status NcclCommunicator::CollectivePermute(const void* send, void* recv, size_t 
   MYPLUGIN_RETURN_IF_ERROR(Guard(started));
   const size_t bytes = count * ByteSize(type);
   Enqueuing("collective permute (ncclSend/ncclRecv)", count, type);
+  if (recv_from < 0 && bytes > 0) {
+    // A rank with no source gets zeros, as from XLA's collective-permute: a
+    // fill on the call's stream, ordered with the group like any kernel.
+    const CUresult zeroed = api_.MemsetD8Async(reinterpret_cast<CUdeviceptr>(recv), 0, bytes,
+                                               reinterpret_cast<CUstream>(stream));
+    if (zeroed != CUDA_SUCCESS) {
+      return Internal("cuMemsetD8Async of the " + std::to_string(bytes) +
+                      " bytes of a collective permute's target that no device sends to failed (CUDA error " +
+                      std::to_string(static_cast<int>(zeroed)) + ")");
+    }
+  }
   MYPLUGIN_RETURN_IF_ERROR(Checked(api_.GroupStart(), "ncclGroupStart", started));
   Status st;
   if (send_to >= 0) st = Checked(api_.Send(send, bytes, ncclUint8, send_to, comm_, stream), "ncclSend", started);
@@ -359,8 +370,6 @@ Status NcclCommunicator::CollectivePermute(const void* send, void* recv, size_t 
     st = Checked(api_.Recv(recv, bytes, ncclUint8, recv_from, comm_, stream), "ncclRecv", started);
   }
   Status end = Checked(api_.GroupEnd(), "ncclGroupEnd", started);
-  // A rank with no source gets zeros: that is a cudaMemsetAsync, which the
-  // handler (holding the CUDA runtime) does.
   return st.ok() ? end : st;
 }
 

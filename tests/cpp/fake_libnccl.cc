@@ -6,9 +6,14 @@
 // communicator keeps its state (live, aborted, destroyed) and its polls, a
 // use of one already ended is counted, and
 // a "kernel in flight" (myplugin_fake_nccl_wait_kernel) ends only when its
-// communicator is aborted, as a real one whose peer died does. Built twice,
-// as an NCCL older than the minimum and as one new enough.
+// communicator is aborted, as a real one whose peer died does. It also
+// stands in for the CUDA driver's cuMemsetD8Async (NcclApi::Load's
+// driver_path), which fills host memory: the stand-in's "device" memory.
+// Built twice, as an NCCL older than the minimum and as one new enough.
+#include <cuda.h>
 #include <nccl.h>
+
+#include <cstring>
 
 #include <atomic>
 #include <chrono>
@@ -161,5 +166,10 @@ ncclResult_t ncclSend(const void*, size_t, ncclDataType_t, int, ncclComm_t comm,
 ncclResult_t ncclRecv(void*, size_t, ncclDataType_t, int, ncclComm_t comm, cudaStream_t) { return Enqueued(comm); }
 ncclResult_t ncclGroupStart() { return ncclSuccess; }
 ncclResult_t ncclGroupEnd() { return ncclSuccess; }
+
+CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char value, size_t bytes, CUstream) {
+  std::memset(reinterpret_cast<void*>(dst), value, bytes);
+  return CUDA_SUCCESS;
+}
 
 }  // extern "C"

@@ -111,6 +111,13 @@ ncclResult_t FakeRecv(void*, size_t, ncclDataType_t, int peer, ncclComm_t, cudaS
   fake.calls.push_back("Recv" + std::to_string(peer));
   return ncclSuccess;
 }
+CUresult FakeMemset(CUdeviceptr dst, unsigned char value, size_t bytes, CUstream stream) {
+  fake.calls.push_back("Memset" + std::to_string(bytes));
+  fake.stream = stream;
+  if (value != 0) return CUDA_ERROR_INVALID_VALUE;
+  (void)dst;  // device memory the fake never touches
+  return CUDA_SUCCESS;
+}
 ncclResult_t FakeGroupStart() { fake.calls.push_back("GroupStart"); return ncclSuccess; }
 ncclResult_t FakeGroupEnd() { fake.calls.push_back("GroupEnd"); return ncclSuccess; }
 int fake_version = 0;
@@ -136,6 +143,7 @@ coll::NcclApi FakeApi() {
   api.Recv = FakeRecv;
   api.GroupStart = FakeGroupStart;
   api.GroupEnd = FakeGroupEnd;
+  api.MemsetD8Async = FakeMemset;
   return api;
 }
 
@@ -208,8 +216,14 @@ void TestCalls() {
   std::vector<std::string> want = {"GroupStart", "Send0", "Recv0", "Send1", "Recv1", "Send2", "Recv2", "GroupEnd"};
   CHECK(fake.calls == want);
   fake = FakeLog();
+  // No rank sends to this one: its target is zeroed on the call's stream,
+  // as XLA's collective-permute gives; one with a source is not.
   CHECK(comm->CollectivePermute(send, recv, 2, coll::DataType::kF32, 1, -1, stream).ok());
-  CHECK((fake.calls == std::vector<std::string>{"GroupStart", "Send1", "GroupEnd"}));
+  CHECK((fake.calls == std::vector<std::string>{"Memset8", "GroupStart", "Send1", "GroupEnd"}));
+  CHECK(fake.stream == stream);
+  fake = FakeLog();
+  CHECK(comm->CollectivePermute(send, recv, 2, coll::DataType::kF32, -1, 2, stream).ok());
+  CHECK((fake.calls == std::vector<std::string>{"GroupStart", "Recv2", "GroupEnd"}));
 
   // A combined collective: its operands' calls go out as one NCCL group,
   // each with its own count (a scatter's divided by the group size) and type.
@@ -264,7 +278,13 @@ void TestLoadErrors() {
   CHECK(!old_nccl.ok() && old_nccl.status().code() == myplugin::Code::kFailedPrecondition);
   CHECK(!old_nccl.ok() && Has(old_nccl.status(), std::string(MYPLUGIN_FAKE_NCCL_OLD) + " is NCCL 2.5.6; myplugin "
                                                  "needs NCCL 2.18.0 or newer"));
-  auto new_nccl = coll::NcclApi::Load(MYPLUGIN_FAKE_NCCL_NEW);
+  // The stand-in is its own CUDA driver too (its cuMemsetD8Async); one that
+  // cannot be found or lacks the call is named.
+  auto no_driver = coll::NcclApi::Load(MYPLUGIN_FAKE_NCCL_NEW, "/nonexistent/libcuda.so.1");
+  CHECK(!no_driver.ok() && Has(no_driver.status(), "cannot load the CUDA driver (/nonexistent/libcuda.so.1)"));
+  auto not_driver = coll::NcclApi::Load(MYPLUGIN_FAKE_NCCL_NEW, "libm.so.6");
+  CHECK(!not_driver.ok() && Has(not_driver.status(), "libm.so.6 has no cuMemsetD8Async: not a CUDA driver"));
+  auto new_nccl = coll::NcclApi::Load(MYPLUGIN_FAKE_NCCL_NEW, MYPLUGIN_FAKE_NCCL_NEW);
   CHECK(new_nccl.ok());
   int code = 0;
   CHECK(new_nccl.ok() && new_nccl.value().GetVersion(&code) == ncclSuccess && code == 21801);
@@ -324,7 +344,7 @@ struct FakeLibnccl {
 };
 FakeLibnccl LoadFakeLibnccl() {
   FakeLibnccl fake_nccl;
-  auto api = coll::NcclApi::Load(MYPLUGIN_FAKE_NCCL_NEW);
+  auto api = coll::NcclApi::Load(MYPLUGIN_FAKE_NCCL_NEW, MYPLUGIN_FAKE_NCCL_NEW);
   CHECK(api.ok());
   if (api.ok()) fake_nccl.api = api.take();
   void* lib = dlopen(MYPLUGIN_FAKE_NCCL_NEW, RTLD_NOW | RTLD_LOCAL);  // the library Load opened
@@ -362,6 +382,29 @@ void* const kRecv = reinterpret_cast<void*>(0x20000);
 
 myplugin::Status AllReduceOn(coll::NcclCommunicator& comm) {
   return comm.AllReduce(kSend, kRecv, 8, coll::DataType::kF32, coll::Reduction::kSum, kStream);
+}
+
+// A non-cyclic permute (a pipeline shift) through the stand-in libnccl,
+// whose cuMemsetD8Async fills host memory: the target of a rank that no rank
+// sends to holds zeros after the call, as XLA gives, whatever was there; a
+// rank with a source keeps what its receive writes (the stand-in's writes
+// nothing, so the old contents stay: no fill behind NCCL's back).
+void TestPermuteWithoutSourceGivesZeros() {
+  FakeLibnccl nccl = LoadFakeLibnccl();
+  if (nccl.fail_after == nullptr) return;
+  coll::InProcessKeyValues values;
+  coll::NcclDeviceGroups device_groups(nccl.api, StoreOf(values), 1.0, /*notice_wait_s=*/2.0);
+  auto comm = device_groups.ForDevice({0}, 0);
+  CHECK(comm.ok());
+  if (!comm.ok()) return;
+  std::vector<float> send(6, 1.5f), first(6, 7.0f), middle(6, 7.0f);
+  CHECK(comm.value()->CollectivePermute(send.data(), first.data(), 6, coll::DataType::kF32, 1, -1, kStream).ok());
+  CHECK(first == std::vector<float>(6, 0.0f));
+  CHECK(comm.value()->CollectivePermute(send.data(), middle.data(), 6, coll::DataType::kF32, 1, 0, kStream).ok());
+  CHECK(middle == std::vector<float>(6, 7.0f));
+  std::vector<uint16_t> bf16(5, 0x3f80);  // 2-byte elements: every byte of the target
+  CHECK(comm.value()->CollectivePermute(send.data(), bf16.data(), 5, coll::DataType::kBF16, -1, -1, kStream).ok());
+  CHECK(bf16 == std::vector<uint16_t>(5, 0));
 }
 
 // (a) A peer found a mismatch, published it and left its NCCL calls: the
@@ -1257,6 +1300,7 @@ bool RunNcclTests() {
   TestCalls();
   TestLoadErrors();
   TestVersionCheck();
+  TestPermuteWithoutSourceGivesZeros();
   TestNcclErrorNamesTheMismatch();
   TestNcclErrorNamesTheFailedPeer();
   TestNcclErrorStatesTheTimeWaited();

@@ -38,6 +38,9 @@ pmap_ops = {
     "pmap_psum_scatter": lambda v: jax.lax.psum_scatter(v, "i", tiled=True),
     "pmap_all_to_all": lambda v: jax.lax.all_to_all(v.reshape(n, 2), "i", 0, 0, tiled=True),
     "pmap_ppermute": lambda v: jax.lax.ppermute(v, "i", [(j, (j + 1) % n) for j in range(n)]),
+    # A pipeline shift: device 0 has no source and gets zeros (on a GPU, the
+    # memory the engine gave the result holds anything until it is filled).
+    "pmap_ppermute_shift": lambda v: jax.lax.ppermute(v, "i", [(j, j + 1) for j in range(n - 1)]),
 }
 for name, fn in pmap_ops.items():
   out = jax.pmap(fn, axis_name="i")(mine)
