@@ -18,7 +18,15 @@ combining off (MYPLUGIN_COMBINE_THRESHOLD_BYTES=0: an all-reduce call per
 gradient) and on (the default: one per bucket), jobs interleaved round by
 round; best and median step times, and their ratios.
 
+With --fsdp, instead: myplugin alone, the FSDP step (bench/training_step.py:
+weights sharded by rows, gathered before use, gradients a reduce-scatter
+each) with the rewrite's reduce-scatter forming off
+(MYPLUGIN_FORM_REDUCE_SCATTERS=0: an all-reduce of each whole gradient and
+a slice) and on (the default), over Gloo and over shared memory, jobs
+interleaved round by round; best and median step times, and their ratios.
+
 usage: python bench/multiprocess.py [--processes 2] [--rounds 3] [--max-mb 256] [--plot out.png] [--combine]
+                                   [--fsdp [--layers 2]]
 """
 from __future__ import annotations
 
@@ -70,6 +78,8 @@ def run_job(backend: str, n: int, sizes: list[int], timeout=1800, env=None, mode
         res["tp_step"] = (float(parts[2]), float(parts[3]))
       elif line.startswith("RESULT deep_step"):
         res["deep_step"] = (float(parts[2]), float(parts[3]))
+      elif line.startswith("RESULT fsdp_step"):
+        res["fsdp_step"] = (float(parts[2]), float(parts[3]))
     return res
   finally:
     kill_groups(procs)
@@ -88,8 +98,12 @@ def main():
   parser.add_argument("--combine", action="store_true")
   parser.add_argument("--batch", type=int, default=1024, help="--combine: the deep step's global batch")
   parser.add_argument("--transport", help="--combine: MYPLUGIN_TRANSPORT of the jobs (default: auto)")
+  parser.add_argument("--fsdp", action="store_true")
+  parser.add_argument("--layers", type=int, default=2, help="--fsdp: the step's layers (2 weights each)")
   args = parser.parse_args()
   n = args.processes
+  if args.fsdp:
+    return fsdp(n, args.rounds, args.layers)
   if args.combine:
     return combine(n, args.rounds, args.batch, args.transport)
   sizes, s = [], 4096
@@ -186,6 +200,27 @@ def combine(n: int, rounds: int, batch: int, transport: str | None) -> None:
   print("|---|---|---|---|")
   print(f"| step time | {best['off'] * 1e3:.3f} / {med['off'] * 1e3:.3f} ms | {best['on'] * 1e3:.3f} / "
         f"{med['on'] * 1e3:.3f} ms | {best['off'] / best['on']:.2f}, {med['off'] / med['on']:.2f} |")
+
+
+
+def fsdp(n: int, rounds: int, layers: int) -> None:
+  """The FSDP step with reduce-scatter forming off and on, per transport, interleaved round by round."""
+  cases = {(t, form): {"MYPLUGIN_TRANSPORT": t, "MYPLUGIN_FORM_REDUCE_SCATTERS": form}
+           for t in ("gloo", "shm") for form in ("0", "1")}
+  runs = {k: [] for k in cases}
+  for _ in range(rounds):
+    for key, env in cases.items():
+      runs[key].append(run_job("myplugin", n, [], env=env, mode=f"fsdp:{layers}")["fsdp_step"])
+  best = {k: min(r[0] for r in rs) for k, rs in runs.items()}
+  med = {k: statistics.median(r[1] for r in rs) for k, rs in runs.items()}
+  print(f"{n} processes x 1 device, FSDP step of {layers} layers (D 256, F 1024, 2048 tokens, f32), {rounds} "
+        "rounds interleaved; best / median over rounds of each job's best and median step (30 steps)")
+  print("\n| transport | all-reduce + slice (forming off) | reduce-scatter (default) | off / on (best, median) |")
+  print("|---|---|---|---|")
+  for t in ("gloo", "shm"):
+    off, on = (t, "0"), (t, "1")
+    print(f"| {t} | {best[off] * 1e3:.3f} / {med[off] * 1e3:.3f} ms | {best[on] * 1e3:.3f} / {med[on] * 1e3:.3f} ms | "
+          f"{best[off] / best[on]:.2f}, {med[off] / med[on]:.2f} |")
 
 
 if __name__ == "__main__":

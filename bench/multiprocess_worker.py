@@ -13,6 +13,11 @@ With a second argument `deep` (or `deep:BATCH`), only the deep MLP's step
 after its warm-up:
 
   RESULT deep_step BEST_S MEDIAN_S
+
+With `fsdp` (or `fsdp:LAYERS`), only the FSDP step (bench/training_step.py;
+2 layers) runs, 30 times after its warm-up:
+
+  RESULT fsdp_step BEST_S MEDIAN_S
 """
 import os
 import sys
@@ -36,6 +41,15 @@ sizes = [int(s) for s in sys.argv[1].split(",") if s]
 me = jax.process_index()
 mesh = Mesh(np.array(jax.devices()), ("d",))
 n = len(jax.devices())
+
+
+if sys.argv[2:3] and sys.argv[2].startswith("fsdp"):
+  ws, xs = training_step.fsdp_inputs(mesh, int(sys.argv[2].partition(":")[2] or 2))
+  fsdp = training_step.fsdp_step(mesh, len(ws))
+  best, med = timed(lambda: jax.block_until_ready(fsdp(ws, xs)), 30)
+  if me == 0:
+    print(f"RESULT fsdp_step {best} {med}", flush=True)
+  sys.exit(0)
 
 
 if sys.argv[2:3] and sys.argv[2].startswith("deep"):

@@ -73,3 +73,47 @@ def deep_inputs(mesh, batch=1024, widths=DEEP):
   xs = jax.make_array_from_callback(xb.shape, sharded, lambda i: xb[i])
   ys = jax.make_array_from_callback(yb.shape, sharded, lambda i: yb[i])
   return params, xs, ys
+
+
+# An FSDP step (issue 51's): every weight sharded by rows over the mesh's
+# axis "d", gathered whole before use (with_sharding_constraint), the batch
+# sharded too, SGD with the weights' own shardings out. The partitioner makes
+# each gradient an all-reduce and a slice of this device's rows: a
+# reduce-scatter once the rewrite forms it (jax_plugin/spmd/reduce_scatter.py).
+def fsdp_loss_fn(ws, x, mesh, remat=False):
+  whole = NamedSharding(mesh, P())
+
+  def layer(h, w1, w2):
+    w1 = jax.lax.with_sharding_constraint(w1, whole)
+    w2 = jax.lax.with_sharding_constraint(w2, whole)
+    return h + jnp.tanh(h @ w1) @ w2
+
+  # remat: each layer's activations recomputed in the backward pass, its
+  # weights gathered again there.
+  layer = jax.checkpoint(layer) if remat else layer
+  h = x
+  for w1, w2 in ws:
+    h = layer(h, w1, w2)
+  return jnp.mean(h.astype(jnp.float32) ** 2)
+
+
+def fsdp_step(mesh, layers, remat=False):
+  """The jitted step: (weights, x) -> (new weights, loss)."""
+  rows = NamedSharding(mesh, P("d", None))
+
+  def step(ws, x):
+    loss, grads = jax.value_and_grad(fsdp_loss_fn)(ws, x, mesh, remat)
+    return jax.tree.map(lambda w, g: w - 0.05 * g.astype(w.dtype), ws, grads), loss
+
+  return jax.jit(step, out_shardings=([(rows, rows)] * layers, NamedSharding(mesh, P())))
+
+
+def fsdp_inputs(mesh, layers=2, d=256, f=1024, tokens=2048, dtype=np.float32):
+  """(weights [(w1 D x F, w2 F x D)] sharded by rows, x tokens x D sharded by
+  rows) on `mesh`, the same on every process."""
+  rng = np.random.default_rng(0)
+  rows = NamedSharding(mesh, P("d", None))
+  put = lambda a: jax.make_array_from_callback(a.shape, rows, lambda i: a[i])  # noqa: E731
+  ws = [(put((rng.normal(size=(d, f)) / np.sqrt(d)).astype(dtype)),
+         put((rng.normal(size=(f, d)) / np.sqrt(f)).astype(dtype))) for _ in range(layers)]
+  return ws, put(rng.normal(size=(tokens, d)).astype(dtype))

@@ -127,6 +127,12 @@ ROWS = [
    "collective; every process must use the same value); see "
    "[One call per bucket](architecture.md#one-call-per-bucket)",
    D("combine_threshold_bytes")),
+  ("`MYPLUGIN_FORM_REDUCE_SCATTERS`",
+   "`1`: a multi-process program's all-reduce whose result each device only takes its own block of (an FSDP "
+   "gradient, a contraction with a sharded result) becomes a reduce-scatter, which moves half the bytes, as "
+   "XLA's GPU pipeline does; `0` keeps the partitioner's all-reduce and slice (every process must use the same "
+   "value); see [Reduce-scatters](architecture.md#reduce-scatters)",
+   D("form_reduce_scatters")),
   ("`MYPLUGIN_SPMD_LOG=1`",
    "log each multi-process compile: partition, rewrite and local compile times, cache hits", "unset"),
   ("`MYPLUGIN_SPMD_REWRITE=always`",

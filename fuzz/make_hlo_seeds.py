@@ -4,7 +4,7 @@ collective the rewrite handles (psum, all_gather, psum_scatter, all_to_all,
 ppermute, axis_index as partition-id, pmap's replica-id) under shard_map, jit
 and pmap, and programs whose collectives the rewrite combines into one call
 per bucket (a training step's gradients, independent gathers and scatters),
-and a pmap of PRNG keys (threefry's loops). jax's own CPU backend with 8 host devices compiles them and dumps
+an FSDP gradient (an all-reduce and each device's slice: a reduce-scatter), and a pmap of PRNG keys (threefry's loops). jax's own CPU backend with 8 host devices compiles them and dumps
 the module after SPMD partitioning (a pmap's module is not partitioned: its
 module before optimizations is the one), the files the compile hook reads.
 
@@ -72,6 +72,11 @@ def main() -> None:
                                                  jax.lax.psum_scatter(v * 2, "x", scatter_dimension=1, tiled=True),
                                                  jax.lax.psum(v, "x"), jax.lax.pmax(v, "x")),
                                       mesh=mesh1, in_specs=P(), out_specs=P(), check_vma=False)),
+      # FSDP: each gradient an all-reduce and a slice of the device's rows by a
+      # table of partition-id, which the rewrite makes a reduce-scatter.
+      "fsdp_step": jax.jit(jax.grad(lambda w, a: jnp.sum(jnp.tanh(a @ jax.lax.with_sharding_constraint(
+          w, NamedSharding(mesh1, P()))))), in_shardings=(NamedSharding(mesh1, P("x")), NamedSharding(mesh1, P("x"))),
+                           out_shardings=NamedSharding(mesh1, P("x"))),
       "pmap_psum": jax.pmap(lambda v: jax.lax.psum(v, "i") + jax.lax.axis_index("i"), axis_name="i"),
       "pmap_all_gather": jax.pmap(lambda v: jax.lax.all_gather(v, "i"), axis_name="i"),
       # threefry's loops and rotation constants (jax's multi-process pmap test).
@@ -79,7 +84,7 @@ def main() -> None:
   }
   os.makedirs(out, exist_ok=True)
   params = [(jnp.ones((8, 8)) / (i + 1), jnp.zeros(8)) for i in range(3)]
-  arguments = {"training_step": (params, x), "pmap_prng": (jax.random.split(jax.random.key(0), 8),)}
+  arguments = {"training_step": (params, x), "fsdp_step": (x, x), "pmap_prng": (jax.random.split(jax.random.key(0), 8),)}
   for name, f in programs.items():
     before = set(glob.glob(os.path.join(dump, "*.txt")))
     f.lower(*arguments.get(name, (x,))).compile()

@@ -356,3 +356,31 @@ def test_combined_gathers_scatters_and_sums_match_one_process(tmp_path):
       np.testing.assert_allclose(value, ref[key], rtol=1e-6, err_msg=f"rank {rank}: {key}")
       compared += 1
   assert compared == len(ref)
+
+
+def test_fsdp_step_sends_its_gradients_as_reduce_scatters_and_matches_one_process(tmp_path):
+  """An FSDP step (2 layers: 4 weights sharded by rows) over 2 processes
+  of 2 devices: the partitioner's all-reduce and slice of each gradient
+  becomes a reduce-scatter (the loss stays an all-reduce), and the losses
+  and every device's final rows equal jax's CPU backend on 4 devices; with
+  MYPLUGIN_FORM_REDUCE_SCATTERS=0, the all-reduces come back and so do the
+  same numbers."""
+  program = os.path.join(PROGRAMS, "fsdp_step.py")
+  ref_out = str(tmp_path / "cpu.{rank}.npz")
+  r = run_python([program, ref_out], child_env(JAX_PLATFORMS="cpu", JAX_NUM_CPU_DEVICES="4"), timeout=240)
+  assert r.returncode == 0, r.output
+  ref = load(ref_out.format(rank=0))
+  for form, scatters, reduces in (("1", 4, 1), ("0", 0, 5)):
+    dump = tmp_path / f"dump-{form}"
+    dump.mkdir()
+    out = str(tmp_path / f"mp-{form}.{{rank}}.npz")
+    launch(2, 2, program, out, MYPLUGIN_DUMP_REWRITTEN=str(dump), MYPLUGIN_COMBINE_THRESHOLD_BYTES="0",
+           MYPLUGIN_FORM_REDUCE_SCATTERS=form)
+    assert _step_calls(dump, "myplugin_reduce_scatter") == [scatters] * 2, form
+    assert _step_calls(dump, "myplugin_all_reduce") == [reduces] * 2, form
+    compared = 0
+    for rank in range(2):
+      for key, value in load(out.format(rank=rank)).items():
+        np.testing.assert_allclose(value, ref[key], rtol=1e-5, atol=1e-6, err_msg=f"rank {rank}: {key}, form {form}")
+        compared += 1
+    assert compared == 2 + len([k for k in ref if k != "loss"])

@@ -697,3 +697,100 @@ def test_a_control_predecessor_is_a_dependence():
   assert len(calls(out)) == 2
   lines = entry_lines(out)
   assert [l.split(" = ")[0] for l in lines if " = " in l] == ["%p", "%a", "%n", "%b", "ROOT %t"]
+
+
+# -- reduce-scatters formed from an all-reduce and each device's slice ------
+
+def _scattered(offset_lines: str, offset: str, groups="[1,4]<=[4]", extra="", cols=8, block=2) -> str:
+  """A module of 4 partitions: an all-reduce of f32[8,COLS] (columns summed
+  over `groups`), transposed and copied, then sliced to BLOCK rows of the
+  transposed value (columns of the sum) at `offset` (an instruction the
+  OFFSET_LINES define)."""
+  return module(
+      f"  %p = f32[8,{cols}]{{1,0}} parameter(0)\n"
+      f"  %ar = f32[8,{cols}]{{1,0}} all-reduce(%p), channel_id=1, replica_groups={groups}, "
+      "use_global_device_ids=true, to_apply=%add\n"
+      f"  %t = f32[{cols},8]{{0,1}} transpose(%ar), dimensions={{1,0}}\n"
+      f"  %c = f32[{cols},8]{{0,1}} copy(%t)\n"
+      f"{offset_lines}"
+      "  %zero = s32[] constant(0)\n"
+      f"  %ds = f32[{block},8]{{0,1}} dynamic-slice(%c, {offset}, %zero), dynamic_slice_sizes={{{block},8}}\n"
+      f"{extra}"
+      f"  ROOT %r = f32[{block},8]{{0,1}} negate(%ds)", header="num_partitions=4")
+
+
+_TABLE = ("  %table = s32[4]{0} constant({0, 2, 4, 6})\n  %pid = u32[] partition-id()\n"
+          "  %at = s32[1]{0} dynamic-slice(%table, %pid), dynamic_slice_sizes={1}\n  %off = s32[] reshape(%at)\n")
+
+
+def test_an_all_reduce_that_each_device_slices_its_block_of_becomes_a_reduce_scatter():
+  """The partitioner's form (a table of offsets by partition-id): one
+  reduce-scatter along the all-reduce's columns (the dimension the slice
+  cuts, through the transpose) of the device groups, its block carried
+  through the transpose and the copy, the slice a copy; no all-reduce is
+  left. The same module with forming off keeps the all-reduce."""
+  text = _scattered(_TABLE, "%off")
+  parses(text)
+  out = rewrite_module(text, [[10, 11, 12, 13]], 16)
+  parses(out)
+  assert calls(out) == []
+  [rs] = calls(out, "myplugin_reduce_scatter")
+  assert rs.split(" = ")[1].startswith("f32[2,8]{1,0} custom-call("), rs  # columns moved to axis 0, a block of 2
+  assert attr_ids(rs, "replica_groups") == [10, 11, 12, 13]
+  lines = entry_lines(out)
+  assert "%ar = f32[8,2]{1,0} transpose(" in "\n".join(lines)
+  assert "%t = f32[2,8]{0,1} transpose(%ar), dimensions={1,0}" in lines
+  assert "%c = f32[2,8]{0,1} copy(%t)" in lines
+  assert "%ds = f32[2,8]{0,1} copy(%c)" in lines
+  kept = rewrite_module(text, [[10, 11, 12, 13]], 16, form_reduce_scatters=False)
+  assert len(calls(kept)) == 1 and calls(kept, "myplugin_reduce_scatter") == []
+
+
+@pytest.mark.parametrize("offset_lines,offset", [
+    # arithmetic on the partition id, not a table
+    ("  %pid = u32[] partition-id()\n  %s = s32[] convert(%pid)\n  %two = s32[] constant(2)\n"
+     "  %off = s32[] multiply(%s, %two)\n", "%off"),
+    # a table of 2-D and a bitcast, as other partitioner versions write it
+    ("  %table = s32[4,1]{1,0} constant({ {0}, {2}, {4}, {6} })\n  %pid = u32[] partition-id()\n"
+     "  %zero1 = u32[] constant(0)\n"
+     "  %at = s32[1,1]{1,0} dynamic-slice(%table, %pid, %zero1), dynamic_slice_sizes={1,1}\n"
+     "  %off = s32[] bitcast(%at)\n", "%off"),
+])
+def test_offsets_are_worked_out_from_the_modules_arithmetic(offset_lines, offset):
+  out = rewrite_module(_scattered(offset_lines, offset), [[0, 1, 2, 3]], 4)
+  parses(out)
+  assert calls(out) == [] and len(calls(out, "myplugin_reduce_scatter")) == 1
+
+
+def test_groups_of_a_2d_mesh_take_each_devices_position_in_its_group():
+  """Columns summed over groups {0,2} and {1,3} (partitions of a 2x2 mesh's
+  first axis): the offset must be the position in the group (partition // 2),
+  not the partition id."""
+  groups = "[2,2]<=[2,2]T(1,0)"
+  by_group = ("  %pid = u32[] partition-id()\n  %s = s32[] convert(%pid)\n  %two = s32[] constant(2)\n"
+              "  %g = s32[] divide(%s, %two)\n  %four = s32[] constant(4)\n  %off = s32[] multiply(%g, %four)\n")
+  table = ("  %table = s32[4]{0} constant({0, 0, 4, 4})\n  %pid = u32[] partition-id()\n"
+           "  %at = s32[1]{0} dynamic-slice(%table, %pid), dynamic_slice_sizes={1}\n  %off = s32[] reshape(%at)\n")
+  wrong = table.replace("{0, 0, 4, 4}", "{0, 4, 0, 4}")
+  formed = rewrite_module(_scattered(table, "%off", groups, block=4), [[0, 1, 2, 3]], 4)
+  parses(formed)
+  [rs] = calls(formed, "myplugin_reduce_scatter")
+  assert attr_ids(rs, "replica_groups") == [0, 2, 1, 3]
+  assert len(calls(rewrite_module(_scattered(wrong, "%off", groups, block=4), [[0, 1, 2, 3]], 4))) == 1
+  # divide is not read: left as it was (an all-reduce), never guessed
+  assert len(calls(rewrite_module(_scattered(by_group, "%off", groups, block=4), [[0, 1, 2, 3]], 4))) == 1
+
+
+@pytest.mark.parametrize("offset_lines,offset,extra,block", [
+    (_TABLE.replace("{0, 2, 4, 6}", "{6, 4, 2, 0}"), "%off", "", 2),  # blocks in another order
+    (_TABLE.replace("{0, 2, 4, 6}", "{0, 1, 2, 3}"), "%off", "", 2),  # overlapping blocks
+    (_TABLE, "%off", "  %other = f32[8,8]{0,1} negate(%c)\n", 2),  # the whole sum is used too
+    (_TABLE, "%off", "", 4),  # blocks of 4 rows over 4 devices: not a split of 8
+    ("  %pid = u32[] partition-id()\n  %p2 = f32[] parameter(1)\n  %off = s32[] convert(%p2)\n", "%off", "", 2),
+])
+def test_what_is_not_each_devices_own_block_stays_an_all_reduce(offset_lines, offset, extra, block):
+  text = _scattered(offset_lines, offset, extra=extra, block=block)
+  parses(text)
+  out = rewrite_module(text, [[0, 1, 2, 3]], 4)
+  parses(out)
+  assert len(calls(out)) == 1 and calls(out, "myplugin_reduce_scatter") == []

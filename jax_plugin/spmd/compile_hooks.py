@@ -312,6 +312,19 @@ def combine_threshold() -> int:
     raise ValueError(f"MYPLUGIN_COMBINE_THRESHOLD_BYTES={value!r} is not a number of bytes") from None
 
 
+def form_reduce_scatters() -> bool:
+  """Whether the rewrite forms reduce-scatters (MYPLUGIN_FORM_REDUCE_SCATTERS
+  1 or 0, else C++'s default). Every process must use the same, as for
+  the threshold above."""
+  from jax_plugin import _myplugin
+  value = os.environ.get("MYPLUGIN_FORM_REDUCE_SCATTERS", "").strip()
+  if not value:
+    return bool(_myplugin.DEFAULTS["form_reduce_scatters"])
+  if value not in ("0", "1"):
+    raise ValueError(f"MYPLUGIN_FORM_REDUCE_SCATTERS={value!r} is neither 1 nor 0")
+  return value == "1"
+
+
 def local_program(dump_dir: str, options: bytes, assignment: list[list[int]], num_devices: int,
                   local_engine_ids: dict[int, int], engine_kind: str = "") -> tuple[bytes, bytes, list[int], bool, bytes]:
   """(HloModuleProto, compile options, local devices in execution order,
@@ -342,7 +355,7 @@ def local_program(dump_dir: str, options: bytes, assignment: list[list[int]], nu
     raise RuntimeError(f"the partitioned module's dump elides a constant ({elided.group(0)[:200]}): the engine "
                        "ignored xla_dump_large_constants, and this program cannot be compiled across processes")
   text = rewrite_module(partitioned, assignment, num_devices, order, fences=host, runtime_device_ids=host,
-                        combine_threshold=combine_threshold())
+                        combine_threshold=combine_threshold(), form_reduce_scatters=form_reduce_scatters())
   if not order:
     # Every device of the program belongs to other processes: nothing runs
     # here (the rewrite above still refuses, on every process alike, what

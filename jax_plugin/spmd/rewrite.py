@@ -23,6 +23,7 @@ import numpy as np
 
 from jax_plugin.spmd import buckets
 from jax_plugin.spmd import collective_table as table
+from jax_plugin.spmd import reduce_scatter
 from jax_plugin.spmd import replica_groups as rg
 from jax_plugin.spmd.collective_modes import device_groups
 from jax_plugin.spmd.hlo_text import (ArrayShape, HloTextError, Instruction, UnsupportedProgram, callees,
@@ -85,8 +86,9 @@ def _dense(values) -> str:
 class _Rewriter:
 
   def __init__(self, lines: list[str], assignment: np.ndarray, num_devices: int, local_order: list[int],
-               fences: bool, runtime_device_ids: bool, combine_threshold: int):
+               fences: bool, runtime_device_ids: bool, combine_threshold: int, form_reduce_scatters: bool):
     self.runtime_device_ids = runtime_device_ids
+    self.form_reduce_scatters = form_reduce_scatters
     self.combine_threshold = combine_threshold
     self.assignment = assignment  # [replicas, partitions] -> global device id
     self.num_devices = num_devices
@@ -468,7 +470,11 @@ class _Rewriter:
     return replaced if replaced is not None else [inst.line()]
 
   def body(self, lines: list[str]) -> list[str]:
-    """A computation's instructions, its buckets each made one call."""
+    """A computation's instructions, its all-reduces that each device only
+    takes its block of made reduce-scatters (reduce_scatter.py), its
+    buckets each made one call."""
+    if self.form_reduce_scatters:
+      lines = reduce_scatter.form(lines, self.assignment)
     insts = [parse_instruction(l) for l in lines]
     for inst in insts:
       if inst is not None:
@@ -524,7 +530,8 @@ def _local_header(line: str) -> str:
 
 
 def rewrite_module(text: str, assignment, num_devices: int, local_order=None, fences: bool = True,
-                   runtime_device_ids: bool = False, combine_threshold: int = 0) -> str:
+                   runtime_device_ids: bool = False, combine_threshold: int = 0,
+                   form_reduce_scatters: bool = True) -> str:
   """`text` (a partitioned module) with myplugin's collectives.
 
   assignment: [replicas][partitions] global device ids, as compiled.
@@ -542,9 +549,11 @@ def rewrite_module(text: str, assignment, num_devices: int, local_order=None, fe
   combine_threshold: independent all-reduces (all-gathers, reduce-scatters)
     of one computation, of one reduction and device groups, become one call
     of up to this many bytes (buckets.py); 0 makes one call each.
+  form_reduce_scatters: an all-reduce that each device only takes its own
+    block of becomes a reduce-scatter (reduce_scatter.py).
   """
   lines = lines_of(text)
   da = np.asarray(assignment, dtype=np.int64).reshape(len(assignment), -1)
   order = [int(d) for d in da.reshape(-1)] if local_order is None else [int(d) for d in local_order]
   return "\n".join(_Rewriter(lines, da, num_devices, order, fences, runtime_device_ids,
-                                 combine_threshold).run()) + "\n"
+                                 combine_threshold, form_reduce_scatters).run()) + "\n"

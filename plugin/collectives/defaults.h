@@ -17,6 +17,11 @@ namespace myplugin::collectives {
 // (MYPLUGIN_COMBINE_THRESHOLD_BYTES; 0 makes one call each). XLA's own
 // default for GPUs (xla_gpu_all_reduce_combine_threshold_bytes).
 inline constexpr size_t kDefaultCombineThresholdBytes = size_t{30} << 20;
+// Whether the multi-process rewrite makes the partitioner's all-reduce
+// followed by each device's slice of it a reduce-scatter
+// (jax_plugin/spmd/reduce_scatter.py), as XLA's GPU pipeline does
+// (MYPLUGIN_FORM_REDUCE_SCATTERS=0 keeps the pair, for comparing).
+inline constexpr bool kDefaultFormReduceScatters = true;
 
 // The shared-memory all-reduce writes results of at least this many bytes
 // with stores that bypass the cache (streaming_copy.h): larger than a

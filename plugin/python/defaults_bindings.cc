@@ -11,6 +11,7 @@
 #include "collectives/defaults.h"
 #include "common/settings.h"
 #include "coordination/defaults.h"
+#include "engine/gpu_target.h"
 #include "python/bindings.h"
 #include "python/status_exception.h"
 
@@ -36,6 +37,7 @@ void BindDefaults(nb::module_& m) {
   d["max_trace_buffer"] = myplugin::kMaxTraceBuffer;
   d["transport"] = myplugin::kDefaultTransport;
   d["combine_threshold_bytes"] = coll::kDefaultCombineThresholdBytes;
+  d["form_reduce_scatters"] = coll::kDefaultFormReduceScatters;
   m.attr("DEFAULTS") = d;
   nb::list variables;
   for (const std::string& v : myplugin::SettingVariables()) variables.append(v);
@@ -59,6 +61,14 @@ void BindDefaults(nb::module_& m) {
     if (g.collective_memory_bytes) d["collective_memory_size"] = *g.collective_memory_bytes;
     return d;
   });
+
+  // The GpuTargetConfigProto text that a compile-only topology of `gpu`
+  // hands the CUDA engine, for another backend's compile-only topology of
+  // the same GPU (bench/gpu_schedule.py compiles one program through jax's
+  // own CUDA backend beside ours for the same target).
+  m.def("gpu_target_config", [](const std::string& gpu, int cuda_major) {
+    return TargetConfigText(ValueOrThrow(FindGpu(gpu)), cuda_major);
+  }, nb::arg("gpu"), nb::arg("cuda_major"));
 }
 
 }  // namespace myplugin::python
