@@ -355,7 +355,8 @@ def local_program(dump_dir: str, options: bytes, assignment: list[list[int]], nu
     raise RuntimeError(f"the partitioned module's dump elides a constant ({elided.group(0)[:200]}): the engine "
                        "ignored xla_dump_large_constants, and this program cannot be compiled across processes")
   text = rewrite_module(partitioned, assignment, num_devices, order, fences=host, runtime_device_ids=host,
-                        combine_threshold=combine_threshold(), form_reduce_scatters=form_reduce_scatters())
+                        combine_threshold=combine_threshold(), form_reduce_scatters=form_reduce_scatters(),
+                        streams=not host)
   if not order:
     # Every device of the program belongs to other processes: nothing runs
     # here (the rewrite above still refuses, on every process alike, what

@@ -46,6 +46,13 @@ _DIGITS = re.compile(r"[0-9]+")
 
 _COLLECTIVES = {"all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute"}
 
+# The explicit stream our collective calls run on, on GPUs (`streams`): XLA
+# makes a call annotated with it an async pair (call-start/call-done) whose
+# thunks, our handlers' included, get that stream as their FFI
+# PlatformStream, so NCCL runs beside the compute stream's kernels, as
+# `jax.experimental.compute_on("gpu_stream:1")` lowers a region.
+_COLLECTIVE_STREAM = 1
+
 # The collectives whose handlers take several operands (one call per bucket).
 _COMBINABLE = {"all-reduce": table.ALL_REDUCE, "all-gather": table.ALL_GATHER,
                "reduce-scatter": table.REDUCE_SCATTER}
@@ -86,8 +93,13 @@ def _dense(values) -> str:
 class _Rewriter:
 
   def __init__(self, lines: list[str], assignment: np.ndarray, num_devices: int, local_order: list[int],
-               fences: bool, runtime_device_ids: bool, combine_threshold: int, form_reduce_scatters: bool):
+               fences: bool, runtime_device_ids: bool, combine_threshold: int, form_reduce_scatters: bool,
+               streams: bool):
     self.runtime_device_ids = runtime_device_ids
+    self.streams = streams
+    # Computations that wrap a collective call on its stream, written before
+    # the computation being rewritten (the parser wants callees first).
+    self.wrappers: list[str] = []
     self.form_reduce_scatters = form_reduce_scatters
     self.combine_threshold = combine_threshold
     self.assignment = assignment  # [replicas, partitions] -> global device id
@@ -143,9 +155,21 @@ class _Rewriter:
       self.last = ordered_by or name
     layouts = f", operand_layout_constraints={{{', '.join(shapes)}}}" if operands else ""
     cfg = ", ".join(f"{k} = {v}" for k, v in sorted({**config, table.FUNCTION.key: f'"{self.function}"'}.items()))
-    return (f"{indent}{'ROOT ' if root else ''}{name} = {result} custom-call({', '.join(operands)}), "
-            f"custom_call_target=\"{target}\"{layouts}, api_version=API_VERSION_TYPED_FFI, "
-            f"backend_config={{{cfg}}}")
+    def call(args: list[str]) -> str:
+      return (f"custom-call({', '.join(args)}), custom_call_target=\"{target}\"{layouts}, "
+              f"api_version=API_VERSION_TYPED_FFI, backend_config={{{cfg}}}")
+    if not (self.streams and operands):
+      return f"{indent}{'ROOT ' if root else ''}{name} = {result} {call(operands)}"
+    # On its stream: the call alone in a computation that a `call`
+    # annotated with the stream runs.
+    wrapper = self.fresh("%on_stream")
+    params = [self.fresh("%operand") for _ in operands]
+    lines = [f"{wrapper} ({', '.join(f'{p[1:]}: {t}' for p, t in zip(params, shapes))}) -> {result} {{"]
+    lines += [f"  {p} = {t} parameter({i})" for i, (p, t) in enumerate(zip(params, shapes))]
+    lines += [f"  ROOT {self.fresh(name)} = {result} {call(params)}", "}", ""]
+    self.wrappers.append("\n".join(lines))
+    return (f"{indent}{'ROOT ' if root else ''}{name} = {result} call({', '.join(operands)}), to_apply={wrapper}, "
+            f"frontend_attributes={{_xla_stream_annotation=\"{_COLLECTIVE_STREAM}\",inlineable=\"false\"}}")
 
   def transpose(self, indent, name, operand, shape: ArrayShape, src_dims, perm, root=False) -> str:
     dims = tuple(src_dims[p] for p in perm)
@@ -498,12 +522,15 @@ class _Rewriter:
   def run(self) -> list[str]:
     out: list[str] = []
     body: list[str] | None = None  # the lines of the computation being read
+    header_at = 0  # where its header is in `out`
     for line in self.lines:
       if body is not None:
         if line.strip() == "}":
           out.extend(self.body(body))
           out.append(line)
           body = None
+          out[header_at:header_at] = [l for w in self.wrappers for l in w.split("\n")]
+          self.wrappers = []
         else:
           body.append(line)
         continue
@@ -512,6 +539,7 @@ class _Rewriter:
         continue
       if computation_header(line):
         self.last = None
+        header_at = len(out)
         out.append(line)
         body = []
         continue
@@ -531,7 +559,7 @@ def _local_header(line: str) -> str:
 
 def rewrite_module(text: str, assignment, num_devices: int, local_order=None, fences: bool = True,
                    runtime_device_ids: bool = False, combine_threshold: int = 0,
-                   form_reduce_scatters: bool = True) -> str:
+                   form_reduce_scatters: bool = True, streams: bool = False) -> str:
   """`text` (a partitioned module) with myplugin's collectives.
 
   assignment: [replicas][partitions] global device ids, as compiled.
@@ -551,9 +579,11 @@ def rewrite_module(text: str, assignment, num_devices: int, local_order=None, fe
     of up to this many bytes (buckets.py); 0 makes one call each.
   form_reduce_scatters: an all-reduce that each device only takes its own
     block of becomes a reduce-scatter (reduce_scatter.py).
+  streams: each collective call runs on a stream of its own (GPUs: async
+    beside the compute stream; see _COLLECTIVE_STREAM).
   """
   lines = lines_of(text)
   da = np.asarray(assignment, dtype=np.int64).reshape(len(assignment), -1)
   order = [int(d) for d in da.reshape(-1)] if local_order is None else [int(d) for d in local_order]
   return "\n".join(_Rewriter(lines, da, num_devices, order, fences, runtime_device_ids,
-                                 combine_threshold, form_reduce_scatters).run()) + "\n"
+                                 combine_threshold, form_reduce_scatters, streams).run()) + "\n"
