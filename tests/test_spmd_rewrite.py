@@ -794,3 +794,39 @@ def test_what_is_not_each_devices_own_block_stays_an_all_reduce(offset_lines, of
   out = rewrite_module(text, [[0, 1, 2, 3]], 4)
   parses(out)
   assert len(calls(out)) == 1 and calls(out, "myplugin_reduce_scatter") == []
+
+
+# -- GPU collectives on a stream of their own --------------------------------
+
+def test_on_gpus_each_collective_call_runs_on_the_collective_stream_unchained():
+  """With streams (the CUDA engine), every collective call is alone in a
+  computation that a `call` annotated with the stream runs (XLA makes it
+  call-start/call-done on that stream), written before the computation
+  that uses it; the calls read no earlier collective's result (no chain),
+  a combined one included; partition-id stays our handler's call, on the
+  compute stream."""
+  text = module("  %p = f32[4,2]{1,0} parameter(0)\n  %q = f32[3]{0} parameter(1)\n"
+                + _AR.format(name="a", shape="f32[4,2]{1,0}", x="%p", ch=1, op="add") + "\n"
+                + _AR.format(name="b", shape="f32[3]{0}", x="%q", ch=2, op="add") + "\n"
+                "  %n = f32[4,2]{1,0} negate(%a)\n"
+                + _AR.format(name="c", shape="f32[4,2]{1,0}", x="%n", ch=3, op="add") + "\n"
+                "  %pid = u32[] partition-id()\n"
+                "  ROOT %t = (f32[4,2]{1,0}, f32[3]{0}, u32[]) tuple(%c, %b, %pid)")
+  parses(text)
+  out = rewrite_module(text, [list(range(8))], 8, fences=False, runtime_device_ids=True, streams=True,
+                       combine_threshold=_BIG)
+  parses(out)
+  lines = entry_lines(out)
+  annotated = [l for l in lines if " call(" in l]
+  assert len(annotated) == 2, lines  # (a, b) combined, then c
+  for line in annotated:
+    assert 'frontend_attributes={_xla_stream_annotation="1",inlineable="false"}' in line, line
+  assert annotated[0].split(" call(")[1].startswith("%p, %q)")
+  assert annotated[1].split(" call(")[1].startswith("%n)")  # no earlier collective's result
+  wrappers = {l.split()[0] for l in out.splitlines() if l.startswith("%on_stream")}
+  assert {re.search(r"to_apply=(\S+?),", l).group(1) for l in annotated} == wrappers
+  assert out.index("ENTRY") > max(out.index(w + " ") for w in wrappers)
+  assert len(calls(out)) == 2 and all(c.startswith("ROOT ") for c in calls(out))
+  assert [l for l in lines if "myplugin_partition_id" in l and " call(" not in l]
+  chained = rewrite_module(text, [list(range(8))], 8, fences=False, runtime_device_ids=True, combine_threshold=_BIG)
+  assert " call(" not in chained and "custom-call(%n, %" in chained  # without streams: the chain, as before

@@ -45,9 +45,9 @@ ALL_TO_ALL = Target("myplugin_all_to_all", "all-to-all", "one", "one",
 COLLECTIVE_PERMUTE = Target("myplugin_collective_permute", "collective-permute", "one", "one",
                             (DEVICE_GROUP, PAIRS, FUNCTION), ("cpu", "cuda"))
 PARTITION_ID = Target("myplugin_partition_id", "partition-id", "none", "one",
-                      (IDS,), ("cpu",))
+                      (IDS,), ("cpu", "cuda"))
 REPLICA_ID = Target("myplugin_replica_id", "replica-id", "none", "one",
-                    (IDS,), ("cpu",))
+                    (IDS,), ("cpu", "cuda"))
 ORDER_FENCE = Target("myplugin_order_fence", "", "one", "aliased",
                      (), ("cpu",))
 

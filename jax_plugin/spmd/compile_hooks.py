@@ -344,8 +344,9 @@ def local_program(dump_dir: str, options: bytes, assignment: list[list[int]], nu
   order = [int(d) for d in np.asarray(assignment).reshape(-1) if int(d) in local_engine_ids]
   from jax_plugin import _myplugin
   host = (engine_kind or _myplugin.library_choice()["engine_kind"]) != "cuda"
-  # On the host engine our partition-id/replica-id handlers make the module
-  # the same on every process, so one compilation-cache entry serves them all.
+  # Our partition-id/replica-id handlers make the module the same on every
+  # process, so one compilation-cache entry serves them all, and on GPUs the
+  # same schedule (the same order of collectives) comes out everywhere.
   dump = _partitioned_dump(dump_dir)
   with open(dump + ".txt") as f:
     partitioned, marks = _without_stop_mark(f.read())
@@ -354,7 +355,7 @@ def local_program(dump_dir: str, options: bytes, assignment: list[list[int]], nu
     # Never compiled as it is: the parser would give the constant other values.
     raise RuntimeError(f"the partitioned module's dump elides a constant ({elided.group(0)[:200]}): the engine "
                        "ignored xla_dump_large_constants, and this program cannot be compiled across processes")
-  text = rewrite_module(partitioned, assignment, num_devices, order, fences=host, runtime_device_ids=host,
+  text = rewrite_module(partitioned, assignment, num_devices, order, fences=host, runtime_device_ids=True,
                         combine_threshold=combine_threshold(), form_reduce_scatters=form_reduce_scatters(),
                         streams=not host)
   if not order:

@@ -50,7 +50,8 @@ _COLLECTIVES = {"all-reduce", "all-gather", "reduce-scatter", "all-to-all", "col
 # makes a call annotated with it an async pair (call-start/call-done) whose
 # thunks, our handlers' included, get that stream as their FFI
 # PlatformStream, so NCCL runs beside the compute stream's kernels, as
-# `jax.experimental.compute_on("gpu_stream:1")` lowers a region.
+# `jax.experimental.compute_on("gpu_stream:1")` lowers a region. One
+# stream for all: NCCL needs every rank's calls in one order.
 _COLLECTIVE_STREAM = 1
 
 # The collectives whose handlers take several operands (one call per bucket).
@@ -135,9 +136,10 @@ class _Rewriter:
 
   def custom_call(self, indent, name, shape: ArrayShape, dims, operand, operand_shape: ArrayShape, target,
                   config: dict[str, str], root=False) -> str:
-    """A collective call. It also reads the previous collective's result, which
-    orders it after that one: XLA's CPU runtime runs thunks that share no
-    buffer concurrently, and collectives must run in one order everywhere."""
+    """A collective call. Without streams it also reads the previous
+    collective's result, which orders it after that one: XLA's CPU runtime
+    runs thunks that share no buffer concurrently, and collectives must run
+    in one order everywhere (call_line)."""
     self.shapes[name] = ArrayShape(shape.dtype, shape.dims if dims is None else tuple(dims))
     if not operand:
       return self.call_line(indent, name, shape.text(dims), [], [], target, config, root)
@@ -146,9 +148,13 @@ class _Rewriter:
   def call_line(self, indent, name, result: str, operands: list[str], shapes: list[ArrayShape], target,
                 config: dict[str, str], root=False, ordered_by: str | None = None) -> str:
     """The custom call of `target` on `operands`, after the latest collective
-    (`ordered_by`, the array that stands for it, becomes the latest)."""
+    (`ordered_by`, the array that stands for it, becomes the latest). With
+    streams, no such chain: the calls run in the schedule's order on their
+    one stream, and the schedule is the same on every process (the module
+    is, with runtime device ids); a chain would hold each call's start
+    until the one before it is done, and the compute beside it with it."""
     operands, shapes = list(operands), [s.text() for s in shapes]
-    if self.last is not None and operands:
+    if self.last is not None and operands and not self.streams:
       operands.append(self.last)
       shapes.append(self.shapes[self.last].text())
     if operands:
@@ -572,8 +578,7 @@ def rewrite_module(text: str, assignment, num_devices: int, local_order=None, fe
   runtime_device_ids: partition-id and replica-id become calls of our
     handlers, which find the device's global id at run time; the module then
     does not depend on local_order, and its compiled form serves every
-    process (a compilation cache entry). Needs the handlers in the engine
-    (the host engine has them).
+    process (a compilation cache entry). Both engines have the handlers.
   combine_threshold: independent all-reduces (all-gathers, reduce-scatters)
     of one computation, of one reduction and device groups, become one call
     of up to this many bytes (buckets.py); 0 makes one call each.

@@ -95,12 +95,14 @@ inline constexpr CollectiveTarget kCollectivePermute{
     "COLLECTIVE_PERMUTE", "myplugin_collective_permute", "collective-permute", Operands::kOne, Results::kOne,
     {&kDeviceGroup, &kPairs, &kFunction}, kHostEngine | kCudaEngine};
 // partition-id and replica-id find the device's global id at run time, so
-// the module stays the same on every process (a compilation cache entry).
-// The CUDA engine's programs look the id up in a constant instead.
+// the module stays the same on every process (a compilation cache entry;
+// on GPUs also the same schedule, so the same order of collectives).
 inline constexpr CollectiveTarget kPartitionId{
-    "PARTITION_ID", "myplugin_partition_id", "partition-id", Operands::kNone, Results::kOne, {&kIds}, kHostEngine};
+    "PARTITION_ID", "myplugin_partition_id", "partition-id", Operands::kNone, Results::kOne, {&kIds},
+    kHostEngine | kCudaEngine};
 inline constexpr CollectiveTarget kReplicaId{
-    "REPLICA_ID", "myplugin_replica_id", "replica-id", Operands::kNone, Results::kOne, {&kIds}, kHostEngine};
+    "REPLICA_ID", "myplugin_replica_id", "replica-id", Operands::kNone, Results::kOne, {&kIds},
+    kHostEngine | kCudaEngine};
 // Returns its first operand once the others are ready: the rewrite orders
 // loops and branches after collectives with it on the CPU engine, which
 // runs independent work concurrently (a CUDA stream runs in order).

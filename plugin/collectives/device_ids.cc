@@ -30,4 +30,10 @@ DeviceLocation LocationOf(int32_t ordinal) {
   return {global >= 0 ? global : rt.process_id() * devices_per_process + ordinal, rt.process_id(), devices_per_process};
 }
 
+StatusOr<uint32_t> DeviceIdFromTable(int32_t ordinal, const int64_t* ids, size_t count) {
+  const int g = LocationOf(ordinal).global_id;
+  if (g < 0 || static_cast<size_t>(g) >= count) return InvalidArgument("no id for device " + std::to_string(g));
+  return static_cast<uint32_t>(ids[g]);
+}
+
 }  // namespace myplugin::collectives

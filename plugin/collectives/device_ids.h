@@ -11,6 +11,8 @@
 #include <utility>
 #include <vector>
 
+#include "common/status.h"
+
 namespace myplugin::collectives {
 
 // The map itself: one per process, owned by the process runtime (process_runtime.h).
@@ -36,5 +38,10 @@ struct DeviceLocation {
   int devices_per_process;
 };
 DeviceLocation LocationOf(int32_t ordinal);
+
+// What the rewrite's partition-id or replica-id call gives the local device
+// `ordinal`: its entry of `ids` (one per global device), the same handler
+// table on every engine.
+StatusOr<uint32_t> DeviceIdFromTable(int32_t ordinal, const int64_t* ids, size_t count);
 
 }  // namespace myplugin::collectives

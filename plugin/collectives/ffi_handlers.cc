@@ -134,14 +134,12 @@ ffi::Error CollectivePermuteImpl(int32_t ordinal, ffi::AnyBuffer x, ffi::Remaini
 }
 
 ffi::Error DeviceIdImpl(int32_t ordinal, ffi::Result<ffi::AnyBuffer> out, ffi::Span<const int64_t> ids) {
-  int g = LocationOf(ordinal).global_id;
-  if (g < 0 || static_cast<size_t>(g) >= ids.size()) {
-    return ToFfi(InvalidArgument("no id for device " + std::to_string(g)));
-  }
   if (out->element_type() != ffi::DataType::U32 && out->element_type() != ffi::DataType::S32) {
     return ToFfi(InvalidArgument("partition-id/replica-id return a 32-bit integer"));
   }
-  *static_cast<uint32_t*>(out->untyped_data()) = static_cast<uint32_t>(ids[g]);
+  StatusOr<uint32_t> id = DeviceIdFromTable(ordinal, ids.begin(), ids.size());
+  if (!id.ok()) return ToFfi(id.status());
+  *static_cast<uint32_t*>(out->untyped_data()) = id.value();
   return ffi::Error::Success();
 }
 

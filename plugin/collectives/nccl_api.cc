@@ -64,8 +64,9 @@ StatusOr<NcclApi> NcclApi::Load(const std::string& path, const std::string& driv
                               (why ? why : "unknown error") + " (is an NVIDIA driver installed?)");
   }
   api.MemsetD8Async = reinterpret_cast<decltype(api.MemsetD8Async)>(dlsym(driver, "cuMemsetD8Async"));
-  if (api.MemsetD8Async == nullptr) {
-    return FailedPrecondition(driver_path + " has no cuMemsetD8Async: not a CUDA driver");
+  api.MemsetD32Async = reinterpret_cast<decltype(api.MemsetD32Async)>(dlsym(driver, "cuMemsetD32Async"));
+  if (api.MemsetD8Async == nullptr || api.MemsetD32Async == nullptr) {
+    return FailedPrecondition(driver_path + " has no cuMemsetD8Async or cuMemsetD32Async: not a CUDA driver");
   }
   return api;
 }

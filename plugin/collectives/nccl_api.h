@@ -45,6 +45,9 @@ struct NcclApi {
   // a collective permute's rank that no rank sends to gets zeros, as XLA's
   // own collective-permute gives, enqueued on the call's stream.
   decltype(&cuMemsetD8Async) MemsetD8Async = nullptr;
+  // And the device's partition-id or replica-id, written as one 32-bit
+  // value on the stream (the rewrite's calls of them on GPUs).
+  decltype(&cuMemsetD32Async) MemsetD32Async = nullptr;
 
   // dlopen()s `path` (never closed: NCCL keeps threads) and `driver_path`,
   // resolves every entry point and checks the version (CheckVersion); the

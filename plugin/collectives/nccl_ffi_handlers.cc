@@ -302,6 +302,28 @@ ffi::Error CollectivePermuteImpl(cudaStream_t stream, int32_t ordinal, ffi::AnyB
   }));
 }
 
+// partition-id and replica-id: the device's entry of the table, written into
+// the result on the stream, so that the module is the same on every process
+// (and so compiles to the same schedule everywhere: the order of the
+// collectives, which NCCL needs the same on every rank).
+ffi::Error DeviceIdImpl(cudaStream_t stream, int32_t ordinal, ffi::Result<ffi::AnyBuffer> out,
+                        ffi::Span<const int64_t> ids) {
+  if (out->element_type() != ffi::DataType::U32 && out->element_type() != ffi::DataType::S32) {
+    return ToFfi(InvalidArgument("partition-id/replica-id return a 32-bit integer"));
+  }
+  StatusOr<uint32_t> id = DeviceIdFromTable(ordinal, ids.begin(), ids.size());
+  if (!id.ok()) return ToFfi(id.status());
+  StatusOr<NcclDeviceGroups*> groups = DeviceGroups();
+  if (!groups.ok()) return ToFfi(groups.status());
+  const CUresult written = groups.value()->api().MemsetD32Async(reinterpret_cast<CUdeviceptr>(out->untyped_data()),
+                                                                id.value(), 1, reinterpret_cast<CUstream>(stream));
+  if (written != CUDA_SUCCESS) {
+    return ToFfi(Internal("cuMemsetD32Async of a device's partition-id/replica-id failed (CUDA error " +
+                          std::to_string(static_cast<int>(written)) + ")"));
+  }
+  return ffi::Error::Success();
+}
+
 // What every handler takes first: the stream, then the device; the rest of
 // each binding is its entry of the collective table (ffi_binding.h).
 auto Leading() { return ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>().Ctx<ffi::DeviceOrdinal>(); }
@@ -314,6 +336,8 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginNcclAllGather, AllGatherImpl, Bind<kAllGat
 XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginNcclAllToAll, AllToAllImpl, Bind<kAllToAll>(Leading()));
 XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginNcclCollectivePermute, CollectivePermuteImpl,
                               Bind<kCollectivePermute>(Leading()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginCudaPartitionId, DeviceIdImpl, Bind<kPartitionId>(Leading()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginCudaReplicaId, DeviceIdImpl, Bind<kReplicaId>(Leading()));
 
 std::vector<std::pair<std::string, void*>> NcclFfiHandlers() {
   return {
@@ -322,6 +346,8 @@ std::vector<std::pair<std::string, void*>> NcclFfiHandlers() {
       {kAllGather.name, reinterpret_cast<void*>(&MypluginNcclAllGather)},
       {kAllToAll.name, reinterpret_cast<void*>(&MypluginNcclAllToAll)},
       {kCollectivePermute.name, reinterpret_cast<void*>(&MypluginNcclCollectivePermute)},
+      {kPartitionId.name, reinterpret_cast<void*>(&MypluginCudaPartitionId)},
+      {kReplicaId.name, reinterpret_cast<void*>(&MypluginCudaReplicaId)},
   };
 }
 

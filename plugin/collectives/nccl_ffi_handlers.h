@@ -40,6 +40,7 @@ class NcclDeviceGroups {
                    double notice_wait_s = kFailureNoticeWaitS, NcclWatchdog* watchdog = nullptr);
   StatusOr<NcclCommunicator*> ForDevice(const std::vector<int>& device_group, int device);
   void AbortAll(const Status& why);
+  const NcclApi& api() const { return api_; }
   // A mismatch that this process found agreeing on an NCCL call: published
   // for the membership epoch before the call fails, so that a peer whose NCCL
   // breaks when this process leaves its calls names the mismatch, not the

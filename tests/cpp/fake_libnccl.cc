@@ -7,8 +7,9 @@
 // use of one already ended is counted, and
 // a "kernel in flight" (myplugin_fake_nccl_wait_kernel) ends only when its
 // communicator is aborted, as a real one whose peer died does. It also
-// stands in for the CUDA driver's cuMemsetD8Async (NcclApi::Load's
-// driver_path), which fills host memory: the stand-in's "device" memory.
+// stands in for the CUDA driver's cuMemsetD8Async and cuMemsetD32Async
+// (NcclApi::Load's driver_path), which fill host memory: the stand-in's
+// "device" memory.
 // Built twice, as an NCCL older than the minimum and as one new enough.
 #include <cuda.h>
 #include <nccl.h>
@@ -169,6 +170,11 @@ ncclResult_t ncclGroupEnd() { return ncclSuccess; }
 
 CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char value, size_t bytes, CUstream) {
   std::memset(reinterpret_cast<void*>(dst), value, bytes);
+  return CUDA_SUCCESS;
+}
+CUresult cuMemsetD32Async(CUdeviceptr dst, unsigned int value, size_t count, CUstream) {
+  unsigned int* out = reinterpret_cast<unsigned int*>(dst);
+  for (size_t i = 0; i < count; ++i) out[i] = value;
   return CUDA_SUCCESS;
 }
 

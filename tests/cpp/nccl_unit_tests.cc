@@ -283,7 +283,8 @@ void TestLoadErrors() {
   auto no_driver = coll::NcclApi::Load(MYPLUGIN_FAKE_NCCL_NEW, "/nonexistent/libcuda.so.1");
   CHECK(!no_driver.ok() && Has(no_driver.status(), "cannot load the CUDA driver (/nonexistent/libcuda.so.1)"));
   auto not_driver = coll::NcclApi::Load(MYPLUGIN_FAKE_NCCL_NEW, "libm.so.6");
-  CHECK(!not_driver.ok() && Has(not_driver.status(), "libm.so.6 has no cuMemsetD8Async: not a CUDA driver"));
+  CHECK(!not_driver.ok() &&
+        Has(not_driver.status(), "libm.so.6 has no cuMemsetD8Async or cuMemsetD32Async: not a CUDA driver"));
   auto new_nccl = coll::NcclApi::Load(MYPLUGIN_FAKE_NCCL_NEW, MYPLUGIN_FAKE_NCCL_NEW);
   CHECK(new_nccl.ok());
   int code = 0;
@@ -405,6 +406,27 @@ void TestPermuteWithoutSourceGivesZeros() {
   std::vector<uint16_t> bf16(5, 0x3f80);  // 2-byte elements: every byte of the target
   CHECK(comm.value()->CollectivePermute(send.data(), bf16.data(), 5, coll::DataType::kBF16, -1, -1, kStream).ok());
   CHECK(bf16 == std::vector<uint16_t>(5, 0));
+}
+
+// The partition-id/replica-id handlers' lookup (both engines'): the entry of
+// the device's global id, whatever its local ordinal; a table without it is
+// an error, not a read past its end. The CUDA handler then writes the value
+// with the stand-in driver's cuMemsetD32Async, checked here on host memory.
+void TestDeviceIdTable() {
+  coll::SetLocalDeviceIds({{0, 5}, {3, 6}});
+  const std::vector<int64_t> ids = {0, 0, 0, 0, 0, 2, 3, 0};
+  auto first = coll::DeviceIdFromTable(0, ids.data(), ids.size());
+  auto second = coll::DeviceIdFromTable(3, ids.data(), ids.size());
+  CHECK(first.ok() && first.value() == 2u && second.ok() && second.value() == 3u);
+  auto past = coll::DeviceIdFromTable(3, ids.data(), 6);
+  CHECK(!past.ok() && Has(past.status(), "no id for device 6"));
+  coll::SetLocalDeviceIds({});
+  FakeLibnccl nccl = LoadFakeLibnccl();
+  if (nccl.fail_after == nullptr) return;
+  uint32_t out = 77;
+  CHECK(nccl.api.MemsetD32Async(reinterpret_cast<CUdeviceptr>(&out), 3u, 1, reinterpret_cast<CUstream>(kStream)) ==
+        CUDA_SUCCESS);
+  CHECK(out == 3u);
 }
 
 // (a) A peer found a mismatch, published it and left its NCCL calls: the
@@ -1301,6 +1323,7 @@ bool RunNcclTests() {
   TestLoadErrors();
   TestVersionCheck();
   TestPermuteWithoutSourceGivesZeros();
+  TestDeviceIdTable();
   TestNcclErrorNamesTheMismatch();
   TestNcclErrorNamesTheFailedPeer();
   TestNcclErrorStatesTheTimeWaited();
