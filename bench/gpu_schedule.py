@@ -23,6 +23,12 @@ The programs (bf16), on `1x2x4` (2 hosts x 4 GPUs) by default:
                to the next stage (collective-permute, non-cyclic)
 
 usage: python bench/gpu_schedule.py [--gpu h100] [--topology 1x2x4] [--programs fsdp4,...] [--out table.md]
+                                   [--check-bytes]
+
+Issue 51's goal lines follow the table: per program, whether myplugin's
+share is at least jax's and its bytes at most jax's. --check-bytes exits 1
+where myplugin moves more bytes than jax (a count, not a time: CI's GPU
+compile matrix runs it).
 Needs jax's CUDA plugin and engine (pip install '.[gpu-compile]').
 """
 from __future__ import annotations
@@ -154,6 +160,7 @@ def main() -> None:
   parser.add_argument("--topology", default="1x2x4")
   parser.add_argument("--programs", default=",".join(PROGRAMS))
   parser.add_argument("--out")
+  parser.add_argument("--check-bytes", action="store_true")
   args = parser.parse_args()
   names = [p for p in args.programs.split(",") if p]
   if args.side:
@@ -163,10 +170,16 @@ def main() -> None:
   ours = run_side("myplugin", args.gpu, args.topology, names)
   theirs = run_side("cuda", args.gpu, args.topology, names)
   text = f"{args.gpu} {args.topology}: " + table(ours, theirs, names, versions)
+  more_bytes = [n for n in names if ours[n]["ring_bytes"] > theirs[n]["ring_bytes"] * 1.0001]
+  goals = [f"{n}: share {'met' if ours[n]['share'] >= theirs[n]['share'] - 1e-9 else 'NOT met'}, bytes "
+           f"{'NOT met' if n in more_bytes else 'met'}" for n in names]
+  text += "\n\ngoal (share >= jax's, bytes <= jax's): " + "; ".join(goals)
   print(text)
   if args.out:
     with open(args.out, "w") as f:
       f.write(text + "\n")
+  if args.check_bytes and more_bytes:
+    sys.exit(f"myplugin moves more bytes than jax's CUDA backend in: {', '.join(more_bytes)}")
 
 
 if __name__ == "__main__":

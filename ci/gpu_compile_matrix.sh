@@ -8,7 +8,9 @@
 # (kind, reduction, device groups, operand shape) against those that XLA's
 # SPMD partitioner inserts for the same program on jax's CPU backend. Then
 # tests/test_gpu_compile.py, with the gpu-compile wheels (cuDNN's too: its
-# attention over a mesh) required.
+# attention over a mesh) required. Between them, bench/gpu_schedule.py: the
+# training programs' schedules beside jax's own CUDA backend's (no GPU),
+# failing where myplugin would move more bytes.
 #
 #   ci/gpu_compile_matrix.sh [--out DIR] [--gpus "a100 l4 h100 b200"] [--reuse-venv] [--wheel WHEEL]
 #
@@ -100,6 +102,10 @@ print("\n".join(lines))
 if bad:
   sys.exit("collectives differ from XLA's partition:\n" + "\n".join(bad))
 EOF
+
+step "schedules against jax's own CUDA backend (bench/gpu_schedule.py: compile-only)"
+(cd "$work" && timeout 600 "$vpy" "$root/bench/gpu_schedule.py" --gpu h100 --topology 1x2x4 --check-bytes \
+  --out "$out/schedule.md")
 
 step "tests/test_gpu_compile.py"
 cd "$root"
