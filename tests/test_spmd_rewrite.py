@@ -830,3 +830,21 @@ def test_on_gpus_each_collective_call_runs_on_the_collective_stream_unchained():
   assert [l for l in lines if "myplugin_partition_id" in l and " call(" not in l]
   chained = rewrite_module(text, [list(range(8))], 8, fences=False, runtime_device_ids=True, combine_threshold=_BIG)
   assert " call(" not in chained and "custom-call(%n, %" in chained  # without streams: the chain, as before
+
+
+def test_on_gpus_a_matmul_closes_the_buckets():
+  """Two independent all-reduces with a matmul between them: one call on
+  the CPU engine (a bucket), two with streams, where the first would
+  otherwise wait for the matmul instead of running beside it."""
+  text = module("  %p = f32[4,2]{1,0} parameter(0)\n  %q = f32[2,2]{1,0} parameter(1)\n"
+                + _AR.format(name="a", shape="f32[4,2]{1,0}", x="%p", ch=1, op="add") + "\n"
+                "  %d = f32[4,2]{1,0} dot(%p, %q), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n"
+                + _AR.format(name="b", shape="f32[4,2]{1,0}", x="%d", ch=2, op="add") + "\n"
+                "  ROOT %t = (f32[4,2]{1,0}, f32[4,2]{1,0}) tuple(%a, %b)")
+  parses(text)
+  host = rewrite_module(text, [list(range(8))], 8, runtime_device_ids=True, combine_threshold=_BIG)
+  gpu = rewrite_module(text, [list(range(8))], 8, fences=False, runtime_device_ids=True, streams=True,
+                       combine_threshold=_BIG)
+  parses(host)
+  parses(gpu)
+  assert len(calls(host)) == 1 and len(calls(gpu)) == 2

@@ -309,6 +309,15 @@ class _Rewriter:
   def closes(self, inst: Instruction) -> bool:
     return inst.opcode in ("while", "conditional", "call") and any(self.communicates.get(c) for c in callees(inst))
 
+  def closes_bucket(self, inst: Instruction) -> bool:
+    """Whether `inst` ends every open bucket: a loop, branch or call that
+    communicates; with streams also a matmul or convolution. A bucket is
+    one call that starts when its last member is ready, so on GPUs, where
+    the call runs beside the compute, a gradient computed early would wait
+    for the matmuls that make the later members (a bias's gradient joining
+    the first layer's weights') instead of running beside them."""
+    return self.closes(inst) or (self.streams and inst.opcode in ("dot", "convolution"))
+
   def combined(self, members: list[Instruction]) -> list[str]:
     """One call for a bucket's collectives: their operands (each moved to
     axis 0 where it works along another), a tuple of their results, and
@@ -512,7 +521,7 @@ class _Rewriter:
           self.shapes[inst.name] = inst.shape
         except HloTextError:
           pass
-    groups = buckets.plan(insts, self.combinable, self.closes, self.combine_threshold)
+    groups = buckets.plan(insts, self.combinable, self.closes_bucket, self.combine_threshold)
     if not groups:
       return [out for l in lines for out in self.line(l)]
     out: list[str] = []
