@@ -1,5 +1,6 @@
 #include "collectives/nccl_ffi_handlers.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <memory>
 #include <mutex>
@@ -9,6 +10,7 @@
 #include "collectives/communicator.h"
 #include "collectives/process_runtime.h"
 #include "collectives/device_collectives.h"
+#include "collectives/device_ids.h"
 #include "collectives/ffi_binding.h"
 #include "collectives/ffi_common.h"
 #include "collectives/flight_recorder.h"
@@ -164,10 +166,22 @@ Status EnsureNcclLoaded() { return DeviceGroups().status(); }
 
 Status RunNccl(const NcclCallSite& call, const std::function<Status(NcclCommunicator&)>& enqueue,
                NcclDeviceGroups* device_groups) {
-  Status agreed = MeetLocalDevices(call.ordinal, call.device_group, nullptr, nullptr,
-                                   [&](DeviceCollectives& dc, const DeviceBuffers&) {
-                                     return dc.Agree(call.op, call.reduction, call.type, call.count, call.extra);
-                                   });
+  // The local devices meet only to agree once for this process with the
+  // others. A group wholly within this process (tensor parallelism over a
+  // host's GPUs) has no one to agree with, so its devices' threads go
+  // straight to NCCL, whose kernels wait for each other on the GPUs, as
+  // XLA's own collectives do: no host barrier holds up a thread's enqueuing.
+  const DeviceLocation here = LocationOf(call.ordinal);
+  const int per_process = std::max(here.devices_per_process, 1);
+  const bool within_process = std::all_of(call.device_group.begin(), call.device_group.end(),
+                                          [&](int device) { return device / per_process == here.process; });
+  Status agreed = within_process
+                      ? OkStatus()
+                      : MeetLocalDevices(call.ordinal, call.device_group, nullptr, nullptr,
+                                         [&](DeviceCollectives& dc, const DeviceBuffers&) {
+                                           return dc.Agree(call.op, call.reduction, call.type, call.count,
+                                                           call.extra);
+                                         });
   if (device_groups == nullptr) {
     StatusOr<NcclDeviceGroups*> found = DeviceGroups();
     if (!found.ok()) return agreed.ok() ? found.status() : agreed;

@@ -1063,6 +1063,20 @@ void TestFfiCallPath() {
   });
   again.join();
   CHECK(results[0].ok() && init_ranks == std::vector<int>{1});  // a new device group {0}: rank 0 of 1
+  // A group wholly within this process: one device's call goes straight to
+  // NCCL, meeting no other device's thread on the host (before, it waited
+  // for the other device at a local rendezvous, to fail at its deadline).
+  {
+    coll::NcclDeviceGroups alone(FakeApi(), coll::InProcessStore(), 5.0);
+    coll::NcclCallSite call{0, {0, 1}, coll::CollectiveOp::kAllReduce, coll::Reduction::kSum, coll::DataType::kF32,
+                            8, 0};
+    bool enqueued = false;
+    CHECK(coll::RunNccl(call, [&](coll::NcclCommunicator&) {
+      enqueued = true;
+      return myplugin::OkStatus();
+    }, &alone).ok());
+    CHECK(enqueued);
+  }
   // A device outside its device group is an error, not a hang.
   coll::NcclCallSite stray{1, {0}, coll::CollectiveOp::kAllReduce, coll::Reduction::kSum, coll::DataType::kF32, 1, 0};
   CHECK(!coll::RunNccl(stray, [](coll::NcclCommunicator&) { return myplugin::OkStatus(); }, &device_groups).ok());
