@@ -213,7 +213,7 @@ def fsdp(n: int, rounds: int, layers: int) -> None:
       runs[key].append(run_job("myplugin", n, [], env=env, mode=f"fsdp:{layers}")["fsdp_step"])
   best = {k: min(r[0] for r in rs) for k, rs in runs.items()}
   med = {k: statistics.median(r[1] for r in rs) for k, rs in runs.items()}
-  print(f"{n} processes x 1 device, FSDP step of {layers} layers (D 256, F 1024, 2048 tokens, f32), {rounds} "
+  print(f"{n} processes x 1 device, FSDP step of {layers} layers (D 1024, F 4096, 256 tokens, f32), {rounds} "
         "rounds interleaved; best / median over rounds of each job's best and median step (30 steps)")
   print("\n| transport | all-reduce + slice (forming off) | reduce-scatter (default) | off / on (best, median) |")
   print("|---|---|---|---|")

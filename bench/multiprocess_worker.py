@@ -14,8 +14,9 @@ after its warm-up:
 
   RESULT deep_step BEST_S MEDIAN_S
 
-With `fsdp` (or `fsdp:LAYERS`), only the FSDP step (bench/training_step.py;
-2 layers) runs, 30 times after its warm-up:
+With `fsdp` (or `fsdp:LAYERS[:D:F:TOKENS]`), only the FSDP step
+(bench/training_step.py; 2 layers, D 1024, F 4096, 256 tokens: 16 MB a
+weight, so the gradients' bytes count) runs, 30 times after its warm-up:
 
   RESULT fsdp_step BEST_S MEDIAN_S
 """
@@ -44,7 +45,9 @@ n = len(jax.devices())
 
 
 if sys.argv[2:3] and sys.argv[2].startswith("fsdp"):
-  ws, xs = training_step.fsdp_inputs(mesh, int(sys.argv[2].partition(":")[2] or 2))
+  layers, d, f, tokens = (int(v) for v in (sys.argv[2].split(":")[1:] + ["2", "1024", "4096", "256"][
+      len(sys.argv[2].split(":")) - 1:])[:4])
+  ws, xs = training_step.fsdp_inputs(mesh, layers, d, f, tokens)
   fsdp = training_step.fsdp_step(mesh, len(ws))
   best, med = timed(lambda: jax.block_until_ready(fsdp(ws, xs)), 30)
   if me == 0:
