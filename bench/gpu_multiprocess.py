@@ -16,7 +16,15 @@ of the other, the order swapped every round. Each round measures
     busbw = bytes / time * 2 (N - 1) / N;
   - a data-parallel training step: an MLP of 12 parameter arrays
     (bench/training_step.py's deep MLP, wider), jit with NamedSharding over
-    the N processes' devices, the batch split over them, plain SGD.
+    the N processes' devices, the batch split over them, plain SGD;
+  - an FSDP step (bench/training_step.py's: 4 bf16 layers D 2048, F 8192,
+    4096 tokens in all, weights sharded by rows and gathered before use, the
+    gradients reduce-scatters).
+
+With --profile DIR, each process of both jobs takes a profile of three FSDP
+steps before the rounds (DIR/<backend>-<N>/process-<i>), and the driver
+prints, from each job's process 0, how much of the GEMM kernels' time ran
+while an NCCL kernel ran on another stream (bench/gpu_overlap.py).
 
 It prints best and median over rounds (of each round's best and median
 call) per backend, the ratio myplugin/jax, and the goal lines: step time at
@@ -30,7 +38,8 @@ jax's CPU backend over Gloo, also started with jax.distributed.initialize),
 2 processes, tiny sizes and model, 2 rounds: seconds, not a measurement.
 
 usage: python bench/gpu_multiprocess.py [--processes 2,4] [--rounds 3] [--platforms myplugin,cuda]
-                                        [--max-bytes 268435456] [--json OUT] [--fresh-jobs] [--dry-run]
+                                        [--max-bytes 268435456] [--json OUT] [--fresh-jobs] [--profile DIR]
+                                        [--dry-run]
 """
 from __future__ import annotations
 
@@ -58,9 +67,13 @@ _JOB_VARIABLES = ("JAX_PLATFORMS", "JAX_NUM_CPU_DEVICES", "JAX_COORDINATOR_ADDRE
                   "XLA_PYTHON_CLIENT_MEM_FRACTION", "NCCL_HOSTID", "NCCL_SOCKET_IFNAME")
 # The training step's MLP (12 parameter arrays) and global batch, and how many
 # bytes each psum size moves per round: on a GPU, and in the dry run.
+# The FSDP step (issue 51: its gradients are reduce-scatters, its weights
+# all-gathered, each on the collective stream beside the GEMMs):
+# LAYERS:D:F:TOKENS:DTYPE, TOKENS over all devices.
 GPU_MODEL = {"widths": [512, 1024, 1024, 1024, 1024, 1024, 16], "batch": 4096, "step_reps": 20,
-             "psum_bytes": 256 << 20}
-DRY_MODEL = {"widths": [16, 32, 32, 32, 32, 32, 1], "batch": 64, "step_reps": 5, "psum_bytes": 64 << 10}
+             "psum_bytes": 256 << 20, "fsdp": "4:2048:8192:4096:bfloat16"}
+DRY_MODEL = {"widths": [16, 32, 32, 32, 32, 32, 1], "batch": 64, "step_reps": 5, "psum_bytes": 64 << 10,
+             "fsdp": "2:64:128:64:float32"}
 GOAL_STEP = 1.05  # myplugin's step time at most this times jax's
 GOAL_BUSBW = 0.95  # myplugin's bus bandwidth at least this times jax's ...
 GOAL_BUSBW_FROM = 1 << 20  # ... from this size
@@ -85,7 +98,7 @@ class Job:
   stdout read line by line, its stderr in a file (quoted when it fails)."""
 
   def __init__(self, backend: str, platform: str, n: int, argv: list[str], memory_fraction: float,
-               deadline: float, logdir: str):
+               deadline: float, logdir: str, profile_dir: str | None = None):
     self.backend, self.platform, self.n = backend, platform, n
     self.name = f"{backend} ({platform}, {n} process{'es' if n > 1 else ''})"
     port = free_port()
@@ -94,6 +107,8 @@ class Job:
             and not (k.startswith("MYPLUGIN_") and k not in ("MYPLUGIN_ENGINE", "MYPLUGIN_NCCL_PATH"))}
     base["XLA_CLIENT_MEM_FRACTION"] = f"{memory_fraction:.4g}"
     base["BENCH_BACKEND"] = backend
+    if profile_dir:
+      base["BENCH_PROFILE_DIR"] = profile_dir
     # The workers' own deadline comes a little after the driver's, which
     # reports it first.
     self.deadline = deadline
@@ -183,6 +198,8 @@ class Job:
         res["psum"][int(parts[2])] = (float(parts[3]), float(parts[4]))
       elif line.startswith("RESULT step"):
         res["step"] = (float(parts[2]), float(parts[3]))
+      elif line.startswith("RESULT fsdp"):
+        res["fsdp"] = (float(parts[2]), float(parts[3]))
     return res
 
   def stderr_tails(self, lines: int = 15) -> str:
@@ -226,8 +243,9 @@ def summarize(rounds: list[dict]) -> dict:
   out = {"psum": {}}
   for b in rounds[0]["psum"]:
     out["psum"][b] = (min(r["psum"][b][0] for r in rounds), statistics.median(r["psum"][b][1] for r in rounds))
-  if all("step" in r for r in rounds):
-    out["step"] = (min(r["step"][0] for r in rounds), statistics.median(r["step"][1] for r in rounds))
+  for case in ("step", "fsdp"):
+    if all(case in r for r in rounds):
+      out[case] = (min(r[case][0] for r in rounds), statistics.median(r[case][1] for r in rounds))
   return out
 
 
@@ -235,7 +253,7 @@ def run_processes(n: int, args, sizes: list[int], model: dict, logdir: str, dead
   """Both jobs of N processes, round by round; returns what was measured and what failed."""
   platform = args.platforms[1]
   argv = [",".join(map(str, sizes)), ",".join(map(str, model["widths"])), str(model["batch"]),
-          str(model["step_reps"]), str(model["psum_bytes"])]
+          str(model["step_reps"]), str(model["psum_bytes"]), model["fsdp"]]
   alive = 1 if args.fresh_jobs else 2  # jobs on the device at once share its memory
   fraction = args.memory_fraction or MEMORY_SHARE / (n * alive)
   specs = {"myplugin": (n, argv), "jax": (n, argv)}
@@ -245,7 +263,8 @@ def run_processes(n: int, args, sizes: list[int], model: dict, logdir: str, dead
 
   def launch(backend):
     count, job_argv = specs[backend]
-    jobs[backend] = Job(backend, platform, count, job_argv, fraction, deadline, logdir)
+    profile = os.path.join(args.profile, f"{backend}-{count}") if args.profile else None
+    jobs[backend] = Job(backend, platform, count, job_argv, fraction, deadline, logdir, profile)
 
   def ready_or_fall_back(backend) -> bool:
     """Waits for a launched job; myplugin's failure ends the run, jax's falls
@@ -379,6 +398,30 @@ def print_report(report: dict, sizes: list[int], args) -> dict:
   else:
     print(f"| step time | {sb * 1e3:.3f} / {sm * 1e3:.3f} ms | not run | - |")
     print(f"GOAL step time <= {GOAL_STEP} x jax's ({n} processes): not measured (jax did not run)")
+  if "fsdp" in mine:
+    layers, d, f, tokens, dtype = args.model["fsdp"].split(":")
+    print(f"\n| FSDP step ({layers} layers, D {d}, F {f}, {tokens} tokens, {dtype}) | myplugin | jax | "
+          "myplugin/jax time (best, median) |")
+    print("|---|---|---|---|")
+    fb, fm = mine["fsdp"]
+    summary["fsdp"] = {"myplugin": [fb, fm]}
+    if same_job and "fsdp" in theirs:
+      jb, jm = theirs["fsdp"]
+      summary["fsdp"]["jax"] = [jb, jm]
+      summary["fsdp_ratio"] = fm / jm
+      print(f"| FSDP step time | {fb * 1e3:.3f} / {fm * 1e3:.3f} ms | {jb * 1e3:.3f} / {jm * 1e3:.3f} ms | "
+            f"{fb / jb:.3f}, {fm / jm:.3f} |")
+      print(f"GOAL FSDP step time <= {GOAL_STEP} x jax's ({n} processes): {fm / jm:.3f} (medians) "
+            f"{'met' if fm / jm <= GOAL_STEP else 'NOT met'}")
+    else:
+      print(f"| FSDP step time | {fb * 1e3:.3f} / {fm * 1e3:.3f} ms | not run | - |")
+  if args.profile:
+    import gpu_overlap
+    summary["overlap"] = {}
+    for backend in ("myplugin", "jax"):
+      found = gpu_overlap.from_profile(os.path.join(args.profile, f"{backend}-{n}", "process-0"))
+      summary["overlap"][backend] = found
+      print(f"{backend}'s FSDP profile (process 0): {gpu_overlap.describe(found)}")
   if ratios:
     worst, at = min(ratios)
     verdict = "met" if worst >= GOAL_BUSBW else "NOT met"
@@ -407,6 +450,8 @@ def parse(argv=None):
   parser.add_argument("--start-timeout", type=float, default=240, help="seconds for a job to start and compile")
   parser.add_argument("--round-timeout", type=float, default=180, help="seconds for one round of one job")
   parser.add_argument("--json", help="also write the summaries here")
+  parser.add_argument("--profile", help="profile three FSDP steps of every process into this folder, and say "
+                      "whether NCCL's kernels ran beside the GEMMs")
   parser.add_argument("--dry-run", action="store_true",
                       help="on this CPU: the defaults become --platforms myplugin,cpu --processes 2 --rounds 2 "
                       "--max-bytes 1048576")

@@ -6,12 +6,18 @@ backends), then for each line
 `round` on its stdin measures one round and prints `DONE`; `quit` or the end
 of its stdin (the driver gone) ends it.
 
-  python gpu_multiprocess_worker.py SIZES WIDTHS BATCH STEP_REPS PSUM_BYTES_PER_SIZE
+  python gpu_multiprocess_worker.py SIZES WIDTHS BATCH STEP_REPS PSUM_BYTES_PER_SIZE [FSDP]
 
 SIZES: comma-separated psum sizes in bytes (may be empty); WIDTHS: the MLP's
 widths (input,hidden...,output); BATCH: its global batch; STEP_REPS: timed
 steps per round; PSUM_BYTES_PER_SIZE: about how many bytes each size's timed
-psums move per round (3 to 30 calls).
+psums move per round (3 to 30 calls); FSDP: LAYERS:D:F:TOKENS:DTYPE of
+bench/training_step.py's FSDP step (TOKENS over all devices; DTYPE bfloat16
+or float32), timed as the MLP's step is; none when left out.
+
+With BENCH_PROFILE_DIR set, each process also takes a profile of three FSDP
+steps before READY (jax.profiler.trace into BENCH_PROFILE_DIR/process-<i>),
+for bench/gpu_overlap.py: whether NCCL's kernels ran beside the GEMMs.
 
 The job is myplugin's (BENCH_BACKEND=myplugin; the driver sets MYPLUGIN_*)
 or jax's own (BENCH_BACKEND=jax: jax.distributed.initialize at
@@ -22,6 +28,7 @@ Process 0 prints, per round:
 
   RESULT psum BYTES BEST_S MEDIAN_S
   RESULT step BEST_S MEDIAN_S
+  RESULT fsdp BEST_S MEDIAN_S
 """
 import os
 import sys
@@ -65,6 +72,14 @@ for nbytes in sizes:
 params, xs, ys = training_step.deep_inputs(mesh, batch, widths)
 step = jax.jit(training_step.deep_step).lower(params, xs, ys).compile()
 cases.append(("step", lambda: jax.block_until_ready(step(params, xs, ys)), step_reps))
+fsdp_run = None
+if len(sys.argv) > 6 and sys.argv[6]:
+  import jax.numpy as jnp
+  layers, d, f, tokens, dtype = sys.argv[6].split(":")
+  ws, fx = training_step.fsdp_inputs(mesh, int(layers), int(d), int(f), int(tokens), jnp.dtype(dtype))
+  fsdp = training_step.fsdp_step(mesh, int(layers))
+  fsdp_run = lambda: jax.block_until_ready(fsdp(ws, fx))  # noqa: E731
+  cases.append(("fsdp", fsdp_run, step_reps))
 
 # Compile and set up (communicators) before READY; check what each computes.
 for nbytes, x in operands.items():
@@ -74,6 +89,10 @@ for nbytes, x in operands.items():
 for _, fn, _ in cases:
   fn()
 loss = float(step(params, xs, ys)[1])
+if fsdp_run is not None and os.environ.get("BENCH_PROFILE_DIR"):
+  with jax.profiler.trace(os.path.join(os.environ["BENCH_PROFILE_DIR"], f"process-{me}")):
+    for _ in range(3):
+      fsdp_run()
 print(f"READY {devices[0].platform} {devices[0].device_kind.replace(' ', '_')} {n} {loss!r}", flush=True)
 
 for line in sys.stdin:

@@ -3,7 +3,7 @@
 #
 # usage: ci/gpu_tests.sh [--leg single|multi] [--cuda 12|13] [--out DIR] [--dry-run]
 #        ci/gpu_tests.sh --prepare DIR                 (networked machine: gather the kit)
-#        ci/gpu_tests.sh --offline DIR [--part gpu|collectives|multiprocess|jax-tests|scale] [--bench-args ARGS] [--out DIR]
+#        ci/gpu_tests.sh --offline DIR [--part gpu|collectives|multiprocess|fsdp|jax-tests|scale] [--bench-args ARGS] [--out DIR]
 #                                                      (GPU machine, no network: install the kit, run)
 #        ci/gpu_tests.sh --offline DIR --part jax-tests --dry-run [--out DIR]
 #                                                      (any machine: that part on CPUs)
@@ -42,6 +42,12 @@
 #     tests/gpu/test_nccl_shared_gpu.py with MYPLUGIN_ENGINE=cuda, the CPU
 #     engine from engine/ as the partitioner (MYPLUGIN_SHADOW_ENGINE_PATH),
 #     the kit's 1x2x1 and 1x4x1 executables (MYPLUGIN_GPU_KIT_AOT).
+#   --part fsdp (4 files): issue 51's FSDP step with 2 processes sharing
+#     GPU 0 against jax's own CUDA backend in multi-process mode
+#     (bench/gpu_multiprocess.py --processes 2, small psums, --profile): the
+#     step times, and from each job's profile how much GEMM time ran beside
+#     an NCCL kernel on another stream (bench/gpu_overlap.py); the CPU engine
+#     from engine/ as the partitioner, under a hard timeout.
 #   --part jax-tests (5 files): ci/jax_tests.py --subset gpu --reference cuda
 #     on the kit's jax-tests/: a subset of jax's own GPU test files on
 #     myplugin (CUDA engine) and on jax's cuda backend side by side, each
@@ -84,6 +90,11 @@ AOT_TOPOLOGIES=1x1x1,1x2x1,1x4x1
 # minutes of GPU time with the kit's install), and each one.
 MULTIPROCESS_TIMEOUT_S=300
 MULTIPROCESS_TEST_TIMEOUT_S=150
+# --part fsdp: the benchmark's arguments and its hard limit (two jobs of 2
+# processes start and compile, 3 rounds each; the device tool's 600 s per
+# command leave room for the kit's install).
+FSDP_BENCH=(--processes 2 --rounds 3 --max-bytes 1048576 --timeout 330)
+FSDP_TIMEOUT_S=360
 # The helpers of jax's test files that jax's wheel leaves out (--prepare
 # copies those the source has into the kit's jax-tests/jax-src).
 JAX_TEST_HELPERS="jax/_src/pallas/pallas_test_util.py jax/_src/hypothesis_test_util.py"
@@ -101,7 +112,7 @@ mode=online
 kit=""
 part=""
 bench_args=""
-usage="usage: $0 [--leg single|multi] [--cuda 12|13] [--out DIR] [--dry-run] | --prepare DIR | --offline DIR [--part gpu|collectives|multiprocess|jax-tests|scale] [--dry-run] [--bench-args ARGS] [--out DIR]"
+usage="usage: $0 [--leg single|multi] [--cuda 12|13] [--out DIR] [--dry-run] | --prepare DIR | --offline DIR [--part gpu|collectives|multiprocess|fsdp|jax-tests|scale] [--dry-run] [--bench-args ARGS] [--out DIR]"
 while [ $# -gt 0 ]; do
   case "$1" in
     --leg) leg="$2"; shift 2 ;;
@@ -110,14 +121,14 @@ while [ $# -gt 0 ]; do
     --dry-run) dry=1; shift ;;
     --prepare) mode=prepare; kit="${2:?--prepare needs a folder}"; shift 2 ;;
     --offline) mode=offline; kit="${2:?--offline needs a folder}"; shift 2 ;;
-    --part) part="${2:?--part needs gpu, collectives, multiprocess, jax-tests or scale}"; shift 2 ;;
+    --part) part="${2:?--part needs gpu, collectives, multiprocess, fsdp, jax-tests or scale}"; shift 2 ;;
     --bench-args) bench_args="${2?--bench-args needs the arguments}"; shift 2 ;;
     *) echo "$usage" >&2; exit 2 ;;
   esac
 done
 case "$leg" in single|multi) ;; *) echo "--leg must be single or multi, not '$leg'" >&2; exit 2 ;; esac
 case "$cuda" in 12|13) ;; *) echo "--cuda must be 12 or 13, not '$cuda'" >&2; exit 2 ;; esac
-case "${part:-gpu}" in gpu|collectives|multiprocess|jax-tests|scale) ;; *) echo "--part must be gpu, collectives, multiprocess, jax-tests or scale, not '$part'" >&2; exit 2 ;; esac
+case "${part:-gpu}" in gpu|collectives|multiprocess|fsdp|jax-tests|scale) ;; *) echo "--part must be gpu, collectives, multiprocess, fsdp, jax-tests or scale, not '$part'" >&2; exit 2 ;; esac
 if [ -n "$part" ] && [ "$mode" != offline ]; then echo "--part goes with --offline" >&2; exit 2; fi
 part="${part:-gpu}"
 if [ "$dry" = 1 ] && [ "$mode" = prepare ]; then echo "--dry-run does not go with --prepare" >&2; exit 2; fi
@@ -313,7 +324,7 @@ PY
     [ "$dry" = 1 ] || grep -h "^MISSING" "$out/environment.txt" >>"$summary" || true
     [ -f "$kit/jax-tests/selection.json" ] ||
       { note "FAILED: the kit has no jax-tests/ (prepared by an older gpu_tests.sh: --prepare it again, with JAX_SOURCE)"; exit 1; }
-  elif [ "$part" = multiprocess ]; then
+  elif [ "$part" = multiprocess ] || [ "$part" = fsdp ]; then
     grep -h "^MISSING" "$out/environment.txt" >>"$summary" || true
     engine_xz=""
     for f in "$kit"/engine/*.so.xz; do [ ! -f "$f" ] || engine_xz="$f"; done
@@ -349,12 +360,29 @@ PY
   fi
   cd "$(mktemp -d)"  # away from the checkout: imports must find the installed jax_plugin
   root="$OLDPWD"
-  if [ "$part" = multiprocess ]; then
+  if [ "$part" = multiprocess ] || [ "$part" = fsdp ]; then
     # The partitioner of multi-process programs: the kit's CPU engine,
     # unpacked with Python's lzma (no xz needed there).
     shadow="$(mktemp -d)/$(basename "${engine_xz%.xz}")"
     python3 -c "import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], 'wb'))" \
       "$engine_xz" "$shadow"
+  fi
+  if [ "$part" = fsdp ]; then
+    set +e
+    start=$SECONDS
+    MYPLUGIN_ENGINE=cuda MYPLUGIN_SHADOW_ENGINE_PATH="$shadow" timeout -k 20 "$FSDP_TIMEOUT_S" \
+      python3 "$root/bench/gpu_multiprocess.py" "${FSDP_BENCH[@]}" --profile "$(mktemp -d)" \
+      --json "$out/fsdp.json" >"$out/bench-fsdp.txt" 2>&1
+    rc=$?
+    set -e
+    cat "$out/bench-fsdp.txt"
+    note "bench/gpu_multiprocess.py (FSDP, 2 processes): rc=$rc in $((SECONDS - start)) s"
+    grep -E "^GOAL|FSDP profile" "$out/bench-fsdp.txt" >>"$summary" || true
+    [ $rc = 0 ] || { note "FAILED: bench-fsdp(rc=$rc)"; exit 1; }
+    note "gpu_tests.sh --offline --part fsdp: done (results in $out)"
+    exit 0
+  fi
+  if [ "$part" = multiprocess ]; then
     has_nccl_backend "$site/jax_plugin/libmyplugin_runtime.so" || failed="$failed nccl-backend"
     [ -d "$kit/aot" ] || note "the kit has no aot/: the compiled-elsewhere executables are skipped"
     set +e
@@ -521,4 +549,6 @@ always python3 bench/collectives.py "${COLLECTIVES_BENCH[@]}" --raw-gloo gpu-kit
 gpu bash -c "python3 bench/collectives.py ${COLLECTIVES_BENCH[*]} 2>&1 | tee '$out/bench-collectives.txt'"
 # The coordination service at scale (--part scale offline): its arguments parsed.
 always python3 bench/coordination_scale.py --help >/dev/null
+# --part fsdp: the benchmark's arguments, parsed.
+always python3 bench/gpu_multiprocess.py "${FSDP_BENCH[@]}" --profile /tmp --help >/dev/null
 echo "gpu_tests.sh: done (leg $leg, CUDA $cuda, dry run $dry, results in $out)"

@@ -35,7 +35,7 @@ def table_rows(output: str, first_cell: str) -> list[list[str]]:
 
 
 def test_dry_run_measures_both_backends_in_multiprocess_mode(tmp_path):
-  r = bench("--dry-run", "--json", str(tmp_path / "out.json"))
+  r = bench("--dry-run", "--json", str(tmp_path / "out.json"), "--profile", str(tmp_path / "profiles"))
   assert r.returncode == 0, r.output
   out = r.stdout
   # Both jobs ran as jobs of 2 processes, on the platform each was meant for.
@@ -49,6 +49,11 @@ def test_dry_run_measures_both_backends_in_multiprocess_mode(tmp_path):
   assert len(table_rows(out, "step time")) == 1, out
   assert "GOAL step time <= 1.05 x jax's (2 processes):" in out, out
   assert "GOAL busbw >= 0.95 x jax's from 1 MB (2 processes): worst" in out, out
+  # The FSDP step on both, and its profiles taken (on CPUs: no GPU plane to read).
+  assert "GOAL FSDP step time <= 1.05 x jax's (2 processes):" in out, out
+  for backend in ("myplugin", "jax"):
+    assert f"{backend}'s FSDP profile (process 0): no GPU plane in the profile" in out, out
+    assert list((tmp_path / "profiles" / f"{backend}-2" / "process-0").glob("plugins/profile/*/*.xplane.pb"))
 
   summary = json.loads((tmp_path / "out.json").read_text())
   assert summary["platforms"] == ["myplugin", "cpu"] and summary["rounds"] == 2
@@ -65,6 +70,9 @@ def test_dry_run_measures_both_backends_in_multiprocess_mode(tmp_path):
   ratio, at = run2["busbw_worst_ratio"]
   assert at >= 1 << 20 and math.isfinite(ratio) and ratio > 0
   assert math.isclose(run2["step_ratio"], run2["step"]["myplugin"][1] / run2["step"]["jax"][1])
+  for backend in ("myplugin", "jax"):
+    best, median = run2["fsdp"][backend]
+    assert 0 < best <= median < 10, (backend, run2["fsdp"])
   # The same training step on both: the same first loss (jax's CPU backend is the reference).
   assert math.isclose(run2["loss"]["myplugin"], run2["loss"]["jax"], rel_tol=1e-5), run2["loss"]
   assert 0 < run2["loss"]["jax"] < 10
