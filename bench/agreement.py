@@ -104,12 +104,16 @@ def main() -> None:
     print(f"| {t} | {n} | {agree * 1e6:.1f} us (best {min(r[1] for r in rs) * 1e6:.1f}) | "
           f"{reduce_ * 1e6:.1f} us (best {min(r[3] for r in rs) * 1e6:.1f}) |")
   for t in transports:
-    ts = [statistics.median(r[0] for r in runs[(t, n)]) for n in ns]
-    ring = fit(ns, ts, lambda n: n - 1)
-    tree = fit(ns, ts, lambda n: math.log2(n))
-    model = ", ".join(f"{m}: {(a + b * x(n)) * 1e3:.2f} ms at {n}" for m, (a, b), x in
-                      (("ring", ring, lambda n: n - 1), ("log", tree, math.log2)) for n in (1024, 16384))
-    print(f"\n{t}: agreement per call modelled ({model})")
+    # From the medians, and from the best calls: where processes outnumber
+    # cores, the medians mostly measure waiting for a core.
+    for what, pick in (("medians", lambda rs: statistics.median(r[0] for r in rs)),
+                       ("best calls", lambda rs: min(r[1] for r in rs))):
+      ts = [pick(runs[(t, n)]) for n in ns]
+      ring = fit(ns, ts, lambda n: n - 1)
+      tree = fit(ns, ts, lambda n: math.log2(n))
+      model = ", ".join(f"{m}: {(a + b * x(n)) * 1e3:.2f} ms at {n}" for m, (a, b), x in
+                        (("ring", ring, lambda n: n - 1), ("log", tree, math.log2)) for n in (1024, 16384))
+      print(f"\n{t}: agreement per call modelled from the {what} ({model})")
 
 
 if __name__ == "__main__":
