@@ -371,3 +371,26 @@ def test_last_batch_problem_names_the_process_that_left(transport):
       if e:  # raised before the fate-sharing exit
         assert (e["class"], e["processes"], e["collective"]) == ("PeerFailure", [1], "all-reduce sum f32[1000]"), e
       assert "all-reduce sum f32[1000] (call #3)" in out, job.all_output()
+
+
+# Groups of 5 and more agree in ceil(log2 n) rounds (GlooCommunicator::GatherRecords):
+# every call's data checked against numpy, and mismatches of two paths (a
+# signed call against a ring one, inline against signed) still meet in the
+# rounds and name both sides, on 5 processes (3 rounds, the last partial).
+def test_five_processes_agree_in_rounds_over_gloo():
+  env = transport_env("gloo", TEST_LARGE="0", MYPLUGIN_NUM_DEVICES="1")
+  with Job(5, ["matrix"], program="collectives_worker.py", env=env) as job:
+    codes = job.wait(timeout=600)
+    assert codes == {r: 0 for r in range(5)}, job.all_output()
+    for r in range(5):
+      m = job.event(r, "matrix")
+      assert m["failures"] == [] and m["checked"] > 300, m
+      assert m["transport"] == "gloo", m
+
+
+@pytest.mark.parametrize("scenario,deviant,others", [MISMATCHES[3], MISMATCHES[4]])
+def test_five_processes_name_a_mismatch_of_two_paths(scenario, deviant, others):
+  with Job(5, [scenario], program="collectives_worker.py", env=transport_env("gloo")) as job:
+    job.wait(timeout=120)
+    for e in assert_mismatch_named(job, 5, deviant, others):
+      assert e["transport"] == "gloo", e

@@ -83,7 +83,7 @@ def test_kit_script_refuses_bad_arguments(tmp_path):
   assert (tmp_path / "precious" / "notes.txt").read_text() == "keep"
   # The collectives part: --part and --bench-args only where they mean something.
   r = kit("--offline", str(tmp_path / "no-kit"), "--part", "nccl")
-  assert r.returncode == 2 and "--part must be gpu, collectives, multiprocess, jax-tests or scale, not 'nccl'" in r.stderr, r.stderr
+  assert r.returncode == 2 and "--part must be gpu, collectives, multiprocess, fsdp, jax-tests or scale, not 'nccl'" in r.stderr, r.stderr
   r = kit("--part", "multiprocess", "--dry-run")
   assert r.returncode == 2 and "--part goes with --offline" in r.stderr, r.stderr
   # A kit of an older gpu_tests.sh: the multiprocess part says what it lacks.

@@ -36,6 +36,13 @@ class GlooCommunicator : public Communicator {
   void DoAbort() override;
 
  private:
+  // From this many processes on, every call exchanges its records in
+  // ceil(log2 n) rounds (GatherRecords) instead of directly with every peer;
+  // below it, the direct exchange's one round trip, which also carries a
+  // mid-size call's data (signed_bytes_limit: up to 4 processes), is quicker.
+  static constexpr int kLogExchangeFrom = 5;
+  Status GatherRecords(const char* record, size_t record_bytes, char* records,
+                       const std::function<Status(const char*)>& check, uint32_t tag);
   GlooCommunicator(std::vector<int> process_group, int rank, WaitLimits limits,
                    std::shared_ptr<coordination::CoordinationClient> coordination,
                    std::shared_ptr<AbortableGlooContext> context);
