@@ -99,6 +99,11 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   virtual Status DoAllReduce(const void* send, void* recv, size_t count, DataType type, ReduceFunction fn,
                              uint32_t tag) = 0;
   virtual Status DoAllToAllBytes(const void* send, void* recv, size_t bytes_per_rank, uint32_t tag) = 0;
+  // This rank's block (count / size() elements) of the reduction of every
+  // rank's `count` elements. By default the whole all-reduce, then the
+  // block: exact, but twice a ring reduce-scatter's bytes.
+  virtual Status DoReduceScatter(const void* send, void* recv, size_t count, DataType type, ReduceFunction fn,
+                                 uint32_t tag);
   virtual Status DoExchange(const std::vector<PeerBuffer>& sends, const std::vector<PeerBuffer>& recvs,
                             uint32_t tag) = 0;
   // Exchanges the fixed-size `record` (into `records`, rank-major) and, in
@@ -178,6 +183,7 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   // record reaches every rank).
   const size_t inline_bytes_;
   std::mutex call_mu_;  // one collective at a time per process group, in program order
+  std::vector<char> reduce_scatter_scratch_;  // the default DoReduceScatter's whole sum, under call_mu_
   std::vector<char> scratch_;  // under call_mu_: the one-round-trip all-reduce's receive buffer
   uint64_t sequence_ = 0;
   std::mutex abort_mu_;

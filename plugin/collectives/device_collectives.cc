@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 
 #include "collectives/communicator_cache.h"
 #include "collectives/process_runtime.h"
@@ -128,13 +129,21 @@ Status DeviceCollectives::ReduceScatter(const DeviceBuffers& b, size_t count, Da
                            std::to_string(size()) + " devices: the count must divide evenly");
   }
   const size_t bytes = count * ByteSize(type), block = bytes / size();
-  std::vector<std::vector<char>> full(b.send.size(), std::vector<char>(bytes));
+  if (b.send.size() == 1 && processes_.size() > 1 && processes_.size() == static_cast<size_t>(size())) {
+    // One device in each process: device rank r is process rank r, so the
+    // processes' reduce-scatter (a ring over Gloo) is the devices'.
+    StatusOr<std::shared_ptr<Communicator>> comm = ProcessCommunicator(processes_, device_group_);
+    if (!comm.ok()) return comm.status();
+    return comm.value()->ReduceScatter(b.send[0], b.recv[0], count, type, reduction, extra);
+  }
+  std::vector<std::unique_ptr<char[]>> full;  // not zeroed: the all-reduce writes all of it
+  for (size_t i = 0; i < b.send.size(); ++i) full.emplace_back(new char[bytes]);
   DeviceBuffers whole;
   whole.send = b.send;
-  for (auto& f : full) whole.recv.push_back(f.data());
+  for (auto& f : full) whole.recv.push_back(f.get());
   MYPLUGIN_RETURN_IF_ERROR(AllReduce(whole, count, type, reduction, extra));
   for (size_t i = 0; i < b.recv.size(); ++i) {
-    if (block) std::memcpy(b.recv[i], full[i].data() + local_ranks_[i] * block, block);
+    if (block) std::memcpy(b.recv[i], full[i].get() + local_ranks_[i] * block, block);
   }
   return OkStatus();
 }

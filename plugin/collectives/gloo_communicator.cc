@@ -207,6 +207,42 @@ Status GlooCommunicator::DoExchange(const std::vector<PeerBuffer>& sends, const 
   });
 }
 
+Status GlooCommunicator::DoReduceScatter(const void* send, void* recv, size_t count, DataType type,
+                                         ReduceFunction fn, uint32_t tag) {
+  const int n = context_->size, me = context_->rank;
+  const size_t elem = ByteSize(type), block = count / n * elem;
+  if (n == 1) {
+    if (block) std::memcpy(recv, send, block);
+    return OkStatus();
+  }
+  // At step s this rank passes on its partial sum of block (me - s - 1)
+  // mod n (at step 0, its own data) and adds its own data of block
+  // (me - s - 2) mod n to the previous rank's partial of it, which it passes
+  // on at the next step; after n - 1 steps that is block `me`, whole, written
+  // into `recv`. Two blocks of scratch, kept between calls (calls on a
+  // communicator run one at a time).
+  const char* own = static_cast<const char*>(send);
+  if (scratch_.size() < 2 * block) scratch_.resize(2 * block);
+  char* partial = scratch_.data();
+  char* incoming = scratch_.data() + block;
+  const int next = (me + 1) % n, prev = (me - 1 + n) % n;
+  return Guarded([&] {
+    for (int s = 0; s < n - 1; ++s) {
+      // Above the payload (bit 32) and record-round (bit 40) slots, below Gloo's own (bits 56 and up).
+      const uint64_t slot = (uint64_t{1} << 48) | (uint64_t{tag} << 16) | static_cast<uint64_t>(s);
+      const int out_block = ((me - s - 1) % n + n) % n, in_block = ((me - s - 2) % n + n) % n;
+      auto out = context_->createUnboundBuffer(s == 0 ? const_cast<char*>(own + out_block * block) : partial, block);
+      auto in = context_->createUnboundBuffer(incoming, block);
+      out->send(next, slot);
+      in->recv(prev, slot);
+      if (!in->waitRecv(Millis(WaitSeconds()))) throw std::runtime_error("receive aborted");
+      if (!out->waitSend(Millis(WaitSeconds()))) throw std::runtime_error("send aborted");
+      char* sum = s == n - 2 ? static_cast<char*>(recv) : partial;
+      fn(sum, own + in_block * block, incoming, count / n);
+    }
+  });
+}
+
 // The records alone, from groups of kLogExchangeFrom processes on: Bruck's
 // all-gather, ceil(log2 n) rounds, in round k each rank sending what it holds
 // (its own record and those it received, up to 2^k of them) to the rank 2^k

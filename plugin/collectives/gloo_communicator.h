@@ -28,6 +28,11 @@ class GlooCommunicator : public Communicator {
   Status DoAllReduce(const void* send, void* recv, size_t count, DataType type, ReduceFunction fn,
                      uint32_t tag) override;
   Status DoAllToAllBytes(const void* send, void* recv, size_t bytes_per_rank, uint32_t tag) override;
+  // A ring: n - 1 steps, each passing one block to the next rank and adding
+  // the one from the previous, (n - 1) / n of the array on the wire where
+  // the all-reduce and a copy of the block moved twice that.
+  Status DoReduceScatter(const void* send, void* recv, size_t count, DataType type, ReduceFunction fn,
+                         uint32_t tag) override;
   Status DoExchange(const std::vector<PeerBuffer>& sends, const std::vector<PeerBuffer>& recvs,
                     uint32_t tag) override;
   Status DoSignedExchange(const char* record, size_t record_bytes, char* records, const void* payload, size_t bytes,
@@ -47,6 +52,7 @@ class GlooCommunicator : public Communicator {
                    std::shared_ptr<coordination::CoordinationClient> coordination,
                    std::shared_ptr<AbortableGlooContext> context);
   std::shared_ptr<AbortableGlooContext> context_;
+  std::vector<char> scratch_;  // DoReduceScatter's two blocks, under the call lock
 };
 
 }  // namespace myplugin::collectives
