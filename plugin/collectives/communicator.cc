@@ -651,15 +651,16 @@ Status Communicator::ReduceScatter(const void* send, void* recv, size_t count, D
 
 Status Communicator::DoReduceScatter(const void* send, void* recv, size_t count, DataType type, ReduceFunction fn,
                                      uint32_t tag) {
-  // The whole sum lands in scratch kept between calls (under the call
-  // lock): a fresh buffer of the whole array each call cost more than the
-  // all-reduce itself (page faults and zeroing: 16 MB, 2 processes, shared
-  // memory: 15 ms against the all-reduce's 4).
+  // The whole sum lands in the scratch kept between calls (under the call
+  // lock, as for the one-round-trip all-reduce): a fresh buffer of the whole
+  // array each call cost more than the all-reduce itself (page faults and
+  // zeroing: 16 MB, 2 processes, shared memory: 15 ms against the
+  // all-reduce's 4).
   const size_t bytes = count * ByteSize(type);
-  if (reduce_scatter_scratch_.size() < bytes) reduce_scatter_scratch_.resize(bytes);
-  Status st = DoAllReduce(send, reduce_scatter_scratch_.data(), count, type, fn, tag);
+  if (scratch_.size() < bytes) scratch_.resize(bytes);
+  Status st = DoAllReduce(send, scratch_.data(), count, type, fn, tag);
   const size_t block = count / process_group_.size() * ByteSize(type);
-  if (st.ok() && block) std::memcpy(recv, reduce_scatter_scratch_.data() + rank_ * block, block);
+  if (st.ok() && block) std::memcpy(recv, scratch_.data() + rank_ * block, block);
   return st;
 }
 

@@ -183,8 +183,9 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   // record reaches every rank).
   const size_t inline_bytes_;
   std::mutex call_mu_;  // one collective at a time per process group, in program order
-  std::vector<char> reduce_scatter_scratch_;  // the default DoReduceScatter's whole sum, under call_mu_
-  std::vector<char> scratch_;  // under call_mu_: the one-round-trip all-reduce's receive buffer
+  // Under call_mu_: the one-round-trip all-reduce's receive buffer, and the
+  // default DoReduceScatter's whole sum (kept between calls; never both in one call).
+  std::vector<char> scratch_;
   uint64_t sequence_ = 0;
   std::mutex abort_mu_;
   std::optional<Status> aborted_;

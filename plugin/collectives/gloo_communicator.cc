@@ -222,9 +222,9 @@ Status GlooCommunicator::DoReduceScatter(const void* send, void* recv, size_t co
   // into `recv`. Two blocks of scratch, kept between calls (calls on a
   // communicator run one at a time).
   const char* own = static_cast<const char*>(send);
-  if (scratch_.size() < 2 * block) scratch_.resize(2 * block);
-  char* partial = scratch_.data();
-  char* incoming = scratch_.data() + block;
+  if (ring_blocks_.size() < 2 * block) ring_blocks_.resize(2 * block);
+  char* partial = ring_blocks_.data();
+  char* incoming = ring_blocks_.data() + block;
   const int next = (me + 1) % n, prev = (me - 1 + n) % n;
   return Guarded([&] {
     for (int s = 0; s < n - 1; ++s) {

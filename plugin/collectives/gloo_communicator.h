@@ -52,7 +52,7 @@ class GlooCommunicator : public Communicator {
                    std::shared_ptr<coordination::CoordinationClient> coordination,
                    std::shared_ptr<AbortableGlooContext> context);
   std::shared_ptr<AbortableGlooContext> context_;
-  std::vector<char> scratch_;  // DoReduceScatter's two blocks, under the call lock
+  std::vector<char> ring_blocks_;  // DoReduceScatter's two blocks, under the call lock
 };
 
 }  // namespace myplugin::collectives
