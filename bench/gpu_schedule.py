@@ -41,6 +41,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+from procs import kill_groups  # noqa: E402
 
 PROGRAMS = ("fsdp4", "fsdp8_remat", "megatron", "dp12", "pipeline")
 
@@ -129,12 +130,17 @@ def side(backend: str, gpu: str, topology: str, names: list[str]) -> None:
 def run_side(backend: str, gpu: str, topology: str, names: list[str], env=None) -> dict:
   environ = dict(os.environ, JAX_SKIP_CUDA_CONSTRAINTS_CHECK="1",
                  JAX_PLATFORMS="myplugin" if backend == "myplugin" else "cpu", **(env or {}))
-  r = subprocess.run([sys.executable, __file__, "--side", backend, "--gpu", gpu, "--topology", topology,
-                      "--programs", ",".join(names)], env=environ, capture_output=True, text=True, timeout=900,
-                     start_new_session=True)
-  if r.returncode != 0:
-    raise SystemExit(f"{backend}'s compiles failed:\n{r.stderr[-4000:]}")
-  return {d["program"]: d for d in (json.loads(l[len("RESULT "):]) for l in r.stdout.splitlines()
+  # Its own process group, killed whole on the way out (a deadline, an error).
+  proc = subprocess.Popen([sys.executable, __file__, "--side", backend, "--gpu", gpu, "--topology", topology,
+                           "--programs", ",".join(names)], env=environ, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, start_new_session=True)
+  try:
+    out, err = proc.communicate(timeout=900)
+  finally:
+    kill_groups([proc])
+  if proc.returncode != 0:
+    raise SystemExit(f"{backend}'s compiles failed:\n{err[-4000:]}")
+  return {d["program"]: d for d in (json.loads(l[len("RESULT "):]) for l in out.splitlines()
                                     if l.startswith("RESULT "))}
 
 

@@ -183,16 +183,22 @@ def main():
     print(f"\nplots: {args.plot}, {steps}")
 
 
+def interleaved(n: int, rounds: int, settings: dict, mode: str, result: str) -> tuple[dict, dict]:
+  """myplugin's job of each setting (its environment), round by round: per
+  setting, the best of the rounds' best steps and the median of their medians."""
+  runs = {k: [] for k in settings}
+  for _ in range(rounds):
+    for key, env in settings.items():
+      runs[key].append(run_job("myplugin", n, [], env=env, mode=mode)[result])
+  return ({k: min(r[0] for r in rs) for k, rs in runs.items()},
+          {k: statistics.median(r[1] for r in rs) for k, rs in runs.items()})
+
+
 def combine(n: int, rounds: int, batch: int, transport: str | None) -> None:
   """The deep step with combining off and on, interleaved round by round."""
   common = {"MYPLUGIN_TRANSPORT": transport} if transport else {}
   settings = {"off": dict(common, MYPLUGIN_COMBINE_THRESHOLD_BYTES="0"), "on": common}
-  runs = {k: [] for k in settings}
-  for _ in range(rounds):
-    for name, env in settings.items():
-      runs[name].append(run_job("myplugin", n, [], env=env, mode=f"deep:{batch}")["deep_step"])
-  best = {k: min(r[0] for r in rs) for k, rs in runs.items()}
-  med = {k: statistics.median(r[1] for r in rs) for k, rs in runs.items()}
+  best, med = interleaved(n, rounds, settings, f"deep:{batch}", "deep_step")
   print(f"{n} processes x 1 device, batch {batch}, transport {transport or 'auto'}, {rounds} rounds interleaved; "
         "best / median over rounds of each job's best and median step (50 steps)")
   print("\n| deep MLP step (12 parameter arrays) | combining off (threshold 0) | combining on (default) | "
@@ -207,12 +213,7 @@ def fsdp(n: int, rounds: int, layers: int) -> None:
   """The FSDP step with reduce-scatter forming off and on, per transport, interleaved round by round."""
   cases = {(t, form): {"MYPLUGIN_TRANSPORT": t, "MYPLUGIN_FORM_REDUCE_SCATTERS": form}
            for t in ("gloo", "shm") for form in ("0", "1")}
-  runs = {k: [] for k in cases}
-  for _ in range(rounds):
-    for key, env in cases.items():
-      runs[key].append(run_job("myplugin", n, [], env=env, mode=f"fsdp:{layers}")["fsdp_step"])
-  best = {k: min(r[0] for r in rs) for k, rs in runs.items()}
-  med = {k: statistics.median(r[1] for r in rs) for k, rs in runs.items()}
+  best, med = interleaved(n, rounds, cases, f"fsdp:{layers}", "fsdp_step")
   print(f"{n} processes x 1 device, FSDP step of {layers} layers (D 1024, F 4096, 256 tokens, f32), {rounds} "
         "rounds interleaved; best / median over rounds of each job's best and median step (30 steps)")
   print("\n| transport | all-reduce + slice (forming off) | reduce-scatter (default) | off / on (best, median) |")

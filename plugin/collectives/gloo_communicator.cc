@@ -301,26 +301,10 @@ Status GlooCommunicator::DoSignedExchange(const char* record, size_t record_byte
     // Every call of a group this size starts with the same rounds, whatever
     // path its size takes, so calls of different paths still compare; a
     // payload (none at this size in practice: signed_bytes_limit) follows
-    // once the records agree.
+    // once the records agree, gathered under the call's next tag as on a
+    // backend without a signed exchange (Communicator::Begin).
     MYPLUGIN_RETURN_IF_ERROR(GatherRecords(record, record_bytes, records, check, tag));
-    if (bytes == 0) return OkStatus();
-    if (copy_own) std::memcpy(payloads + me * bytes, payload, bytes);
-    return Guarded([&] {
-      std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> out, in;
-      for (int peer = 0; peer < n; ++peer) {
-        if (peer == me) continue;
-        out.push_back(context_->createUnboundBuffer(const_cast<void*>(payload), bytes));
-        out.back()->send(peer, payload_slot);
-        in.push_back(context_->createUnboundBuffer(payloads + peer * bytes, bytes));
-        in.back()->recv(peer, payload_slot);
-      }
-      for (auto& b : in) {
-        if (!b->waitRecv(Millis(WaitSeconds()))) throw std::runtime_error("receive aborted");
-      }
-      for (auto& b : out) {
-        if (!b->waitSend(Millis(WaitSeconds()))) throw std::runtime_error("send aborted");
-      }
-    });
+    return bytes == 0 ? OkStatus() : DoAllGatherBytes(payload, payloads, bytes, tag + 1);
   }
   std::memcpy(records + me * record_bytes, record, record_bytes);
   if (bytes && copy_own) std::memcpy(payloads + me * bytes, payload, bytes);

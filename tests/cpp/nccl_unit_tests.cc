@@ -393,9 +393,8 @@ myplugin::Status AllReduceOn(coll::NcclCommunicator& comm) {
 void TestPermuteWithoutSourceGivesZeros() {
   FakeLibnccl nccl = LoadFakeLibnccl();
   if (nccl.fail_after == nullptr) return;
-  coll::InProcessKeyValues values;
-  coll::NcclDeviceGroups device_groups(nccl.api, StoreOf(values), 1.0, /*notice_wait_s=*/2.0);
-  auto comm = device_groups.ForDevice({0}, 0);
+  kv.clear();
+  auto comm = coll::NcclCommunicator::Create(nccl.api, 0, 1, Store(), "nccl/permute", 1.0);
   CHECK(comm.ok());
   if (!comm.ok()) return;
   std::vector<float> send(6, 1.5f), first(6, 7.0f), middle(6, 7.0f);
