@@ -53,7 +53,8 @@ ROWS = [
    "CUDA when GPUs and `jax-cuda13-pjrt` or `jax-cuda12-pjrt` are present, else the CPU engine shipped in "
    "the wheel (`jax_plugin/engine/`; an installed `lammps-jax-pjrt-cpu` in a build without it)"),
   ("`MYPLUGIN_NCCL_PATH`", "the `libnccl.so.2` the NCCL collectives load; see [GPUs](gpus.md#nccl)",
-   "the `nvidia-nccl-cu13`/`-cu12` wheel's, else the system's"),
+   "the `nvidia-nccl-cu13`/`-cu12` wheel's, else the system's (NCCL reads its own `NCCL_*` variables; "
+   "myplugin reads `NCCL_HOSTID` only to name it when NCCL refuses two ranks on one GPU)"),
   ("`MYPLUGIN_VISIBLE_DEVICES`",
    "the GPUs this process uses on the CUDA engine (CUDA ordinals, comma-separated; `local_device_ids` win)",
    "every GPU"),

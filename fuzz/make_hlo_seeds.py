@@ -4,7 +4,9 @@ collective the rewrite handles (psum, all_gather, psum_scatter, all_to_all,
 ppermute, axis_index as partition-id, pmap's replica-id) under shard_map, jit
 and pmap, and programs whose collectives the rewrite combines into one call
 per bucket (a training step's gradients, independent gathers and scatters),
-an FSDP gradient (an all-reduce and each device's slice: a reduce-scatter), and a pmap of PRNG keys (threefry's loops). jax's own CPU backend with 8 host devices compiles them and dumps
+an FSDP gradient (an all-reduce and each device's slice: a reduce-scatter),
+a partly manual shard_map's psum (a copy in its reduction body), narrow
+floats (a bf16 sum, a float8 gather), and a pmap of PRNG keys (threefry's loops). jax's own CPU backend with 8 host devices compiles them and dumps
 the module after SPMD partitioning (a pmap's module is not partitioned: its
 module before optimizations is the one), the files the compile hook reads.
 
@@ -77,6 +79,14 @@ def main() -> None:
       "fsdp_step": jax.jit(jax.grad(lambda w, a: jnp.sum(jnp.tanh(a @ jax.lax.with_sharding_constraint(
           w, NamedSharding(mesh1, P()))))), in_shardings=(NamedSharding(mesh1, P("x")), NamedSharding(mesh1, P("x"))),
                            out_shardings=NamedSharding(mesh1, P("x"))),
+      # A partly manual shard_map: a sharding constraint in the psum's body,
+      # a copy of the sum after partitioning.
+      "partial_manual_psum": jax.jit(shard_map(lambda v: jax.lax.psum(v * 2, "a"), mesh=mesh2, in_specs=P("a"),
+                                               out_specs=P(), axis_names={"a"})),
+      # Narrow floats: a bf16 sum (in f32 on the CPU engine), a float8 gather (as bytes).
+      "bf16_psum": smap(mesh1, lambda v: jax.lax.psum(v.astype(jnp.bfloat16), "x"), P("x"), P()),
+      "f8_all_gather": smap(mesh1, lambda v: jax.lax.all_gather(v.astype(jnp.float8_e4m3fn), "x", tiled=True),
+                            P("x"), P("x")),
       "pmap_psum": jax.pmap(lambda v: jax.lax.psum(v, "i") + jax.lax.axis_index("i"), axis_name="i"),
       "pmap_all_gather": jax.pmap(lambda v: jax.lax.all_gather(v, "i"), axis_name="i"),
       # threefry's loops and rotation constants (jax's multi-process pmap test).

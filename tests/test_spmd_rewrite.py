@@ -84,6 +84,20 @@ def test_every_collective_names_its_module_as_function():
   assert all('function = "_we_ird_"' in l for l in calls), out
 
 
+def test_a_reduction_body_seen_through_its_copies():
+  """A partly manual shard_map's psum has a sharding constraint in its body,
+  which partitioning leaves as a copy of the sum (and of an operand): still a sum."""
+  body = ADD.replace("%add ", "%add_copied ").replace(
+      "  ROOT %s = f32[] add(%a, %b)", "  %ca = f32[] copy(%a)\n  %s = f32[] add(%ca, %b)\n  ROOT %c = f32[] copy(%s)")
+  text = module("  %p = f32[4,2]{1,0} parameter(0), sharding={devices=[2,4]<=[8]}\n"
+                "  ROOT %r = f32[4,2]{1,0} all-reduce(%p), channel_id=1, replica_groups=[2,4]<=[8], "
+                "use_global_device_ids=true, to_apply=%add_copied", comps=body)
+  out = rewrite_module(text, [list(range(8))], 8)
+  parses(out)
+  line = next(l for l in out.splitlines() if "custom-call" in l)
+  assert 'custom_call_target="myplugin_all_reduce"' in line and 'reduction = "sum"' in line
+
+
 def test_all_reduce_in_flattened_ids_maps_through_the_assignment():
   text = module("  %p = f32[4,2]{1,0} parameter(0), sharding={devices=[2,4]<=[8]}\n"
                 "  ROOT %r = f32[4,2]{1,0} all-reduce(%p), channel_id=1, replica_groups=[2,4]<=[8], "
@@ -219,13 +233,21 @@ def test_partition_and_replica_ids_look_up_the_local_replica():
     ("  ROOT %r = f32[4]{0} collective-broadcast(%p), replica_groups={}", "collective-broadcast"),
     ("  ROOT %r = (f32[4]{0}, f32[4]{0}) all-to-all(%p, %p), channel_id=1, replica_groups={{0,1}}", "tuple form"),
     ("  ROOT %r = f32[4]{0} all-reduce(%p), channel_id=1, replica_groups={}, use_global_device_ids=true, "
-     "to_apply=%sub", "reduces with subtract"),
+     "to_apply=%sub", "its root: subtract"),
+    ("  ROOT %r = f32[4]{0} all-reduce(%p), channel_id=1, replica_groups={}, use_global_device_ids=true, "
+     "to_apply=%twice", "its root: add"),
+    ("  ROOT %r = f32[4]{0} all-reduce(%p), channel_id=1, replica_groups={}, use_global_device_ids=true, "
+     "to_apply=%plus1", "its root: add"),
     ("  ROOT %r = f32[<=4]{0} all-reduce(%p), channel_id=1, replica_groups={}, use_global_device_ids=true, "
      "to_apply=%add", "not dynamic or nested shapes"),
 ])
 def test_what_cannot_run_across_processes_is_refused(body, what):
   sub = ADD.replace("%add ", "%sub ").replace("add(%a, %b)", "subtract(%a, %b)")
-  text = module("  %p = f32[4]{0} parameter(0)\n" + body, params="p: f32[4]", comps=ADD + sub)
+  # Not reductions of the two operands: a + a, and a + 1 (with b unused).
+  twice = ADD.replace("%add ", "%twice ").replace("add(%a, %b)", "add(%a, %a)")
+  plus1 = ADD.replace("%add ", "%plus1 ").replace(
+      "  ROOT %s = f32[] add(%a, %b)", "  %one = f32[] constant(1)\n  ROOT %s = f32[] add(%a, %one)")
+  text = module("  %p = f32[4]{0} parameter(0)\n" + body, params="p: f32[4]", comps=ADD + sub + twice + plus1)
   with pytest.raises(UnsupportedProgram, match=what):
     rewrite_module(text, [[0, 1]], 2)
 
@@ -569,7 +591,8 @@ def test_independent_all_reduces_of_any_types_become_one_call():
   text = text.replace("channel_id=3, replica_groups=[1,8]<=[8], use_global_device_ids=true, to_apply=%add",
                       "channel_id=3, replica_groups=[1,8]<=[8], use_global_device_ids=true, to_apply=%hadd")
   parses(text)
-  out = rewrite_module(text, [list(range(8))], 8, combine_threshold=_BIG)
+  # (bf16 as it is: as on GPUs; on the CPU engine it is summed in f32, below.)
+  out = rewrite_module(text, [list(range(8))], 8, combine_threshold=_BIG, widen_narrow_sums=False)
   parses(out)
   [call] = calls(out)
   assert call.split(" = ")[1].startswith("(f32[4,2]{1,0}, s32[3]{0}, bf16[5]{0}) custom-call(%p, %q, %h)"), call
@@ -580,6 +603,66 @@ def test_independent_all_reduces_of_any_types_become_one_call():
   separate = rewrite_module(text, [list(range(8))], 8, combine_threshold=0)
   assert len(calls(separate)) == 3
   assert separate == rewrite_module(text, [list(range(8))], 8)
+
+
+def _one_collective(opcode_line: str, dtype: str, reducer: str = "add") -> str:
+  comp = ADD.replace("f32", dtype).replace("add(%a, %b)", f"{reducer}(%a, %b)")
+  return module(f"  %p = {dtype}[8,2]{{1,0}} parameter(0)\n" + opcode_line, params=f"p: {dtype}[8,2]", comps=comp)
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "f16"])
+def test_narrow_float_sums_run_in_f32_on_the_cpu_engine(dtype):
+  """As XLA's CPU engine sums them (carried_types.py): converted to f32, one
+  call, converted back, rounded once; on GPUs (widen off) they stay as they are."""
+  text = _one_collective(f"  ROOT %r = {dtype}[8,2]{{1,0}} all-reduce(%p), channel_id=1, replica_groups=[1,8]<=[8], "
+                         "use_global_device_ids=true, to_apply=%add", dtype)
+  out = rewrite_module(text, [list(range(8))], 8)
+  parses(out)
+  lines = entry_lines(out)
+  [call] = calls(out)
+  assert call.split(" = ")[1].startswith("f32[8,2]{1,0} custom-call(%p.myplugin."), call
+  assert any(l.endswith(" = f32[8,2]{1,0} convert(%p)") for l in lines), lines
+  assert lines[-2].startswith(f"ROOT %r = {dtype}[8,2]{{1,0}} convert(%r.myplugin."), lines
+  narrow = rewrite_module(text, [list(range(8))], 8, widen_narrow_sums=False)
+  assert calls(narrow)[0].split(" = ")[1].startswith(f"{dtype}[8,2]{{1,0}} custom-call(%p)")
+
+
+def test_narrow_float_maxima_stay_narrow():
+  text = _one_collective("  ROOT %r = bf16[8,2]{1,0} all-reduce(%p), channel_id=1, replica_groups=[1,8]<=[8], "
+                         "use_global_device_ids=true, to_apply=%add", "bf16", reducer="maximum")
+  out = rewrite_module(text, [list(range(8))], 8)
+  assert "convert" not in out and calls(out)[0].split(" = ")[1].startswith("bf16[8,2]{1,0} custom-call(%p)")
+
+
+def test_float8_is_reduced_in_f32_and_moved_as_bytes():
+  """Our handlers have no float8 arithmetic: a float8 maximum runs in f32
+  (exact), and a float8 gather moves the same bytes as u8."""
+  text = _one_collective("  ROOT %r = f8e4m3fn[8,2]{1,0} all-reduce(%p), channel_id=1, replica_groups=[1,8]<=[8], "
+                         "use_global_device_ids=true, to_apply=%add", "f8e4m3fn", reducer="maximum")
+  out = rewrite_module(text, [list(range(8))], 8, widen_narrow_sums=False)
+  parses(out)
+  assert calls(out)[0].split(" = ")[1].startswith("f32[8,2]{1,0} custom-call(")
+  gather = _one_collective("  ROOT %r = f8e5m2[64,2]{1,0} all-gather(%p), channel_id=1, replica_groups=[1,8]<=[8], "
+                           "dimensions={0}, use_global_device_ids=true", "f8e5m2")
+  out = rewrite_module(gather, [list(range(8))], 8)
+  parses(out)
+  lines = entry_lines(out)
+  assert calls(out, "myplugin_all_gather")[0].split(" = ")[1].startswith("u8[64,2]{1,0} custom-call(")
+  assert any("u8[8,2]{1,0} bitcast-convert(%p)" in l for l in lines), lines
+  assert lines[-2].startswith("ROOT %r = f8e5m2[64,2]{1,0} bitcast-convert("), lines
+
+
+def test_a_tuple_all_reduce_widens_its_narrow_elements_only():
+  comps = ADD.replace("f32", "bf16")
+  text = module("  %p = bf16[4]{0} parameter(0)\n  %q = s32[3]{0} parameter(1)\n"
+                "  ROOT %r = (bf16[4]{0}, s32[3]{0}) all-reduce(%p, %q), channel_id=1, replica_groups=[1,8]<=[8], "
+                "use_global_device_ids=true, to_apply=%add", params="p: bf16[4], q: s32[3]", comps=comps)
+  out = rewrite_module(text, [list(range(8))], 8)
+  parses(out)
+  [first, second] = calls(out)
+  assert first.split(" = ")[1].startswith("f32[4]{0} custom-call(%p.myplugin.")
+  assert second.split(" = ")[1].startswith("s32[3]{0} custom-call(%q")
+  assert entry_lines(out)[-2].startswith("ROOT %r = (bf16[4]{0}, s32[3]{0}) tuple(")
 
 
 def test_a_collective_that_depends_on_a_bucket_does_not_join_it():

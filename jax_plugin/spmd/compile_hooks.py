@@ -36,8 +36,8 @@ _PASS = "spmd-partitioning"
 # import_callback_custom_calls), and the partitioner refuses such a call
 # without one; the untyped form of that name is registered nowhere, so the
 # engine's back end refuses it before any code is generated. The partitioned
-# module, dumped before that, is all we need.
-_STOP_TARGET = "xla_ffi_python_cpu_callback"
+# module, dumped before that, is all we need. The name is the C++ side's
+# (spmd/program_hooks.h), which tells that refusal from the program's own errors.
 _STOP_ATTRIBUTE = "myplugin_shadow_stop"
 _STOP_MESH = "myplugin_shadow_stop_mesh"
 # Passes after partitioning whose work a stopped shadow throws away (checked:
@@ -49,6 +49,16 @@ _PASSES_AFTER_PARTITIONING = (
     "fusion", "fusion-wrapper", "algsimp", "cse", "constant_folding", "reshape-mover",
     "layout-assignment", "gemv-rewriter", "dot-library-rewriter", "cpu-parallel-task-assigner",
     "shape-canonicalizer", "reshape-decomposer")
+
+
+# Passes after partitioning that abort the process on what the partitioner
+# writes, disabled in every shadow (the shadow's result is the module from
+# before them, and its code never runs). The engine's all-reduce promotion
+# clones a reduction body's root as a binary op; a partly manual
+# shard_map's psum of bf16 has a copy there (its sharding constraint), and
+# the clone is a CHECK failure: SIGABRT (jax's CPU backend aborts on the
+# same program). carried_types.py sums bf16 in f32 in its place.
+_ABORTING_PASSES = ("all-reduce-promotion",)
 
 
 def _with_stop_mark(code: bytes, shardy: bool) -> bytes | None:
@@ -74,7 +84,8 @@ def _with_stop_mark(code: bytes, shardy: bool) -> bytes | None:
     else:
       sharding = 'mhlo.sharding = "{maximal device=0}"'
       mesh = ""
-    mark = (f"\n    stablehlo.custom_call @{_STOP_TARGET}() {{has_side_effect = true, "
+    from jax_plugin import _myplugin
+    mark = (f"\n    stablehlo.custom_call @{_myplugin.shadow_stop_target()}() {{has_side_effect = true, "
             f"mhlo.frontend_attributes = {{{_STOP_ATTRIBUTE} = \"\"}}, {sharding}}} : () -> ()")
     text = text[:main.start()] + mesh + text[main.start():body] + mark + text[body:]
     marked = ir.Module.parse(text)
@@ -203,10 +214,12 @@ def shadow_options(options: bytes, dump_dir: str, stops_early: bool = False) -> 
   # quarter of the partition step's time). The HLO, shardings included, is
   # what it would be anyway.
   overrides += [("xla_backend_optimization_level", 0)]
+  disabled = [v for k, v in overrides if k == "xla_disable_hlo_passes"]
+  overrides = [(k, v) for k, v in overrides if k != "xla_disable_hlo_passes"]
+  disabled += _ABORTING_PASSES
   if stops_early:
-    disabled = [v for k, v in overrides if k == "xla_disable_hlo_passes"]
-    overrides = [(k, v) for k, v in overrides if k != "xla_disable_hlo_passes"]
-    overrides += [("xla_disable_hlo_passes", ",".join([*disabled, *_PASSES_AFTER_PARTITIONING]))]
+    disabled += _PASSES_AFTER_PARTITIONING
+  overrides += [("xla_disable_hlo_passes", ",".join(disabled))]
   opts.env_option_overrides = overrides
   return opts.SerializeAsString()
 
@@ -357,7 +370,7 @@ def local_program(dump_dir: str, options: bytes, assignment: list[list[int]], nu
                        "ignored xla_dump_large_constants, and this program cannot be compiled across processes")
   text = rewrite_module(partitioned, assignment, num_devices, order, fences=host, runtime_device_ids=True,
                         combine_threshold=combine_threshold(), form_reduce_scatters=form_reduce_scatters(),
-                        streams=not host)
+                        streams=not host, widen_narrow_sums=host)
   if not order:
     # Every device of the program belongs to other processes: nothing runs
     # here (the rewrite above still refuses, on every process alike, what

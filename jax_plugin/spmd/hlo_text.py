@@ -17,7 +17,7 @@ import functools
 import re
 
 _ASSIGN = re.compile(r"^(\s*)(ROOT\s+)?(%?[^\s=]+)\s*=\s*(.*)$")
-_ARRAY_SHAPE = re.compile(r"^([a-z]+[0-9]*)\[([0-9,]*)\](\{[^}]*\})?$")
+_ARRAY_SHAPE = re.compile(r"^([a-z][a-z0-9]*)\[([0-9,]*)\](\{[^}]*\})?$")
 _COMPUTATION = re.compile(r"^(ENTRY\s+)?(%?[^\s(]+)\s*(\(.*)?\{\s*$")
 
 OPENERS = {"(": ")", "[": "]", "{": "}"}
@@ -222,6 +222,10 @@ class Computation:
   entry: bool
   first_line: int  # index of the header line
   root_opcode: str | None = None
+  # The element-wise op the computation applies to its two parameters, seen
+  # through copies (`add` for `lambda a, b: a + b`): what a reduction body
+  # reduces with. None where the computation is anything else.
+  reducer: str | None = None
   opcodes: set[str] = dataclasses.field(default_factory=set)
   callees: set[str] = dataclasses.field(default_factory=set)
 
@@ -255,18 +259,45 @@ def callees(inst: Instruction) -> list[str]:
   return out
 
 
+# A reduction body has two parameters and one op; a copy or two may sit between
+# (a sharding constraint inside the body of a partly manual shard_map's psum is
+# a copy of the sum after partitioning). Longer bodies are no reducer.
+_REDUCER_MOST_INSTRUCTIONS = 8
+
+
+def _reducer(insts: dict[str, Instruction], root: Instruction | None) -> str | None:
+  """The op `root` applies to the computation's two parameters, seen through copies."""
+  def through_copies(inst: Instruction | None) -> Instruction | None:
+    while inst is not None and inst.opcode == "copy" and len(inst.operands) == 1:
+      inst = insts.get(inst.operands[0])
+    return inst
+
+  op = through_copies(root)
+  if op is None or len(op.operands) != 2 or sum(i.opcode == "parameter" for i in insts.values()) != 2:
+    return None
+  a, b = (through_copies(insts.get(o)) for o in op.operands)
+  if a is None or b is None or a.opcode != "parameter" or b.opcode != "parameter" or a.name == b.name:
+    return None
+  return op.opcode
+
+
 def computations(lines: list[str]) -> dict[str, Computation]:
   """The computations of a module, by name, with their root instruction."""
   found: dict[str, Computation] = {}
   current: Computation | None = None
+  insts: dict[str, Instruction] = {}  # the current computation's, while it is short
+  root: Instruction | None = None
   for i, line in enumerate(lines):
     stripped = line.strip()
     if current is None:
       name = computation_header(line)
       if name:
         current = Computation(name, stripped.startswith("ENTRY"), i)
+        insts, root = {}, None
       continue
     if stripped == "}":
+      if len(insts) <= _REDUCER_MOST_INSTRUCTIONS:
+        current.reducer = _reducer(insts, root)
       found[current.name] = current
       current = None
       continue
@@ -275,6 +306,9 @@ def computations(lines: list[str]) -> dict[str, Computation]:
       continue
     current.opcodes.add(inst.opcode)
     current.callees.update(callees(inst))
+    if len(insts) <= _REDUCER_MOST_INSTRUCTIONS:
+      insts[inst.name] = inst
     if inst.root:
       current.root_opcode = inst.opcode
+      root = inst
   return found

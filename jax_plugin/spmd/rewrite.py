@@ -22,6 +22,7 @@ import re
 import numpy as np
 
 from jax_plugin.spmd import buckets
+from jax_plugin.spmd import carried_types
 from jax_plugin.spmd import collective_table as table
 from jax_plugin.spmd import reduce_scatter
 from jax_plugin.spmd import replica_groups as rg
@@ -95,9 +96,10 @@ class _Rewriter:
 
   def __init__(self, lines: list[str], assignment: np.ndarray, num_devices: int, local_order: list[int],
                fences: bool, runtime_device_ids: bool, combine_threshold: int, form_reduce_scatters: bool,
-               streams: bool):
+               streams: bool, widen_narrow_sums: bool):
     self.runtime_device_ids = runtime_device_ids
     self.streams = streams
+    self.widen_narrow_sums = widen_narrow_sums
     # Computations that wrap a collective call on its stream, written before
     # the computation being rewritten (the parser wants callees first).
     self.wrappers: list[str] = []
@@ -244,13 +246,19 @@ class _Rewriter:
 
   # -- per opcode ---------------------------------------------------------
 
+  def reducer_of(self, inst: Instruction) -> str | None:
+    comp = self.computations.get(inst.attr("to_apply") or "")
+    return comp.reducer if comp else None
+
   def reduction(self, inst: Instruction) -> str:
     comp = self.computations.get(inst.attr("to_apply") or "")
-    kind = _REDUCTIONS.get(comp.root_opcode if comp else "")
+    kind = _REDUCTIONS.get((comp.reducer or "") if comp else "")
     if kind is None:
       raise UnsupportedProgram(
-          f"{inst.opcode} {inst.name} reduces with {comp.root_opcode if comp else '?'}; "
-          f"myplugin's collectives reduce with {', '.join(sorted(_REDUCTIONS))}")
+          f"{inst.opcode} {inst.name} reduces with a computation that is not one element-wise op on its two "
+          f"operands (its root: {comp.root_opcode if comp else '?'}); myplugin's collectives reduce across "
+          f"processes with {', '.join(sorted(_REDUCTIONS))}, as lax.psum, pmax, pmin and their kin lower to. "
+          f"Reduce with one of those, or run this step in one process")
     return kind
 
   def grouped_config(self, inst: Instruction) -> dict[str, str]:
@@ -514,6 +522,7 @@ class _Rewriter:
     buckets each made one call."""
     if self.form_reduce_scatters:
       lines = reduce_scatter.form(lines, self.assignment)
+    lines = carried_types.carry(lines, self.fresh, self.reducer_of, self.widen_narrow_sums)
     insts = [parse_instruction(l) for l in lines]
     for inst in insts:
       if inst is not None:
@@ -574,7 +583,7 @@ def _local_header(line: str) -> str:
 
 def rewrite_module(text: str, assignment, num_devices: int, local_order=None, fences: bool = True,
                    runtime_device_ids: bool = False, combine_threshold: int = 0,
-                   form_reduce_scatters: bool = True, streams: bool = False) -> str:
+                   form_reduce_scatters: bool = True, streams: bool = False, widen_narrow_sums: bool = True) -> str:
   """`text` (a partitioned module) with myplugin's collectives.
 
   assignment: [replicas][partitions] global device ids, as compiled.
@@ -595,9 +604,12 @@ def rewrite_module(text: str, assignment, num_devices: int, local_order=None, fe
     block of becomes a reduce-scatter (reduce_scatter.py).
   streams: each collective call runs on a stream of its own (GPUs: async
     beside the compute stream; see _COLLECTIVE_STREAM).
+  widen_narrow_sums: bf16 and f16 sums and products run in f32, rounded
+    once, as XLA's CPU engine runs them (carried_types.py; not on GPUs).
   """
   lines = lines_of(text)
   da = np.asarray(assignment, dtype=np.int64).reshape(len(assignment), -1)
   order = [int(d) for d in da.reshape(-1)] if local_order is None else [int(d) for d in local_order]
   return "\n".join(_Rewriter(lines, da, num_devices, order, fences, runtime_device_ids,
-                                 combine_threshold, form_reduce_scatters, streams).run()) + "\n"
+                                 combine_threshold, form_reduce_scatters, streams,
+                                 widen_narrow_sums).run()) + "\n"

@@ -48,6 +48,9 @@ struct NcclApi {
   // And the device's partition-id or replica-id, written as one 32-bit
   // value on the stream (the rewrite's calls of them on GPUs).
   decltype(&cuMemsetD32Async) MemsetD32Async = nullptr;
+  // The process's NCCL_HOSTID (NCCL's own variable; read with the settings,
+  // common/settings.h), named when NCCL refuses two ranks on one GPU.
+  std::string host_id;
 
   // dlopen()s `path` (never closed: NCCL keeps threads) and `driver_path`,
   // resolves every entry point and checks the version (CheckVersion); the

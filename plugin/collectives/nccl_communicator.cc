@@ -104,14 +104,13 @@ StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(const NcclA
   if (result == ncclInvalidUsage) {
     // What NCCL refuses at init ("Duplicate GPU detected") when two ranks
     // have the same host hash and the same GPU bus id (NCCL's init.cc).
-    const char* host_id = std::getenv("NCCL_HOSTID");
     return Status(Code::kInvalidArgument,
                   api.Check(result, "ncclCommInitRank").message() + " for rank " + std::to_string(rank) + " of " +
                       std::to_string(size) +
                       ": this usually means that several ranks of the communicator are on the same GPU with the "
                       "same host identity. Each process that shares a GPU needs its own NCCL_HOSTID (myplugin-run "
                       "--share-gpu sets one per process); this process has " +
-                      (host_id ? "NCCL_HOSTID=" + std::string(host_id) : std::string("no NCCL_HOSTID")));
+                      (api.host_id.empty() ? std::string("no NCCL_HOSTID") : "NCCL_HOSTID=" + api.host_id));
   }
   MYPLUGIN_RETURN_IF_ERROR(api.Check(result, "ncclCommInitRank"));
   std::unique_ptr<NcclCommunicator> made(

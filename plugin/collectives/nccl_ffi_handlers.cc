@@ -151,6 +151,7 @@ StatusOr<NcclDeviceGroups*> DeviceGroups() {
     const std::string path = ProcessRuntime::Get().library_choice().nccl_library;
     StatusOr<NcclApi> api = NcclApi::Load(path.empty() ? "libnccl.so.2" : path);
     if (!api.ok()) return api.status();
+    api.value().host_id = ProcessRuntime::Get().settings()->nccl_host_id;
     return DeviceGroupsForJob(api.take()).release();
   });
 }

@@ -103,6 +103,7 @@ StatusOr<Settings> ParseSettings(const EnvLookup& getenv) {
   }
   if (const char* v = Given(getenv, "MYPLUGIN_SPMD_LOG")) s.spmd_log = std::string(v) != "0";
   if (const char* v = Given(getenv, "TMPDIR")) s.temp_dir = v;
+  if (const char* v = Given(getenv, "NCCL_HOSTID")) s.nccl_host_id = v;
   MYPLUGIN_RETURN_IF_ERROR(ParseGpuMemory(getenv, &s.gpu_memory));
   return s;
 }
@@ -112,7 +113,7 @@ const std::vector<std::string>& SettingVariables() {
       "MYPLUGIN_COLLECTIVE_TIMEOUT_SECONDS", "MYPLUGIN_COLLECTIVE_STALL_SECONDS", "MYPLUGIN_COLLECTIVE_CAP_SECONDS",
       "MYPLUGIN_PEER_EXIT_GRACE_SECONDS",    "MYPLUGIN_STRAGGLER_SECONDS",        "MYPLUGIN_TRACE_BUFFER",
       "MYPLUGIN_TRACE_DIR",                  "MYPLUGIN_TRANSPORT",                "MYPLUGIN_SPMD_REWRITE",
-      "MYPLUGIN_SPMD_LOG",                   "TMPDIR",
+      "MYPLUGIN_SPMD_LOG",                   "TMPDIR",                            "NCCL_HOSTID",
       "XLA_PYTHON_CLIENT_ALLOCATOR",         "XLA_CLIENT_MEM_FRACTION",           "XLA_PYTHON_CLIENT_MEM_FRACTION",
       "XLA_PYTHON_CLIENT_PREALLOCATE",       "XLA_PYTHON_CLIENT_COLLECTIVE_MEM_SIZE_MB"};
   return *names;

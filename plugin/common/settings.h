@@ -64,6 +64,7 @@ struct Settings {
   // MYPLUGIN_SPMD_LOG (set, and not 0): a line per step of a multi-process compile.
   bool spmd_log = false;
   std::string temp_dir = "/tmp";  // TMPDIR
+  std::string nccl_host_id;       // NCCL_HOSTID (NCCL's own; named in its errors)
   // jax's GPU memory variables (XLA_PYTHON_CLIENT_ALLOCATOR, ...), for the CUDA engine.
   GpuMemorySettings gpu_memory;
 };

@@ -133,6 +133,8 @@ void BindCompileHooks(nb::module_& m) {
     for (std::string_view name : spmd::kJaxlibPartitionedTargets) names.append(std::string(name));
     return names;
   }, "The custom-call targets whose partitioning rules only jaxlib's own XLA knows (it partitions their programs).");
+  m.def("shadow_stop_target", [] { return std::string(spmd::kShadowStopTarget); },
+        "The custom-call target of the mark that ends the shadow's compile after its HLO passes.");
   m.def("set_cost_analysis_hook", &SetCostAnalysisHook, nb::arg("analyze"),
         "Installs XLA's cost analysis of a serialized HloModuleProto (-> {property: value}).");
 }

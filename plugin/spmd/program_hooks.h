@@ -8,6 +8,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/status.h"
@@ -29,6 +30,12 @@ struct LocalProgramRequest {
 // the dump options, and, where it could be placed, a mark that ends the
 // compile right after the HLO passes (see docs/architecture.md, "Multi-process
 // programs": the shadow's machine code is never needed).
+// The stop mark's custom-call target (a host-callback name: see
+// jax_plugin/spmd/compile_hooks.py, which reads it from here). A stopped
+// shadow's compile fails with NOT_FOUND naming it; any other failure is the
+// program's own (a partitioner error), which stopping early must not hide.
+inline constexpr std::string_view kShadowStopTarget = "xla_ffi_python_cpu_callback";
+
 struct ShadowProgram {
   std::string code;
   std::string compile_options;

@@ -987,7 +987,6 @@ void TestDuplicateGpu() {
   kv.clear();
   // Device 3 is rank 0 of this group: it makes the id, so nothing waits.
   coll::NcclDeviceGroups device_groups(api, Store(), 1.0);
-  ::unsetenv("NCCL_HOSTID");
   auto dup = device_groups.ForDevice({3, 1, 2, 0}, 3);
   CHECK(!dup.ok() && dup.status().code() == myplugin::Code::kInvalidArgument);
   CHECK(!dup.ok() && Has(dup.status(), "the NCCL communicator of device 3 (rank 0) in device group [3, 1, 2, 0]: "
@@ -996,9 +995,10 @@ void TestDuplicateGpu() {
                                        "same host identity"));
   CHECK(!dup.ok() && Has(dup.status(), "needs its own NCCL_HOSTID (myplugin-run --share-gpu sets one per process)"));
   CHECK(!dup.ok() && Has(dup.status(), "this process has no NCCL_HOSTID"));
-  ::setenv("NCCL_HOSTID", "job-7-rank-3", 1);
-  auto with_id = device_groups.ForDevice({3, 1, 2, 0}, 3);  // a failed making is tried again
-  ::unsetenv("NCCL_HOSTID");
+  // The settings' NCCL_HOSTID (common/settings.h), which the process's api carries.
+  api.host_id = "job-7-rank-3";
+  coll::NcclDeviceGroups with_host_id(api, Store(), 1.0);
+  auto with_id = with_host_id.ForDevice({3, 1, 2, 0}, 3);
   CHECK(!with_id.ok() && Has(with_id.status(), "this process has NCCL_HOSTID=job-7-rank-3"));
   // Other failures of the init say only what NCCL said.
   api.CommInitRank = FakeInitSystemError;

@@ -247,7 +247,7 @@ def reference_collectives(text: str, assignment) -> list:
       reduction = None
       if inst.opcode in ("all-reduce", "reduce-scatter"):
         comp = comps.get(inst.attr("to_apply") or "")
-        reduction = _REDUCTIONS.get(comp.root_opcode if comp else "")
+        reduction = _REDUCTIONS.get((comp.reducer or "") if comp else "")
     found.append([inst.opcode, reduction, groups, shape.dtype if shape else None,
                   sorted(shape.dims) if shape else None])
   return sorted(found, key=json.dumps)
