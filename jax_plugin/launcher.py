@@ -65,6 +65,12 @@ FAILURE_GRACE_S = 5.0
 # How long a culprit that is still there (stopped, hung) is waited for once
 # every other rank has ended.
 CULPRIT_GRACE_S = 0.5
+# Once every rank has passed the job's shutdown barrier (each finished its
+# program), a rank still running this long after is stuck in its teardown:
+# it is ended, and the summary says so. Its work was complete, so the job's
+# exit code stays 0. A program may still work after an explicit
+# jax.distributed.shutdown(): --teardown-grace gives it longer.
+DEFAULT_TEARDOWN_GRACE_S = 60.0
 # A culprit that reported its own failure (an exception it raised) is
 # exiting by itself: it gets the whole FAILURE_GRACE_S, so that its own exit
 # status is what the summary says. Its exit took up to 1.5 s on a machine
@@ -133,6 +139,10 @@ def main(argv: list[str] | None = None) -> int:
                       help="on SIGTERM (a preemption notice) the ranks get it too, and this many seconds to "
                            "save and exit before they are killed; exit code 143 (default: 30, as Slurm's KillWait; "
                            "0: end them at once)")
+  parser.add_argument("--teardown-grace", type=float, default=DEFAULT_TEARDOWN_GRACE_S, metavar="S",
+                      help="a rank still running this many seconds after every rank passed the job's shutdown "
+                           "barrier (its program finished) is stuck in its teardown: it is ended and named, and the "
+                           "exit code stays 0 (default: 60)")
   parser.add_argument("command", nargs=argparse.REMAINDER)
   args = parser.parse_args(argv)
   command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -150,6 +160,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.error("--rejoin-wait goes with --recover")
   if args.grace_period < 0:
     parser.error("--grace-period must be at least 0")
+  if args.teardown_grace < 0:
+    parser.error("--teardown-grace must be at least 0")
   if args.share_gpu is not None:
     if args.share_gpu < 0:
       parser.error("--share-gpu takes a CUDA ordinal, 0 or more")
@@ -212,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
       env = dict(base_env, MYPLUGIN_RESTART_COUNT=str(attempt), MYPLUGIN_NUM_PROCESSES=str(num_processes),
                  MYPLUGIN_JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{_free_port()}")
       result = _run_attempt(command, env, num_processes, service, deadline, interrupted, args.timeout,
-                            _Placement(args, num_processes), args.grace_period)
+                            _Placement(args, num_processes), args.grace_period, args.teardown_grace)
       if result.status:
         return result.status
       if result.culprit is None:
@@ -366,7 +378,7 @@ def _run_recovering(command, env, num_processes, service, deadline, interrupted,
 
 
 def _run_attempt(command, env, num_processes, service, deadline, interrupted, timeout, placement,
-                 grace_period: float = 0.0) -> _Attempt:
+                 grace_period: float = 0.0, teardown_grace: float = DEFAULT_TEARDOWN_GRACE_S) -> _Attempt:
   from jax_plugin import _myplugin
   lock = threading.Lock()
   pumps = []
@@ -375,6 +387,7 @@ def _run_attempt(command, env, num_processes, service, deadline, interrupted, ti
   first_exit = None  # (rank, code) of the first process seen to end with an error
   failure_seen_at = None
   preempted_at = None  # when a SIGTERM was forwarded to the ranks
+  departed_at = None  # when every rank was seen past the shutdown barrier
   status = 0
   try:
     while True:
@@ -419,6 +432,14 @@ def _run_attempt(command, env, num_processes, service, deadline, interrupted, ti
         print(f"myplugin-run: the job did not finish within {timeout:g} s; ending ranks {running}",
               file=sys.stderr)
         break
+      if failure_seen_at is None and service.all_departed():
+        departed_at = departed_at or time.monotonic()
+        if time.monotonic() - departed_at > teardown_grace:
+          stuck = [r for r, c in enumerate(codes) if c is None]
+          print(f"myplugin-run: ranks {stuck} still running {teardown_grace:g} s after every rank passed the "
+                f"job's shutdown barrier (their programs finished): stuck in teardown; ending them (exit code "
+                f"stays 0)", file=sys.stderr)
+          break
       if failure_seen_at is not None:
         waited = time.monotonic() - failure_seen_at
         culprit = service.failed_process()

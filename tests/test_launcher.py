@@ -58,6 +58,36 @@ for step in range(1000):
   assert "ValueError: bad step" in r.stderr, r.output
 
 
+def test_a_rank_stuck_after_the_job_finished_is_ended_and_named():
+  """Every rank passes the job's shutdown barrier (its program finished,
+  its result printed); then rank 1 hangs in its teardown (as a rank hung
+  in the client's destructor for the collective timeout, 5 minutes, and
+  the launcher then returned 0 with no word). The launcher ends it
+  --teardown-grace seconds after the barrier and says so; the work was
+  complete, so the exit code is 0."""
+  program = """
+import os, time
+import jax
+jax.devices()
+jax.distributed.shutdown()
+print("RESULT", jax.process_index(), flush=True)
+if jax.process_index() == 1:
+  time.sleep(600)  # stuck in teardown
+"""
+  start = time.monotonic()
+  r = run_python(LAUNCHER + ["-n", "2", "--teardown-grace", "2", "--", sys.executable, "-c", program], child_env(),
+                 timeout=180)
+  assert r.returncode == 0, r.output
+  assert "[0] RESULT 0" in r.stdout and "[1] RESULT 1" in r.stdout, r.output
+  assert ("myplugin-run: ranks [1] still running 2 s after every rank passed the job's shutdown barrier (their "
+          "programs finished): stuck in teardown; ending them (exit code stays 0)") in r.stderr, r.output
+  assert time.monotonic() - start < 120, r.output
+  # A negative bound is a usage error.
+  bad = run_python(LAUNCHER + ["-n", "2", "--teardown-grace", "-1", "--", sys.executable, "-c", "0"], child_env(),
+                   timeout=60)
+  assert bad.returncode == 2 and "--teardown-grace must be at least 0" in bad.stderr, bad.output
+
+
 def test_failing_rank_ends_the_job_and_is_named():
   program = """
 import time, jax
