@@ -163,11 +163,12 @@ StatusOr<MultiProcessCompiler::ShadowCompile> MultiProcessCompiler::PartitionOnS
   StatusOr<ShadowCompile> compiled = CompileShadow(code, format, options, dump_dir, stop_early);
   if (!compiled.ok()) return compiled.status();
   const Status& st = compiled.value().status;
-  // A stopped shadow ends at its mark (NOT_FOUND naming the mark's target),
-  // or was partitioned by jaxlib (CANCELLED, ours); a partitioner error
-  // before the mark also leaves a dump, of a module it never finished.
-  bool ended_at_mark = st.code() == Code::kCancelled ||
-                       (st.code() == Code::kNotFound && st.message().find(kShadowStopTarget) != std::string::npos);
+  // A stopped shadow ends at its mark (an error naming the mark's target:
+  // NOT_FOUND from the CPU engine; the code is the engine's), or was
+  // partitioned by jaxlib (CANCELLED, ours); a partitioner error before the
+  // mark also leaves a dump, of a module it never finished.
+  bool ended_at_mark =
+      st.code() == Code::kCancelled || st.message().find(kShadowStopTarget) != std::string::npos;
   if (!st.ok() && (!compiled.value().stopped_early || !ended_at_mark)) {
     return Status(st.code(), "partitioning the program for " + std::to_string(num_devices_) +
                                  " devices failed: " + st.message());
