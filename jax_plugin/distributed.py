@@ -213,6 +213,23 @@ def _join(addresses, num_processes, process_id, token, initialization_timeout, f
 
 _uncaught = []
 
+# The reason an uncaught exception is reported with: its type and the start
+# of its message. The whole message is in the process's own traceback, where
+# the user reads it first; the coordinator's log, the other processes'
+# notices, the shutdown barrier's abort and myplugin-run's summary refer to
+# it instead of repeating it (a collective mismatch's 300-character sentence
+# appeared five times).
+_REASON_MESSAGE_CHARS = 120
+
+
+def uncaught_reason(exception: str) -> str:
+  """What the service is told of an uncaught exception ("Type: message")."""
+  first, _, rest = exception.partition("\n")
+  if len(first) <= _REASON_MESSAGE_CHARS and not rest.strip():
+    return f"exited with an uncaught exception: {first}"
+  return (f"exited with an uncaught exception: {first[:_REASON_MESSAGE_CHARS].rstrip()}… "
+          f"(the whole error is in its traceback)")
+
 
 def client_options() -> dict:
   """The PJRT client's create options for the job this process joined
@@ -332,7 +349,7 @@ def _shutdown_at_exit() -> None:
   if not is_initialized():
     return
   if _uncaught and _await_earlier_failure() is None:
-    _myplugin.report_error(f"exited with an uncaught exception: {_uncaught[-1]}"[:2000])
+    _myplugin.report_error(uncaught_reason(_uncaught[-1]))
     return
   if _myplugin.failure() is None:
     try:

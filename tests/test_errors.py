@@ -52,3 +52,16 @@ def test_typed_leaves_other_errors_alone():
   with pytest.raises(ValueError):
     with errors.typed_errors():
       raise other
+
+
+def test_an_uncaught_exception_is_reported_by_its_start():
+  """The service is told an uncaught exception's type and the start of its
+  message; the whole of a long one stays in the process's traceback."""
+  from jax_plugin.distributed import uncaught_reason
+  assert uncaught_reason("ValueError: bad step") == "exited with an uncaught exception: ValueError: bad step"
+  long = "JaxRuntimeError: FAILED_PRECONDITION: myplugin: collective mismatch: " + "x" * 300
+  said = uncaught_reason(long)
+  assert said.startswith("exited with an uncaught exception: JaxRuntimeError: FAILED_PRECONDITION: myplugin: "
+                         "collective mismatch: xxx") and said.endswith("… (the whole error is in its traceback)")
+  assert len(said) < 200
+  assert uncaught_reason("KeyError: 'a'\nmore lines").endswith("KeyError: 'a'… (the whole error is in its traceback)")

@@ -88,6 +88,28 @@ if jax.process_index() == 1:
   assert bad.returncode == 2 and "--teardown-grace must be at least 0" in bad.stderr, bad.output
 
 
+def test_a_mismatch_is_said_in_full_once_in_each_traceback_and_referred_to_elsewhere():
+  """Two processes gather arrays of different sizes: each raises the
+  mismatch (its 300-character sentence in its traceback). The coordinator's
+  log, the other process's notice and myplugin-run's summary refer to it by
+  its start instead of repeating it (it appeared five times)."""
+  program = """
+import jax, numpy as np
+from jax.experimental import multihost_utils as mu
+n = 4 if jax.process_index() == 0 else 8
+print(mu.process_allgather(np.arange(n)))
+"""
+  r = run_python(LAUNCHER + ["-n", "2", "--", sys.executable, "-c", program], child_env(), timeout=180)
+  assert r.returncode in (100, 101), r.output
+  sentence = ("the processes issued different collectives: process 0 issued all-gather s32[4] (call #0); "
+              "process 1 issued all-gather s32[8] (call #0)")
+  tracebacks = [l for l in r.stderr.splitlines() if "] jax.errors.JaxRuntimeError: FAILED_PRECONDITION" in l]
+  assert r.output.count(sentence) == len(tracebacks) == 2, r.output
+  summary = next(l for l in r.stderr.splitlines() if l.startswith("myplugin-run: rank"))
+  assert "exited with an uncaught exception: JaxRuntimeError: FAILED_PRECONDITION: myplugin: collective mismatch" in \
+      summary and summary.count("(the whole error is in its traceback)") == 1, summary
+
+
 def test_failing_rank_ends_the_job_and_is_named():
   program = """
 import time, jax
