@@ -10,6 +10,7 @@
 
 #include "collectives/device_ids.h"
 #include "collectives/process_runtime.h"
+#include "common/log.h"
 #include "coordination/runtime.h"
 #include "pjrt/api_table.h"
 #include "pjrt/build_id.h"
@@ -239,6 +240,20 @@ void Client::AddRemoteDevices(int process_index, const coordination::ProcessInfo
 }
 
 Client::~Client() {
+  // The engine's client, destroyed after this body, joins its threads: one
+  // waiting for this process's other devices in a collective whose other
+  // parts will never run would hold the teardown for the collective timeout.
+  // Once the process has left its job (or never joined one), no collective
+  // can complete any more: the rendezvous lets such waits go (a device
+  // thread then fails its call) and says what it cut short. A client torn
+  // down while the job goes on (in-place recovery's rebuilt backend) leaves
+  // the rendezvous to the new client's collectives.
+  collectives::ProcessRuntime& runtime = collectives::ProcessRuntime::Get();
+  if (!runtime.distributed().initialized()) {
+    for (const std::string& cut : runtime.local_rendezvous().Close("the client is being destroyed")) {
+      LogLine("myplugin: the client's teardown cut short " + cut);
+    }
+  }
   EngineObjectMap& m = ObjectMap();
   std::unique_lock<std::shared_mutex> lock(m.mu);
   for (const auto& d : devices_) {
@@ -314,6 +329,7 @@ PJRT_Error* PjrtClientCreate(PJRT_Client_Create_Args* args) {
   if (!options.ok()) return ToPjrtError(options.status());
   // The collectives this client's programs call are the process's.
   collectives::ProcessRuntime::Get().UseSettings(options.value().settings);
+  collectives::ProcessRuntime::Get().local_rendezvous().Reopen();  // closed by a client before (recovery)
   StatusOr<std::unique_ptr<Client>> client = Client::Create(options.value());
   if (!client.ok()) return ToPjrtError(client.status());
   ChainEngineExtensions();  // for a jaxlib that made no PJRT_Plugin_Initialize call

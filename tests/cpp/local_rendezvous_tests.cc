@@ -3,6 +3,7 @@
 // with every device's buffers in slot order, all get its status, the group
 // is reusable call after call, and a missing device is a named timeout.
 #include <atomic>
+#include <chrono>
 #include <string>
 #include <thread>
 #include <vector>
@@ -86,6 +87,62 @@ void TestMissingDeviceTimesOut() {
         std::string::npos);
 }
 
+// Three devices meet on `group` and the operation runs once: the group's
+// state is whole again after devices left it early.
+void CheckAFullMeeting(const std::vector<int>& group) {
+  std::atomic<int> runs{0};
+  std::vector<Status> got(group.size());
+  std::vector<int> x(group.size()), y(group.size());
+  std::vector<std::thread> threads;
+  for (size_t d = 0; d < group.size(); ++d) {
+    threads.emplace_back([&, d] {
+      got[d] = ProcessRuntime::Get().local_rendezvous().Join(group, static_cast<int>(d), static_cast<int>(group.size()),
+                                                            &x[d], &y[d], [&](const DeviceBuffers& b) {
+                                                              ++runs;
+                                                              for (const void* p : b.send) CHECK(p != nullptr);
+                                                              return myplugin::OkStatus();
+                                                            }, 10.0);
+    });
+  }
+  for (auto& t : threads) t.join();
+  CHECK(runs == 1);
+  for (const Status& st : got) CHECK(st.ok());
+}
+
+void TestATimedOutDeviceLeavesTheGroupWhole() {
+  // TestMissingDeviceTimesOut left slot 0 of this group: it took itself out.
+  CheckAFullMeeting({400, 401, 402});
+}
+
+// The client's teardown closes the rendezvous: a device waiting for local
+// devices whose parts will never run leaves at once (it held the teardown
+// for the collective timeout), the close names what it cut short, new joins
+// are refused, and after Reopen the group meets again.
+void TestCloseEndsTheWaitsAndReopenServesAgain() {
+  LocalRendezvous& r = ProcessRuntime::Get().local_rendezvous();
+  const std::vector<int> group = {500, 501};
+  int x = 0, y = 0;
+  Status waited;
+  auto start = std::chrono::steady_clock::now();
+  std::thread waiter([&] {
+    waited = r.Join(group, 0, 2, &x, &y, [](const DeviceBuffers&) { return myplugin::OkStatus(); }, 60.0);
+  });
+  while (r.Arrived(group) == 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  std::vector<std::string> cut = r.Close("the client is being destroyed");
+  waiter.join();
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  CHECK(cut.size() == 1 && cut[0] == "the collective on devices [500, 501]: local device slots [0] waited for slots [1]");
+  CHECK(waited.code() == Code::kAborted);
+  CHECK(waited.message() == "the collective on devices [500, 501] was cut short waiting for local device slots [1] of "
+                            "this process: the client is being destroyed");
+  CHECK(took < 10.0);
+  Status refused = r.Join(group, 1, 2, &x, &y, [](const DeviceBuffers&) { return myplugin::OkStatus(); }, 60.0);
+  CHECK(refused.code() == Code::kAborted &&
+        refused.message() == "the collective on devices [500, 501] was not started: the client is being destroyed");
+  r.Reopen();
+  CheckAFullMeeting(group);
+}
+
 }  // namespace
 
 void RunLocalRendezvousTests() {
@@ -93,4 +150,6 @@ void RunLocalRendezvousTests() {
   TestEveryDeviceGetsTheStatus();
   TestOneDeviceRunsAlone();
   TestMissingDeviceTimesOut();
+  TestATimedOutDeviceLeavesTheGroupWhole();
+  TestCloseEndsTheWaitsAndReopenServesAgain();
 }
