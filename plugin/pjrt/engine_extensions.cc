@@ -9,6 +9,7 @@
 #include "pjrt/entry_point.h"
 #include "pjrt/error.h"
 #include "pjrt/forwarding.h"
+#include "spmd/jaxlib_partitioned_targets.h"
 
 namespace myplugin {
 namespace {
@@ -211,7 +212,11 @@ PJRT_Error* RegisterBatchPartitionable(RegisterBatchPartitionableArgs* args) {
   constexpr const char* kName = "PJRT_Register_Batch_Partitionable";
   if (PJRT_Error* e = CheckSize(args, kName)) return e;
   if (args->name == nullptr) return ToPjrtError(InvalidArgument(std::string(kName) + ": no name"));
-  return ToPjrtError(Register({std::string(args->name, args->name_size), nullptr}));
+  const std::string name(args->name, args->name_size);
+  // The shadow that partitions (the CPU engine) has no such registration:
+  // jaxlib's XLA partitions a program that calls it (spmd/jaxlib_partitioned_targets.h).
+  spmd::AddBatchPartitionableTarget(name);
+  return ToPjrtError(Register({name, nullptr}));
 }
 
 }  // namespace

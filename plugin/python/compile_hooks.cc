@@ -130,9 +130,11 @@ void BindCompileHooks(nb::module_& m) {
         "UNIMPLEMENTED.");
   m.def("jaxlib_partitioned_targets", [] {
     nb::list names;
-    for (std::string_view name : spmd::kJaxlibPartitionedTargets) names.append(std::string(name));
+    for (const std::string& name : spmd::JaxlibPartitionedTargets()) names.append(name);
     return names;
-  }, "The custom-call targets whose partitioning rules only jaxlib's own XLA knows (it partitions their programs).");
+  }, "The custom-call targets whose partitioning rules only jaxlib's own XLA knows (it partitions their programs): "
+     "custom partitioning's, sharding inspection's, partitioned host callbacks' and every batch-partitionable one "
+     "registered so far.");
   m.def("shadow_stop_target", [] { return std::string(spmd::kShadowStopTarget); },
         "The custom-call target of the mark that ends the shadow's compile after its HLO passes.");
   m.def("set_cost_analysis_hook", &SetCostAnalysisHook, nb::arg("analyze"),
