@@ -55,7 +55,13 @@ const LoadedEngine& Instance() {
 
 Status EnsureEngineLoaded() { return Instance().status; }
 
-const EngineLibrary& Engine() { return *Instance().library; }
+const EngineLibrary& Engine() {
+  // Loaded once for the life of the process: kept after the first call, so
+  // that forwarding a call (two lookups each, several calls a dispatch)
+  // reads a pointer instead of going through the runtime's call_once.
+  static const EngineLibrary* const library = Instance().library.get();
+  return *library;
+}
 
 EngineKind CurrentEngineKind() { return Choice().engine_kind == "cuda" ? EngineKind::kCuda : EngineKind::kCpu; }
 
