@@ -51,6 +51,11 @@ _registry: dict[int, weakref.ref] = {}
 # another process anyway (a serialized executable) cannot name one of that
 # process's callbacks: it fails with "no longer exists" instead.
 _ids = itertools.count((secrets.randbits(31) + 1) << 32)
+
+
+def new_id() -> int:
+  """A callback id no other callback of this process has (buffer callbacks' too)."""
+  return next(_ids)
 _jax_emit = None  # jax's emit_python_callback, for every other platform
 _unavailable: str | None = None  # why this engine cannot run callbacks, if it cannot
 # Why partitioned=True callbacks in a partitioned jit cannot run, if they cannot.
@@ -77,7 +82,7 @@ class HostCallback:
   def __init__(self, fn, operand_avals):
     self.fn = fn
     self.operands = [(tuple(a.shape), np.dtype(a.dtype), _packed_bits(a.dtype)) for a in operand_avals]
-    self.id = next(_ids)
+    self.id = new_id()
     key = self.id
 
     def forget(_, key=key):

@@ -39,8 +39,9 @@ def install_lowering_rules(engine_kind: str = "cpu") -> None:
   for prim in list(rules.get(engine_kind, {})):
     rules[PLATFORM].setdefault(prim, _for_target(prim, engine_kind))
   _install_platform_branches(engine_kind)
-  from jax_plugin import callbacks
+  from jax_plugin import buffer_callbacks, callbacks
   callbacks.install(engine_kind)
+  buffer_callbacks.install(engine_kind)
 
 
 def _with_myplugin_beside(branches_platforms, platform: str):

@@ -571,3 +571,63 @@ def test_callbacks_leave_jax_config_as_the_user_set_it(path):
     assert got["default"] == "myplugin", got
     np.testing.assert_allclose(got["out"], 2 * np.cos(np.arange(3.0)), rtol=1e-5)
   assert r.stdout.count("sum 3.0") == len(results), r.output
+
+
+# -- jax.experimental.buffer_callback ------------------------------------
+# jax builds it only for its cpu, cuda and rocm backends; myplugin lowers it
+# to a handler of its own (jax_plugin/buffer_callbacks.py) that hands the
+# callback the operands and results in place.
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int8, ml_dtypes.bfloat16, np.complex64, np.bool_])
+def test_buffer_callback_writes_its_results_in_place(dtype, capsys):
+  from jax.experimental import buffer_callback
+
+  def program(devices):
+    seen = []
+
+    def add_one(ctx, out, x):
+      assert ctx.stage == buffer_callback.ExecutionStage.EXECUTE
+      assert not x.writeable and out.writeable and x.shape == out.shape == (3, 4) and x.dtype == dtype
+      with pytest.raises(jax.errors.JaxRuntimeError, match="GPU context is not available"):
+        ctx.stream
+      a = np.asarray(x)
+      # numpy's DLPack has no bfloat16 (jax's own test skips it there too)
+      seen.append(dtype == ml_dtypes.bfloat16 or np.from_dlpack(x).tobytes() == a.tobytes())
+      np.asarray(out)[...] = a if dtype == np.bool_ else a + np.ones((), dtype)
+
+    data = (np.arange(12).reshape(3, 4) % 5).astype(dtype)
+    f = buffer_callback.buffer_callback(add_one, jax.ShapeDtypeStruct(data.shape, data.dtype))
+    result = jax.jit(lambda v: f(v * np.ones((), dtype)))(data)
+    assert seen == [True]
+    return result
+
+  run_both(program, capsys)
+
+
+def test_buffer_callback_aliases_vmap_and_side_effects(capsys):
+  from jax.experimental import buffer_callback
+
+  def program(devices):
+    pointers = []
+
+    def same(ctx, out, x):
+      pointers.append((np.asarray(x).ctypes.data, np.asarray(out).ctypes.data))
+
+    data = np.arange(12, dtype=np.float32).reshape(3, 4)
+    aliased = buffer_callback.buffer_callback(same, jax.ShapeDtypeStruct.like(data), input_output_aliases={0: 0})
+    jax.block_until_ready(aliased(data))
+    assert len(pointers) == 1 and pointers[0][0] == pointers[0][1]
+
+    def add(ctx, out, x, y):
+      np.asarray(out)[...] = np.asarray(x) + np.asarray(y)
+
+    summed = buffer_callback.buffer_callback(add, jax.ShapeDtypeStruct((4,), np.float32), vmap_method="sequential")
+    calls = []
+    effect = buffer_callback.buffer_callback(lambda *_: calls.append(1), jax.ShapeDtypeStruct((), np.float32),
+                                             has_side_effect=True)
+    jax.block_until_ready(effect())
+    assert calls == [1]
+    return jax.vmap(summed)(data, data * 2)
+
+  run_both(program, capsys)

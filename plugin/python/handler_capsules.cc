@@ -15,6 +15,7 @@
 #endif
 #include "pjrt/host_callback_targets.h"
 #include "python/bindings.h"
+#include "python/buffer_callback.h"
 #include "python/host_callback.h"
 #include "python/status_exception.h"
 
@@ -53,6 +54,12 @@ void BindHandlerCapsules(nb::module_& m) {
      "names).");
   m.def("host_callback_target", [] { return nb::capsule(HostCallbackHandler()); },
         "The host engine's XLA FFI handler of Python host callbacks.");
+  m.def("set_buffer_callback_dispatcher", [](nb::callable fn) {
+    SetBufferCallbackDispatcher(fn.ptr());
+  }, nb::arg("dispatcher"), "Installs the Python function that runs every buffer callback (by id).");
+  m.def("buffer_callback_target", [] {
+    return nb::make_tuple(std::string(kBufferCallbackTarget), nb::capsule(BufferCallbackHandler()));
+  }, "(target name, handler): the host engine's XLA FFI handler of jax.experimental.buffer_callback.");
   m.def("cuda_host_callback_target", [](const std::string& cudart_path) -> std::optional<nb::capsule> {
 #ifdef MYPLUGIN_HAVE_CUDA_HEADERS
     return nb::capsule(ValueOrThrow(CudaHostCallbackHandler(cudart_path)));

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "collectives/ffi_common.h"
+#include "python/python_call.h"
 
 namespace ffi = xla::ffi;
 
@@ -16,19 +17,6 @@ namespace {
 // Only touched with the GIL held.
 PyObject* dispatcher = nullptr;
 
-// The engine calls from its own threads, and jaxlib releases the GIL while it
-// waits for a program, so taking the GIL here cannot deadlock with the caller.
-class GilHold {
- public:
-  GilHold() : state_(PyGILState_Ensure()) {}
-  ~GilHold() { PyGILState_Release(state_); }
-  GilHold(const GilHold&) = delete;
-  GilHold& operator=(const GilHold&) = delete;
-
- private:
-  PyGILState_STATE state_;
-};
-
 // Lets other Python threads run while a copy completes.
 Status WaitWithoutGil(BufferAccess& access) {
   PyThreadState* saved = PyEval_SaveThread();
@@ -36,69 +24,6 @@ Status WaitWithoutGil(BufferAccess& access) {
   PyEval_RestoreThread(saved);
   return st;
 }
-
-std::string Str(PyObject* o) {
-  if (o == nullptr) return "";
-  PyObject* s = PyObject_Str(o);
-  if (s == nullptr) {
-    PyErr_Clear();
-    return "<unprintable>";
-  }
-  const char* c = PyUnicode_AsUTF8(s);
-  std::string out = c ? c : "<unprintable>";
-  if (c == nullptr) PyErr_Clear();
-  Py_DECREF(s);
-  return out;
-}
-
-// The pending Python exception, as the error the caller of the program sees:
-// its type and message first (jax raises it as a JaxRuntimeError), then the
-// traceback of the callback.
-Status TakePythonError() {
-  PyObject *type = nullptr, *value = nullptr, *tb = nullptr;
-  PyErr_Fetch(&type, &value, &tb);
-  PyErr_NormalizeException(&type, &value, &tb);
-  std::string name = "exception";
-  if (type != nullptr) {
-    if (PyObject* n = PyObject_GetAttrString(type, "__qualname__")) {
-      name = Str(n);
-      Py_DECREF(n);
-    } else {
-      PyErr_Clear();
-    }
-  }
-  std::string text = "the Python callback raised " + name + ": " + Str(value);
-  if (PyObject* mod = PyImport_ImportModule("traceback")) {
-    if (PyObject* lines = PyObject_CallMethod(mod, "format_exception", "OOO", type ? type : Py_None,
-                                              value ? value : Py_None, tb ? tb : Py_None)) {
-      PyObject* empty = PyUnicode_FromString("");
-      if (PyObject* joined = PyUnicode_Join(empty, lines)) {
-        text += "\n" + Str(joined);
-        Py_DECREF(joined);
-      }
-      Py_XDECREF(empty);
-      Py_DECREF(lines);
-    }
-    Py_DECREF(mod);
-  }
-  PyErr_Clear();
-  Py_XDECREF(type);
-  Py_XDECREF(value);
-  Py_XDECREF(tb);
-  return Status(Code::kUnknown, text);
-}
-
-class PyRef {
- public:
-  explicit PyRef(PyObject* o = nullptr) : o_(o) {}
-  ~PyRef() { Py_XDECREF(o_); }
-  PyRef(const PyRef&) = delete;
-  PyRef& operator=(const PyRef&) = delete;
-  PyObject* get() const { return o_; }
-
- private:
-  PyObject* o_;
-};
 
 // A Python object's bytes, held for as long as this lives.
 class PyBytesView {
