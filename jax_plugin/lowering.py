@@ -42,6 +42,40 @@ def install_lowering_rules(engine_kind: str = "cpu") -> None:
   from jax_plugin import buffer_callbacks, callbacks
   callbacks.install(engine_kind)
   buffer_callbacks.install(engine_kind)
+  _accept_engine_exports(engine_kind)
+
+
+def _accept_engine_exports(engine_kind: str) -> None:
+  """A `jax.export` artifact exported for the engine's own platform ("cpu",
+  or "cuda" on the CUDA engine) is called on myplugin: jax checks that the
+  platform it lowers for is among the artifact's, and offers a plugin no
+  alias, so an Exported for cpu was refused ("was exported for platforms
+  ('cpu',) but it is used on ('myplugin',)"). Its module is what the engine
+  compiles from a program of that platform, with the same rules myplugin's
+  lowering takes (install_lowering_rules above), so myplugin's lowering of
+  the call treats the engine's platform as its own. An artifact that names
+  myplugin keeps its myplugin lowering; any other is refused as jax refuses it."""
+  from jax._src.export import _export
+  from jax._src.interpreters import mlir
+
+  prim = getattr(_export, "call_exported_p", None)
+  rule = getattr(_export, "_call_exported_lowering", None)
+  if prim is None or rule is None:
+    logger.warning("myplugin: this jax has no call_exported lowering; Exported artifacts for %s stay refused",
+                   engine_kind)
+    return
+
+  def lowering(ctx, *args, exported, **params):
+    if not (ctx.module_context.platforms == (PLATFORM,) and PLATFORM not in exported.platforms and
+            engine_kind in exported.platforms):
+      return rule(ctx, *args, exported=exported, **params)
+    as_engine = ctx.replace(module_context=ctx.module_context.replace(platforms=(engine_kind,)))
+    out = rule(as_engine, *args, exported=exported, **params)
+    if as_engine.tokens_out is not None:  # an artifact with ordered effects threads its tokens
+      ctx.set_tokens_out(as_engine.tokens_out)
+    return out
+
+  mlir.register_lowering(prim, lowering, platform=PLATFORM)
 
 
 def _with_myplugin_beside(branches_platforms, platform: str):

@@ -59,3 +59,31 @@ def test_platform_dependent_takes_the_engines_branch(transform):
   np.testing.assert_allclose(results["myplugin"][0], results["cpu"][0], rtol=1e-6)
   want = np.cos(x) if transform != "grad" else -np.sin(x)
   np.testing.assert_allclose(results["myplugin"][1], want, rtol=1e-6)
+
+
+def test_an_export_for_the_engines_platform_runs_on_myplugin():
+  """jax.export artifacts for cpu (the engine's platform), alone or among
+  others, are called on myplugin, eagerly and inside a jit, with jax's CPU
+  backend's results (jax offers a plugin no platform alias: it refused them);
+  one for myplugin and cpu takes myplugin's lowering; one for other
+  platforms only is refused with jax's words."""
+  from jax import export
+
+  spec = jax.ShapeDtypeStruct((3, 3), np.float32)
+  a = (np.eye(3) * 4 + 1).astype(np.float32)
+  for_cpu = export.export(jax.jit(lambda x: jnp.linalg.cholesky(x) * jnp.sin(x)), platforms=["cpu"])(spec)
+  for_many = export.export(jax.jit(lambda x: x @ x + 1), platforms=["cuda", "cpu", "tpu"])(spec)
+  results = {}
+  for platform in ("myplugin", "cpu"):
+    with jax.default_device(jax.devices(platform)[0]):
+      results[platform] = [np.asarray(for_cpu.call(a)), np.asarray(jax.jit(lambda x: for_cpu.call(x) + 1)(a)),
+                           np.asarray(for_many.call(a))]
+  for ours, ref in zip(results["myplugin"], results["cpu"]):
+    np.testing.assert_allclose(ours, ref, rtol=1e-6)
+  with jax.default_device(jax.devices("myplugin")[0]):
+    both = export.export(jax.jit(lambda x: jax.lax.platform_dependent(x, cpu=lambda v: v + 1, myplugin=lambda v: v - 1)),
+                         platforms=["cpu", "myplugin"])(spec)
+    np.testing.assert_array_equal(np.asarray(both.call(a)), a - 1)
+    tpu_only = export.export(jax.jit(lambda x: x + 1), platforms=["tpu"])(spec)
+    with pytest.raises(ValueError, match=r"was exported for platforms '\('tpu',\)' but it is used on '\('myplugin',\)'"):
+      tpu_only.call(a)
