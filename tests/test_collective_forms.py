@@ -73,6 +73,10 @@ def test_narrow_float_sums_round_once(runs):
   ours = runs["mp22"]
   np.testing.assert_array_equal(ours["types/psum/float16.0"], ours["expected/types/psum/float16"])
   np.testing.assert_array_equal(ours["partial_bf16_psum.0"], ours["expected/partial_bf16_psum"])
+  # A bf16 gradient through a partly manual pmean (jax 0.12's CPU backend
+  # aborts on it): the f32 program's gradient, at bf16's precision.
+  grad = ours["grad/pmean/bf16.0"].view(ml_dtypes.bfloat16).astype(np.float32)
+  np.testing.assert_allclose(grad, ours["expected/grad/pmean/bf16"], rtol=2e-2)
 
 
 def test_results_do_not_depend_on_the_process_shape(runs):
@@ -80,6 +84,7 @@ def test_results_do_not_depend_on_the_process_shape(runs):
   keys = [k for k in a if k != "refused"]
   assert sorted(keys) == sorted(k for k in b if k != "refused")
   for key in keys:
-    if key.endswith(".dtype") or "float32" in key or key.startswith(("grad/", "nested", "pipeline")):
+    if key.endswith(".dtype") or "float32" in key or \
+        key.startswith(("grad/", "nested", "pipeline", "expected/grad")):
       continue  # f32 sums: the order of the terms differs between shapes
     np.testing.assert_array_equal(b[key], a[key], err_msg=key)

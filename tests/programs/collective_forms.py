@@ -155,9 +155,14 @@ def loss_pmean(w, v):
 
 case("grad/ppermute", lambda: jax.jit(jax.value_and_grad(loss_ppermute))(w0, xs))
 case("grad/pmean", lambda: jax.jit(jax.value_and_grad(loss_pmean))(w0, xs))
-bw = place(data("bfloat16", (16, 4), 4), mesh2, P("x", "y"))
-case("grad/pmean/bf16", lambda: jax.jit(jax.grad(lambda w, v: loss_pmean(w, v.astype(jnp.float32)).astype(
-    jnp.bfloat16)))(jnp.bfloat16(0.5), bw))
+if os.environ.get("JAX_PLATFORMS") != "cpu":
+  # jax 0.12's CPU backend aborts on this one too (the same CHECK as below):
+  # its reference is the f32 program's gradient, at bf16's precision.
+  bw = place(data("bfloat16", (16, 4), 4), mesh2, P("x", "y"))
+  case("grad/pmean/bf16", lambda: jax.jit(jax.grad(lambda w, v: loss_pmean(w, v.astype(jnp.float32)).astype(
+      jnp.bfloat16)))(jnp.bfloat16(0.5), bw))
+  results["expected/grad/pmean/bf16"] = np.asarray(jax.jit(jax.grad(
+      lambda w, v: loss_pmean(w, v.astype(jnp.float32))))(jnp.float32(0.5), bw)).reshape(-1)
 
 
 # 4. A nested shard_map: manual over x outside, then over y inside.
