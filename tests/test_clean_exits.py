@@ -55,6 +55,7 @@ _LOST = "(process 1 failed: lost its connection without an orderly shutdown (it 
 @pytest.mark.parametrize("way,code,report", [
     ("return", 0, None),
     ("inflight", 0, None),
+    ("sending", 0, None),
     ("exit3", 101, _FAILED + "with exit code 3"),
     ("raise", 101, _FAILED + "with exit code 1 (process 1 failed: exited with an uncaught exception: ValueError: "
      "bad end)" + _ENDED),
@@ -77,6 +78,7 @@ def test_each_way_a_program_ends_is_reported_as_it_happened(way, code, report):
   if report is None:
     assert "myplugin:" not in r.output.replace("myplugin-run:", ""), r.output
     assert way != "inflight" or "[0] SUM 2.0" in r.stdout, r.output
+    assert way != "sending" or "[1] RECEIVED True" in r.stdout, r.output
   else:
     assert report in r.stderr, r.output
   assert took < 60, f"{way} took {took:.1f} s:\n{r.output}"

@@ -3,7 +3,9 @@ after a collective whose result every rank prints (the sweep of
 tests/test_clean_exits.py). Ways: return, exit3 (sys.exit(3)), raise,
 os_exit (os._exit(4)), sigterm, sigint (sent to itself), inflight (a
 collective launched and not waited for, then a normal exit: the other rank
-waits for its result)."""
+waits for its result), sending (rank 0 sends rank 1 a 64 MiB array and its
+program ends at once, while the bytes are still on their way: rank 1 prints
+what it received)."""
 import os
 import signal
 import sys
@@ -36,3 +38,11 @@ if jax.process_index() == 1:
     sys.exit(0)
 elif way == "inflight":
   print("SUM", float(total(ones)), flush=True)
+if way == "sending":
+  from jax.sharding import SingleDeviceSharding
+  dev = [SingleDeviceSharding(jax.local_devices(process_index=p)[0]) for p in (0, 1)]
+  n = (64 << 20) // 4
+  sent = jax.make_array_from_callback((n,), dev[0], lambda idx: np.arange(n, dtype=np.float32)[idx], dtype=np.float32)
+  got = jax.device_put(sent, dev[1])  # rank 0's program ends right after this
+  if jax.process_index() == 1:
+    print("RECEIVED", bool(np.array_equal(np.asarray(got), np.arange(n, dtype=np.float32))), flush=True)
