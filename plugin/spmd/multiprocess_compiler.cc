@@ -163,12 +163,16 @@ StatusOr<MultiProcessCompiler::ShadowCompile> MultiProcessCompiler::PartitionOnS
   StatusOr<ShadowCompile> compiled = CompileShadow(code, format, options, dump_dir, stop_early);
   if (!compiled.ok()) return compiled.status();
   const Status& st = compiled.value().status;
-  // A stopped shadow ends at its mark (an error naming the mark's target:
-  // NOT_FOUND from the CPU engine; the code is the engine's), or was
-  // partitioned by jaxlib (CANCELLED, ours); a partitioner error before the
-  // mark also leaves a dump, of a module it never finished.
-  bool ended_at_mark =
-      st.code() == Code::kCancelled || st.message().find(kShadowStopTarget) != std::string::npos;
+  // A stopped shadow ends in its back end, which cannot emit the mark (an
+  // error naming the mark's target) or, first, another call it has no
+  // handler for (a GPU program's Triton kernel on the CPU shadow: NOT_FOUND,
+  // or UNIMPLEMENTED), once partitioning is done; or jaxlib partitioned it
+  // (CANCELLED, ours). Any other failure is the program's own (a
+  // partitioner's RET_CHECK is INTERNAL), whose dump, if any, is of a module
+  // the partitioner never finished.
+  bool ended_at_mark = st.code() == Code::kCancelled || st.code() == Code::kNotFound ||
+                       st.code() == Code::kUnimplemented ||
+                       st.message().find(kShadowStopTarget) != std::string::npos;
   if (!st.ok() && (!compiled.value().stopped_early || !ended_at_mark)) {
     return Status(st.code(), "partitioning the program for " + std::to_string(num_devices_) +
                                  " devices failed: " + st.message());

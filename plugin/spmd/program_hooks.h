@@ -32,9 +32,10 @@ struct LocalProgramRequest {
 // programs": the shadow's machine code is never needed).
 // The stop mark's custom-call target (a host-callback name: see
 // jax_plugin/spmd/compile_hooks.py, which reads it from here). A stopped
-// shadow's compile fails with an error naming it (NOT_FOUND on the CPU
-// engine); any other failure is the program's own (a partitioner error),
-// which stopping early must not hide.
+// shadow's compile fails in its back end: an error naming it, or NOT_FOUND
+// or UNIMPLEMENTED for another call it cannot emit first; any other failure
+// is the program's own (a partitioner error), which stopping early must not
+// hide (spmd/multiprocess_compiler.cc).
 inline constexpr std::string_view kShadowStopTarget = "xla_ffi_python_cpu_callback";
 
 struct ShadowProgram {
