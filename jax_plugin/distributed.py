@@ -213,24 +213,6 @@ def _join(addresses, num_processes, process_id, token, initialization_timeout, f
 
 _uncaught = []
 
-# The reason an uncaught exception is reported with: its type and the start
-# of its message. The whole message is in the process's own traceback, where
-# the user reads it first; the coordinator's log, the other processes'
-# notices, the shutdown barrier's abort and myplugin-run's summary refer to
-# it instead of repeating it (a collective mismatch's 300-character sentence
-# appeared five times).
-_REASON_MESSAGE_CHARS = 120
-
-
-def uncaught_reason(exception: str) -> str:
-  """What the service is told of an uncaught exception ("Type: message")."""
-  first, _, rest = exception.partition("\n")
-  if len(first) <= _REASON_MESSAGE_CHARS and not rest.strip():
-    return f"exited with an uncaught exception: {first}"
-  return (f"exited with an uncaught exception: {first[:_REASON_MESSAGE_CHARS].rstrip()}… "
-          f"(the whole error is in its traceback)")
-
-
 def client_options() -> dict:
   """The PJRT client's create options for the job this process joined
   (registration passes them to jax's register_plugin): its device count,
@@ -349,7 +331,7 @@ def _shutdown_at_exit() -> None:
   if not is_initialized():
     return
   if _uncaught and _await_earlier_failure() is None:
-    _myplugin.report_error(uncaught_reason(_uncaught[-1]))
+    _myplugin.report_error(f"exited with an uncaught exception: {_uncaught[-1]}"[:2000])
     return
   if _myplugin.failure() is None:
     try:
@@ -358,7 +340,11 @@ def _shutdown_at_exit() -> None:
     except RuntimeError as e:
       if not _fate_sharing:
         raise
-      print(f"myplugin: {e}", file=sys.stderr)
+      # The failure that interrupted it was just said whole in this
+      # process's notice (`seen by process N`): refer to it.
+      said = _myplugin.failure() is not None
+      print("myplugin: the shutdown barrier was interrupted by that failure" if said else f"myplugin: {e}",
+            file=sys.stderr)
   if _fate_sharing:
     # The job failed while this process was finishing: it must not exit 0.
     sys.stdout.flush()

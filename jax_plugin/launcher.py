@@ -77,6 +77,21 @@ DEFAULT_TEARDOWN_GRACE_S = 60.0
 # at load 5 (2 cores), where CULPRIT_GRACE_S killed it in 7 runs of 8.
 
 
+# How much of the job's failure reason the summary repeats: its start, then
+# a reference. The reason is said whole once in each rank's own output (the
+# culprit's traceback, the others' notice of the failure); a collective
+# mismatch's 300-character sentence appeared five times in the job's output.
+SUMMARY_REASON_CHARS = 120
+
+
+def short_reason(reason: str) -> str:
+  """`reason`'s first line, cut at SUMMARY_REASON_CHARS with a reference."""
+  first, _, rest = reason.partition("\n")
+  if len(first) <= SUMMARY_REASON_CHARS and not rest.strip():
+    return first
+  return f"{first[:SUMMARY_REASON_CHARS].rstrip()}… (in full above)"
+
+
 def _free_port() -> int:
   with socket.socket() as s:
     s.bind(("127.0.0.1", 0))
@@ -476,7 +491,7 @@ def _run_attempt(command, env, num_processes, service, deadline, interrupted, ti
   if culprit is not None:
     code = procs[culprit].returncode
     ended = [r for r, p in enumerate(procs) if r != culprit and p.returncode == _myplugin.FATE_SHARING_EXIT_CODE]
-    detail = f" ({why})" if why else ""
+    detail = f" ({short_reason(why)})" if why else ""
     bystanders = f"; ranks {ended} were ended because of it (exit code {_myplugin.FATE_SHARING_EXIT_CODE})" if ended else ""
     how = ("(still running after its failure: killed by myplugin-run)" if culprit in killed
            else _describe(code))

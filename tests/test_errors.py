@@ -54,14 +54,13 @@ def test_typed_leaves_other_errors_alone():
       raise other
 
 
-def test_an_uncaught_exception_is_reported_by_its_start():
-  """The service is told an uncaught exception's type and the start of its
-  message; the whole of a long one stays in the process's traceback."""
-  from jax_plugin.distributed import uncaught_reason
-  assert uncaught_reason("ValueError: bad step") == "exited with an uncaught exception: ValueError: bad step"
-  long = "JaxRuntimeError: FAILED_PRECONDITION: myplugin: collective mismatch: " + "x" * 300
-  said = uncaught_reason(long)
-  assert said.startswith("exited with an uncaught exception: JaxRuntimeError: FAILED_PRECONDITION: myplugin: "
-                         "collective mismatch: xxx") and said.endswith("… (the whole error is in its traceback)")
-  assert len(said) < 200
-  assert uncaught_reason("KeyError: 'a'\nmore lines").endswith("KeyError: 'a'… (the whole error is in its traceback)")
+def test_the_summary_repeats_a_long_reason_by_its_start():
+  """myplugin-run's summary says the start of a long failure reason and
+  refers to the rest, which each rank's own output says in full."""
+  from jax_plugin.launcher import short_reason
+  assert short_reason("process 1 failed: exited with an uncaught exception: ValueError: bad step") == \
+      "process 1 failed: exited with an uncaught exception: ValueError: bad step"
+  long = "process 1 failed: exited with an uncaught exception: JaxRuntimeError: collective mismatch: " + "x" * 300
+  said = short_reason(long)
+  assert said.startswith(long[:100]) and said.endswith("… (in full above)") and len(said) < 160
+  assert short_reason("KeyError: 'a'\nmore lines") == "KeyError: 'a'… (in full above)"

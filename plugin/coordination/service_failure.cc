@@ -2,9 +2,30 @@
 // lost connections, ended processes, and the job's failure that follows (DeclareFailure).
 #include "coordination/service_state.h"
 
+#include <algorithm>
+
 #include "coordination/messages.h"
 
 namespace myplugin::coordination {
+namespace {
+
+// The coordinator's log says a failure's start and refers to the rest: each
+// process's own output says it whole once (the culprit's traceback, the
+// others' notice of the failure), and under myplugin-run the log shares the
+// job's stream, where a collective mismatch's 300-character sentence
+// appeared five times. 120 characters, as myplugin-run's summary.
+constexpr size_t kLoggedReasonChars = 120;
+
+std::string LoggedReason(const std::string& reason) {
+  const std::string first = reason.substr(0, reason.find('\n'));
+  if (first.size() <= kLoggedReasonChars && first.size() == reason.size()) return reason;
+  size_t cut = std::min(first.size(), kLoggedReasonChars);
+  while (cut > 0 && (static_cast<unsigned char>(first[cut]) & 0xC0) == 0x80) --cut;  // a UTF-8 boundary
+  return first.substr(0, cut) + "… (in full in the processes' output)";
+}
+
+}  // namespace
+
 
 // --- shutdown and failure --------------------------------------------------
 
@@ -119,7 +140,7 @@ void ServiceState::DeclareFailure(int process_id, const std::string& reason_in, 
                         .WithFailure({FailureKind::kPeerFailure, at_fault, "", -1});
   failure_ = st;
   failed_process_ = process_id;
-  Log(st.message());
+  Log(LoggedReason(st.message()));
   msg::Failure note;
   note.process_id = static_cast<uint32_t>(process_id);
   note.reason = reason;
