@@ -41,8 +41,8 @@ def test_one_process_of_eight_devices(tmp_path):
 
 def test_two_processes_of_two_devices(tmp_path):
   ref = str(tmp_path / "cpu.{rank}.npz")
-  launch(2, 2, PROGRAM, ref, "--distributed", JAX_PLATFORMS="cpu", JAX_NUM_CPU_DEVICES="2")
+  launch(2, 2, PROGRAM, ref, "--distributed", timeout=300, JAX_PLATFORMS="cpu", JAX_NUM_CPU_DEVICES="2")
   ours = str(tmp_path / "mp.{rank}.npz")
-  launch(2, 2, PROGRAM, ours, "--distributed")
+  launch(2, 2, PROGRAM, ours, "--distributed", timeout=300)
   for rank in range(2):
     _compare(load(ours.format(rank=rank)), load(ref.format(rank=rank)), 2, 2)

@@ -107,11 +107,7 @@ ffi::Error BufferCallbackImpl(ffi::RemainingArgs args, ffi::RemainingRets rets, 
 
 }  // namespace
 
-void SetBufferCallbackDispatcher(PyObject* fn) {
-  Py_XINCREF(fn);
-  Py_XDECREF(dispatcher);
-  dispatcher = fn;
-}
+void SetBufferCallbackDispatcher(PyObject* fn) { ReplaceReference(dispatcher, fn); }
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginBufferCallback, BufferCallbackImpl,
                               ffi::Ffi::Bind().RemainingArgs().RemainingRets().Attr<uint64_t>("callback_id"));

@@ -148,11 +148,7 @@ ffi::Error HostCallbackImpl(ffi::RemainingArgs args, ffi::RemainingRets rets, ui
 
 }  // namespace
 
-void SetHostCallbackDispatcher(PyObject* fn) {
-  Py_XINCREF(fn);
-  Py_XDECREF(dispatcher);
-  dispatcher = fn;
-}
+void SetHostCallbackDispatcher(PyObject* fn) { ReplaceReference(dispatcher, fn); }
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginHostCallback, HostCallbackImpl,
                               ffi::Ffi::Bind().RemainingArgs().RemainingRets().Attr<uint64_t>("callback_id"));

@@ -2,6 +2,12 @@
 
 namespace myplugin::python {
 
+void ReplaceReference(PyObject*& slot, PyObject* value) {
+  Py_XINCREF(value);
+  Py_XDECREF(slot);
+  slot = value;
+}
+
 std::string Str(PyObject* o) {
   if (o == nullptr) return "";
   PyObject* s = PyObject_Str(o);

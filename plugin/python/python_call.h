@@ -36,6 +36,10 @@ class PyRef {
   PyObject* o_;
 };
 
+// `slot` takes a reference to `value` (null allowed) and drops the one it
+// held: a handler's Python dispatcher, replaced under the GIL.
+void ReplaceReference(PyObject*& slot, PyObject* value);
+
 // str(o), or a placeholder when it cannot be printed.
 std::string Str(PyObject* o);
 
