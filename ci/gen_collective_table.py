@@ -26,9 +26,11 @@ _HEAD = '''# Written by ci/gen_collective_table.py from _myplugin.collective_tab
 registers their handlers defines them: the names and attribute keys the
 rewrite emits. Attribute types: str (a quoted string), i64 (`N : i64`),
 i64[] (`dense<[...]> : tensor<Nxi64>`). Operands: any_number (one or more
-data operands), one, none; every form with data also takes operands after
-it that it does not read (they order the call). Results: one_per_operand,
-one, aliased (the first operand, in place)."""
+data operands), one, none, ragged (a ragged all-to-all's six: the output
+it updates, the data, input offsets, send sizes, the senders' (output
+offset, size) pairs, recv sizes); every form with data also takes operands
+after it that it does not read (they order the call). Results:
+one_per_operand, one, aliased (the first operand, in place)."""
 from __future__ import annotations
 
 from typing import NamedTuple

@@ -931,3 +931,59 @@ def test_on_gpus_a_matmul_closes_the_buckets():
   parses(host)
   parses(gpu)
   assert len(calls(host)) == 1 and len(calls(gpu)) == 2
+
+
+def _ragged_module(index="s32", k=4, rows="f32[6,3]{1,0}", groups="{{0,1},{2,3}}") -> str:
+  p = (f"  %x = f32[5,3]{{1,0}} parameter(0)\n  %o = {rows} parameter(1)\n"
+       + "".join(f"  %{a} = {index}[{k}]{{0}} parameter({i + 2})\n" for i, a in enumerate(("io", "ss", "oo", "rs"))))
+  # As the printer writes six operands: the sixth marked with its index.
+  return module(p + f"  ROOT %r = {rows} ragged-all-to-all(%x, %o, %io, %ss, %oo, /*index=5*/%rs), channel_id=1, "
+                f"replica_groups={groups}", header="num_partitions=4")
+
+
+def test_ragged_all_to_all_on_gpus():
+  """lax.ragged_all_to_all across processes on the CUDA engine: an
+  all-to-all of each device's (output offset, send size) pairs, over the
+  ragged call's groups, then our call on the output (in place), the data,
+  the input offsets, the send sizes, those pairs and the recv sizes, on the
+  collective stream; each device's part is checked and moved by the NCCL
+  handler (tests/cpp/ragged_all_to_all_tests.cc runs it against a stand-in
+  NCCL, every byte)."""
+  for index in ("s32", "s64"):
+    out = rewrite_module(_ragged_module(index), [[3, 2, 1, 0]], 4, runtime_device_ids=True, streams=True,
+                         widen_narrow_sums=False, engine="cuda")
+    parses(out)
+    assert "ragged-all-to-all" not in out
+    lines = [l.strip() for l in out.splitlines()]
+    exchange = next(l for l in lines if 'custom_call_target="myplugin_all_to_all"' in l)
+    ragged = next(l for l in lines if 'custom_call_target="myplugin_ragged_all_to_all"' in l)
+    # Partition ids {0,1},{2,3} are global devices {3,2},{1,0}.
+    for line in (exchange, ragged):
+      assert attr_ids(line, "replica_groups") == [3, 2, 1, 0] and "group_size = 2 : i64" in line
+    assert exchange.split(" = ")[1].startswith(f"{index}[4,2]{{1,0}} custom-call(")
+    assert "output_to_operand_aliasing={{}: (0, {})}" in ragged
+    assert f"operand_layout_constraints={{f32[6,3]{{1,0}}, f32[5,3]{{1,0}}, {index}[4]{{0}}, {index}[4]{{0}}, " \
+           f"{index}[4,2]{{1,0}}, {index}[4]{{0}}}}" in ragged
+    # The pairs: the output offsets beside the send sizes, as [K, 2].
+    entry = entry_lines(out)
+    concat = next(l for l in entry if " concatenate(" in l)
+    cols = re.search(r"concatenate\((\S+), (\S+)\), dimensions=\{1\}", concat).groups()
+    assert [next(l for l in entry if l.startswith(c + " ")).split("reshape(")[1] for c in cols] == ["%oo)", "%ss)"]
+    # The call reads the output, the data, the input offsets, the send sizes, the exchanged pairs, recv sizes.
+    call = next(l for l in entry if l.startswith("ROOT %r = "))
+    operands = re.search(r" call\(([^)]*)\)", call).group(1).split(", ")
+    assert operands[:4] == ["%o", "%x", "%io", "%ss"] and operands[5] == "%rs"
+    assert next(l for l in entry if l.startswith(operands[4] + " ")).split(" call(")[1].startswith(
+        concat.split(" = ")[0])
+
+
+@pytest.mark.parametrize("text,engine,what", [
+    (_ragged_module(), "cpu", r"XLA's CPU engine cannot run \(jax's CPU backend refuses it too\); myplugin runs "
+                              r"it on GPUs"),
+    (_ragged_module(index="f32"), "cuda", "four 1-D int32 or int64 arrays of one length"),
+    (_ragged_module(rows="f32[6,2]{1,0}"), "cuda", "rows like the operand's"),
+    (_ragged_module(k=3), "cuda", "3 offsets over groups of 2 devices"),
+], ids=["cpu", "float_offsets", "other_rows", "odd_offsets"])
+def test_ragged_all_to_all_refusals(text, engine, what):
+  with pytest.raises(UnsupportedProgram, match=what):
+    rewrite_module(text, [[0, 1, 2, 3]], 4, streams=engine == "cuda", engine=engine)

@@ -24,7 +24,7 @@ def device_groups(inst: Instruction, assignment: np.ndarray) -> list[list[int]]:
   groups = rg.parse(inst.attr("replica_groups"))
   has_channel = inst.attr("channel_id") is not None
   flattened = inst.attr("use_global_device_ids") == "true"
-  if inst.opcode in ("all-to-all",) and has_channel:
+  if inst.opcode in ("all-to-all", "ragged-all-to-all") and has_channel:
     mode = "partition"
   elif not has_channel:
     mode = "replica"

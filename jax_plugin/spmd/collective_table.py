@@ -4,9 +4,11 @@
 registers their handlers defines them: the names and attribute keys the
 rewrite emits. Attribute types: str (a quoted string), i64 (`N : i64`),
 i64[] (`dense<[...]> : tensor<Nxi64>`). Operands: any_number (one or more
-data operands), one, none; every form with data also takes operands after
-it that it does not read (they order the call). Results: one_per_operand,
-one, aliased (the first operand, in place)."""
+data operands), one, none, ragged (a ragged all-to-all's six: the output
+it updates, the data, input offsets, send sizes, the senders' (output
+offset, size) pairs, recv sizes); every form with data also takes operands
+after it that it does not read (they order the call). Results:
+one_per_operand, one, aliased (the first operand, in place)."""
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -44,6 +46,8 @@ ALL_TO_ALL = Target("myplugin_all_to_all", "all-to-all", "one", "one",
                     (REPLICA_GROUPS, GROUP_SIZE, FUNCTION), ("cpu", "cuda"))
 COLLECTIVE_PERMUTE = Target("myplugin_collective_permute", "collective-permute", "one", "one",
                             (DEVICE_GROUP, PAIRS, FUNCTION), ("cpu", "cuda"))
+RAGGED_ALL_TO_ALL = Target("myplugin_ragged_all_to_all", "ragged-all-to-all", "ragged", "aliased",
+                           (REPLICA_GROUPS, GROUP_SIZE, FUNCTION), ("cuda",))
 PARTITION_ID = Target("myplugin_partition_id", "partition-id", "none", "one",
                       (IDS,), ("cpu", "cuda"))
 REPLICA_ID = Target("myplugin_replica_id", "replica-id", "none", "one",
@@ -57,6 +61,7 @@ TARGETS = (
     ALL_GATHER,
     ALL_TO_ALL,
     COLLECTIVE_PERMUTE,
+    RAGGED_ALL_TO_ALL,
     PARTITION_ID,
     REPLICA_ID,
     ORDER_FENCE,

@@ -370,7 +370,7 @@ def local_program(dump_dir: str, options: bytes, assignment: list[list[int]], nu
                        "ignored xla_dump_large_constants, and this program cannot be compiled across processes")
   text = rewrite_module(partitioned, assignment, num_devices, order, fences=host, runtime_device_ids=True,
                         combine_threshold=combine_threshold(), form_reduce_scatters=form_reduce_scatters(),
-                        streams=not host, widen_narrow_sums=host)
+                        streams=not host, widen_narrow_sums=host, engine="cpu" if host else "cuda")
   if not order:
     # Every device of the program belongs to other processes: nothing runs
     # here (the rewrite above still refuses, on every process alike, what

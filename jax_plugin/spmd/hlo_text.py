@@ -180,6 +180,9 @@ def parse_instruction(line: str) -> Instruction | None:
 
 # The rewrite reads every line three times (names, computations, the rewrite
 # itself), and the compile rewrites a module once per device assignment.
+_INDEX_MARK = re.compile(r"^/\*index=[0-9]+\*/")
+
+
 @functools.lru_cache(maxsize=8192)
 def _instruction_fields(line: str) -> tuple | None:
   m = _ASSIGN.match(line)
@@ -199,9 +202,10 @@ def _instruction_fields(line: str) -> tuple | None:
   open_at = om.end() - 1
   close = matching(rest, open_at)
   # Older printers put each operand's shape before its name: keep the name.
-  # (A constant's "operand" is its literal: kept as it is.)
+  # (A constant's "operand" is its literal: kept as it is.) The printer marks
+  # every fifth operand with its index (`/*index=5*/%x`): not part of it.
   operands = [o.split()[-1] if " " in o and o.split()[-1].startswith("%") else o
-              for o in split_top_level(rest[open_at + 1:close - 1])]
+              for o in (_INDEX_MARK.sub("", o) for o in split_top_level(rest[open_at + 1:close - 1]))]
   tail = rest[close:].strip()
   if tail and not tail.startswith(","):
     raise HloTextError(f"cannot read the attributes of: {line.strip()[:200]}")

@@ -37,7 +37,7 @@ _REDUCTIONS = {"add": "sum", "multiply": "product", "maximum": "max", "minimum":
 # them among this process's devices only: wrong numbers, so refuse instead.
 _REFUSED = {
     "all-reduce-start", "all-reduce-done", "all-gather-start", "all-gather-done", "collective-permute-start",
-    "collective-permute-done", "collective-broadcast", "ragged-all-to-all", "send", "send-done", "recv",
+    "collective-permute-done", "collective-broadcast", "send", "send-done", "recv",
     "recv-done", "reduce-scatter-start", "async-start",
 }
 
@@ -45,7 +45,8 @@ _REFUSED = {
 # ASCII digits only: str.isdigit() also takes digits that int() does not read.
 _DIGITS = re.compile(r"[0-9]+")
 
-_COLLECTIVES = {"all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute"}
+_COLLECTIVES = {"all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute",
+                "ragged-all-to-all"}
 
 # The explicit stream our collective calls run on, on GPUs (`streams`): XLA
 # makes a call annotated with it an async pair (call-start/call-done) whose
@@ -96,8 +97,9 @@ class _Rewriter:
 
   def __init__(self, lines: list[str], assignment: np.ndarray, num_devices: int, local_order: list[int],
                fences: bool, runtime_device_ids: bool, combine_threshold: int, form_reduce_scatters: bool,
-               streams: bool, widen_narrow_sums: bool):
+               streams: bool, widen_narrow_sums: bool, engine: str):
     self.runtime_device_ids = runtime_device_ids
+    self.engine = engine
     self.streams = streams
     self.widen_narrow_sums = widen_narrow_sums
     # Computations that wrap a collective call on its stream, written before
@@ -148,13 +150,15 @@ class _Rewriter:
     return self.call_line(indent, name, shape.text(dims), [operand], [operand_shape], target, config, root)
 
   def call_line(self, indent, name, result: str, operands: list[str], shapes: list[ArrayShape], target,
-                config: dict[str, str], root=False, ordered_by: str | None = None) -> str:
+                config: dict[str, str], root=False, ordered_by: str | None = None, in_place: bool = False) -> str:
     """The custom call of `target` on `operands`, after the latest collective
     (`ordered_by`, the array that stands for it, becomes the latest). With
     streams, no such chain: the calls run in the schedule's order on their
     one stream, and the schedule is the same on every process (the module
     is, with runtime device ids); a chain would hold each call's start
-    until the one before it is done, and the compute beside it with it."""
+    until the one before it is done, and the compute beside it with it.
+    `in_place`: the result is the first operand's buffer (the engine copies
+    the operand first where it is still needed elsewhere)."""
     operands, shapes = list(operands), [s.text() for s in shapes]
     if self.last is not None and operands and not self.streams:
       operands.append(self.last)
@@ -163,8 +167,9 @@ class _Rewriter:
       self.last = ordered_by or name
     layouts = f", operand_layout_constraints={{{', '.join(shapes)}}}" if operands else ""
     cfg = ", ".join(f"{k} = {v}" for k, v in sorted({**config, table.FUNCTION.key: f'"{self.function}"'}.items()))
+    aliasing = ", output_to_operand_aliasing={{}: (0, {})}" if in_place else ""
     def call(args: list[str]) -> str:
-      return (f"custom-call({', '.join(args)}), custom_call_target=\"{target}\"{layouts}, "
+      return (f"custom-call({', '.join(args)}), custom_call_target=\"{target}\"{layouts}{aliasing}, "
               f"api_version=API_VERSION_TYPED_FFI, backend_config={{{cfg}}}")
     if not (self.streams and operands):
       return f"{indent}{'ROOT ' if root else ''}{name} = {result} {call(operands)}"
@@ -402,6 +407,8 @@ class _Rewriter:
                             table.ALL_TO_ALL.name, config, inst.name, inst.root)
     if op == "collective-permute":
       return [self.collective_permute(inst)]
+    if op == "ragged-all-to-all":
+      return self.ragged_all_to_all(inst)
     if op in ("partition-id", "replica-id"):
       return self.device_id(inst)
     if op in _REFUSED or (op.startswith("all-") and op not in ("all-reduce", "all-gather", "all-to-all")):
@@ -457,6 +464,52 @@ class _Rewriter:
     shape = _array_result(inst)
     return self.custom_call(inst.indent, inst.name, shape, None, inst.operands[0], self.operand_shape(inst, 0),
                             table.COLLECTIVE_PERMUTE.name, config, inst.root)
+
+  def ragged_all_to_all(self, inst: Instruction) -> list[str]:
+    """jax's lax.ragged_all_to_all: first an all-to-all of each device's
+    (output offset, send size) pairs, which tells each receiver where each
+    slice it gets goes and how long it is (as jax documents the receive
+    side); then our call on the output (in place), the data, the input
+    offsets, the send sizes, those pairs and the recv sizes, which checks
+    them all and moves the slices (collectives/ragged_plan.h)."""
+    if self.engine not in table.RAGGED_ALL_TO_ALL.engines:
+      raise UnsupportedProgram(
+          f"the program uses lax.ragged_all_to_all ({inst.opcode} {inst.name}), which XLA's CPU engine cannot run "
+          f"(jax's CPU backend refuses it too); myplugin runs it on GPUs. On CPUs, exchange padded blocks with "
+          f"lax.all_to_all instead")
+    if len(inst.operands) != 6:
+      raise UnsupportedProgram(f"{inst.opcode} {inst.name} has {len(inst.operands)} operands, not XLA's six")
+    data, output, *index = [self.operand_shape(inst, i) for i in range(6)]
+    result = _array_result(inst)
+    k = index[0].dims[0] if len(index[0].dims) == 1 else 0
+    if not data.dims or result != output or output.dtype != data.dtype or output.dims[1:] != data.dims[1:] or \
+        any(x.dtype != index[0].dtype or x.dims != (k,) for x in index) or index[0].dtype not in ("s32", "s64"):
+      raise UnsupportedProgram(
+          f"{inst.opcode} {inst.name} of {', '.join(s.text() for s in (data, output, *index))}: not the shapes "
+          f"of lax.ragged_all_to_all (an output like the result, rows like the operand's, and four 1-D int32 or "
+          f"int64 arrays of one length)")
+    config = self.grouped_config(inst)
+    group_size = len(device_groups(inst, self.assignment)[0])
+    if k % group_size:
+      raise UnsupportedProgram(f"{inst.opcode} {inst.name}: {k} offsets over groups of {group_size} devices; "
+                               f"lax.ragged_all_to_all needs a multiple of the axis size")
+    io, ss, oo, rs = inst.operands[2:]
+    column = ArrayShape(index[0].dtype, (k, 1))
+    pairs_shape = ArrayShape(index[0].dtype, (k, 2))
+    at, sizes, pairs, got = (self.fresh(inst.name) for _ in range(4))
+    self.shapes[pairs] = pairs_shape
+    lines = [
+        f"{inst.indent}{at} = {column.text()} reshape({oo})",
+        f"{inst.indent}{sizes} = {column.text()} reshape({ss})",
+        f"{inst.indent}{pairs} = {pairs_shape.text()} concatenate({at}, {sizes}), dimensions={{1}}",
+        self.custom_call(inst.indent, got, pairs_shape, None, pairs, pairs_shape, table.ALL_TO_ALL.name, config),
+    ]
+    operands = [inst.operands[1], inst.operands[0], io, ss, got, rs]
+    shapes = [output, data, index[0], index[1], pairs_shape, index[3]]
+    self.shapes[inst.name] = result
+    lines.append(self.call_line(inst.indent, inst.name, result.text(), operands, shapes,
+                                table.RAGGED_ALL_TO_ALL.name, config, inst.root, in_place=True))
+    return lines
 
   def ordered_call(self, inst: Instruction) -> list[str]:
     """A loop, branch or call whose computations communicate: it starts after
@@ -583,7 +636,8 @@ def _local_header(line: str) -> str:
 
 def rewrite_module(text: str, assignment, num_devices: int, local_order=None, fences: bool = True,
                    runtime_device_ids: bool = False, combine_threshold: int = 0,
-                   form_reduce_scatters: bool = True, streams: bool = False, widen_narrow_sums: bool = True) -> str:
+                   form_reduce_scatters: bool = True, streams: bool = False, widen_narrow_sums: bool = True,
+                   engine: str = "cpu") -> str:
   """`text` (a partitioned module) with myplugin's collectives.
 
   assignment: [replicas][partitions] global device ids, as compiled.
@@ -606,10 +660,12 @@ def rewrite_module(text: str, assignment, num_devices: int, local_order=None, fe
     beside the compute stream; see _COLLECTIVE_STREAM).
   widen_narrow_sums: bf16 and f16 sums and products run in f32, rounded
     once, as XLA's CPU engine runs them (carried_types.py; not on GPUs).
+  engine: the engine the module is for ("cpu" or "cuda"): a collective only
+    one engine has a handler for is refused on the other.
   """
   lines = lines_of(text)
   da = np.asarray(assignment, dtype=np.int64).reshape(len(assignment), -1)
   order = [int(d) for d in da.reshape(-1)] if local_order is None else [int(d) for d in local_order]
   return "\n".join(_Rewriter(lines, da, num_devices, order, fences, runtime_device_ids,
                                  combine_threshold, form_reduce_scatters, streams,
-                                 widen_narrow_sums).run()) + "\n"
+                                 widen_narrow_sums, engine).run()) + "\n"

@@ -16,6 +16,7 @@ const char* Name(Operands operands) {
     case Operands::kAnyNumber: return "any_number";
     case Operands::kOne: return "one";
     case Operands::kNone: return "none";
+    case Operands::kRagged: return "ragged";
   }
   return "?";
 }

@@ -46,8 +46,13 @@ enum class Operands : uint8_t {
   kAnyNumber,  // one or more data operands: the rewrite combines a bucket into one call (combined_operands.h)
   kOne,        // one data operand
   kNone,
+  // A ragged all-to-all's six: the output it updates, the data, the input
+  // offsets, the send sizes, the senders' (output offset, size) pairs of
+  // every slice this device receives (an all-to-all of the senders' arrays
+  // before the call), the recv sizes (ragged_plan.h).
+  kRagged,
 };
-const char* Name(Operands operands);  // "any_number", "one", "none"
+const char* Name(Operands operands);  // "any_number", "one", "none", "ragged"
 
 enum class Results : uint8_t {
   kOnePerOperand,  // one per data operand, of its element type (a tuple when several)
@@ -94,6 +99,11 @@ inline constexpr CollectiveTarget kAllToAll{
 inline constexpr CollectiveTarget kCollectivePermute{
     "COLLECTIVE_PERMUTE", "myplugin_collective_permute", "collective-permute", Operands::kOne, Results::kOne,
     {&kDeviceGroup, &kPairs, &kFunction}, kHostEngine | kCudaEngine};
+// jax's lax.ragged_all_to_all (MoE token exchanges). On GPUs only: XLA's
+// CPU engine has no ragged all-to-all, and jax's CPU backend refuses it too.
+inline constexpr CollectiveTarget kRaggedAllToAll{
+    "RAGGED_ALL_TO_ALL", "myplugin_ragged_all_to_all", "ragged-all-to-all", Operands::kRagged, Results::kAliased,
+    {&kReplicaGroups, &kGroupSize, &kFunction}, kCudaEngine};
 // partition-id and replica-id find the device's global id at run time, so
 // the module stays the same on every process (a compilation cache entry;
 // on GPUs also the same schedule, so the same order of collectives).
@@ -109,8 +119,8 @@ inline constexpr CollectiveTarget kReplicaId{
 inline constexpr CollectiveTarget kOrderFence{
     "ORDER_FENCE", "myplugin_order_fence", "", Operands::kOne, Results::kAliased, {}, kHostEngine};
 
-inline constexpr std::array<const CollectiveTarget*, 8> kCollectiveTargets = {
-    &kAllReduce, &kReduceScatter, &kAllGather, &kAllToAll, &kCollectivePermute, &kPartitionId, &kReplicaId,
-    &kOrderFence};
+inline constexpr std::array<const CollectiveTarget*, 9> kCollectiveTargets = {
+    &kAllReduce, &kReduceScatter, &kAllGather, &kAllToAll, &kCollectivePermute, &kRaggedAllToAll, &kPartitionId,
+    &kReplicaId, &kOrderFence};
 
 }  // namespace myplugin::collectives

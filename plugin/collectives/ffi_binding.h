@@ -46,6 +46,17 @@ auto BindOperands(Binding&& leading) {
     return std::move(leading).RemainingArgs().RemainingRets();
   } else if constexpr (target.operands == Operands::kOne) {
     return std::move(leading).template Arg<xla::ffi::AnyBuffer>().RemainingArgs().template Ret<xla::ffi::AnyBuffer>();
+  } else if constexpr (target.operands == Operands::kRagged) {
+    using xla::ffi::AnyBuffer;
+    return std::move(leading)
+        .template Arg<AnyBuffer>()
+        .template Arg<AnyBuffer>()
+        .template Arg<AnyBuffer>()
+        .template Arg<AnyBuffer>()
+        .template Arg<AnyBuffer>()
+        .template Arg<AnyBuffer>()
+        .RemainingArgs()
+        .template Ret<AnyBuffer>();
   } else {
     static_assert(target.results == Results::kOne, "a call of no operands has one result");
     return std::move(leading).template Ret<xla::ffi::AnyBuffer>();

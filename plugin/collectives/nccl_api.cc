@@ -63,11 +63,25 @@ StatusOr<NcclApi> NcclApi::Load(const std::string& path, const std::string& driv
     return FailedPrecondition("cannot load the CUDA driver (" + driver_path + ") for NCCL collectives: " +
                               (why ? why : "unknown error") + " (is an NVIDIA driver installed?)");
   }
-  api.MemsetD8Async = reinterpret_cast<decltype(api.MemsetD8Async)>(dlsym(driver, "cuMemsetD8Async"));
-  api.MemsetD32Async = reinterpret_cast<decltype(api.MemsetD32Async)>(dlsym(driver, "cuMemsetD32Async"));
-  if (api.MemsetD8Async == nullptr || api.MemsetD32Async == nullptr) {
-    return FailedPrecondition(driver_path + " has no cuMemsetD8Async or cuMemsetD32Async: not a CUDA driver");
-  }
+  // Each by the symbol cuda.h maps its name to (cuMemcpyDtoHAsync is
+  // cuMemcpyDtoHAsync_v2): the one whose signature the pointer's type is.
+  Status no_driver;
+  auto driver_entry = [&](auto& fn, const char* symbol) {
+    fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(driver, symbol));
+    if (fn == nullptr && no_driver.ok()) {
+      no_driver = FailedPrecondition(driver_path + " has no " + symbol + ": not a CUDA driver");
+    }
+  };
+#define MYPLUGIN_SYMBOL_TEXT(name) #name
+#define MYPLUGIN_SYMBOL(name) MYPLUGIN_SYMBOL_TEXT(name)
+  driver_entry(api.MemsetD8Async, MYPLUGIN_SYMBOL(cuMemsetD8Async));
+  driver_entry(api.MemsetD32Async, MYPLUGIN_SYMBOL(cuMemsetD32Async));
+  driver_entry(api.MemcpyDtoHAsync, MYPLUGIN_SYMBOL(cuMemcpyDtoHAsync));
+  driver_entry(api.MemcpyDtoDAsync, MYPLUGIN_SYMBOL(cuMemcpyDtoDAsync));
+  driver_entry(api.StreamSynchronize, MYPLUGIN_SYMBOL(cuStreamSynchronize));
+#undef MYPLUGIN_SYMBOL
+#undef MYPLUGIN_SYMBOL_TEXT
+  if (!no_driver.ok()) return no_driver;
   return api;
 }
 

@@ -48,6 +48,13 @@ struct NcclApi {
   // And the device's partition-id or replica-id, written as one 32-bit
   // value on the stream (the rewrite's calls of them on GPUs).
   decltype(&cuMemsetD32Async) MemsetD32Async = nullptr;
+  // A ragged all-to-all's offsets and sizes, read on the host before its
+  // transfers are enqueued (they size them), as XLA's own does: copied on
+  // the call's stream, which the host then waits for; and its output copied
+  // into the result where the engine gave the two different buffers.
+  decltype(&cuMemcpyDtoHAsync) MemcpyDtoHAsync = nullptr;
+  decltype(&cuMemcpyDtoDAsync) MemcpyDtoDAsync = nullptr;
+  decltype(&cuStreamSynchronize) StreamSynchronize = nullptr;
   // The process's NCCL_HOSTID (NCCL's own variable; read with the settings,
   // common/settings.h), named when NCCL refuses two ranks on one GPU.
   std::string host_id;

@@ -372,4 +372,33 @@ Status NcclCommunicator::CollectivePermute(const void* send, void* recv, size_t 
   return st.ok() ? end : st;
 }
 
+Status NcclCommunicator::RaggedAllToAll(const void* send, void* recv, DataType type, const RaggedPlan& plan,
+                                        cudaStream_t stream) {
+  const InCall call(this);
+  const auto started = Clock::now();
+  MYPLUGIN_RETURN_IF_ERROR(Guard(started));
+  const size_t element = ByteSize(type);
+  size_t sent = 0;
+  for (const RaggedTransfer& t : plan.sends) sent += t.count;
+  Enqueuing("ragged all-to-all (ncclSend/ncclRecv)", sent, type);
+  MYPLUGIN_RETURN_IF_ERROR(Checked(api_.GroupStart(), "ncclGroupStart", started));
+  // A peer's slices go in slice order on both sides: NCCL matches the
+  // sends and receives between two ranks in the order they are issued.
+  Status st;
+  for (const RaggedTransfer& t : plan.sends) {
+    if (!st.ok()) break;
+    st = Checked(api_.Send(static_cast<const char*>(send) + t.offset * element, t.count * element, ncclUint8, t.peer,
+                           comm_, stream),
+                 "ncclSend", started);
+  }
+  for (const RaggedTransfer& t : plan.recvs) {
+    if (!st.ok()) break;
+    st = Checked(api_.Recv(static_cast<char*>(recv) + t.offset * element, t.count * element, ncclUint8, t.peer,
+                           comm_, stream),
+                 "ncclRecv", started);
+  }
+  Status end = Checked(api_.GroupEnd(), "ncclGroupEnd", started);
+  return st.ok() ? end : st;
+}
+
 }  // namespace myplugin::collectives

@@ -32,6 +32,7 @@
 #include "collectives/dtype.h"
 #include "collectives/nccl_api.h"
 #include "collectives/nccl_watchdog.h"
+#include "collectives/ragged_plan.h"
 #include "common/status.h"
 
 namespace myplugin::collectives {
@@ -112,6 +113,9 @@ class NcclCommunicator {
   // send_to / recv_from: ranks, or -1.
   Status CollectivePermute(const void* send, void* recv, size_t count, DataType type, int send_to, int recv_from,
                            cudaStream_t stream);
+  // A ragged all-to-all's transfers (ragged_plan.h), as one group of
+  // sends and receives.
+  Status RaggedAllToAll(const void* send, void* recv, DataType type, const RaggedPlan& plan, cudaStream_t stream);
   // Runs `enqueue` (calls of the methods above) as one NCCL group: a
   // combined collective's operands go out as one launch.
   Status Group(const std::function<Status()>& enqueue);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <string_view>
@@ -225,6 +226,83 @@ Status EnqueueCombined(NcclCommunicator& comm, CollectiveOp op, const std::vecto
 
 namespace {
 
+Status CheckedCuda(CUresult result, const std::string& what) {
+  if (result == CUDA_SUCCESS) return OkStatus();
+  return Internal(what + " failed (CUDA error " + std::to_string(static_cast<int>(result)) + ")");
+}
+
+}  // namespace
+
+Status RunRaggedAllToAll(const RaggedCall& c, cudaStream_t stream, NcclDeviceGroups* device_groups) {
+  if (device_groups == nullptr) {
+    StatusOr<NcclDeviceGroups*> found = DeviceGroups();
+    if (!found.ok()) return found.status();
+    device_groups = found.value();
+  }
+  const NcclApi& api = device_groups->api();
+  if (c.index_type != DataType::kS32 && c.index_type != DataType::kS64) {
+    return InvalidArgument(std::string("ragged_all_to_all's offsets and sizes are ") + Name(c.index_type) +
+                           "; they must be int32 or int64");
+  }
+  const CUstream on = reinterpret_cast<CUstream>(stream);
+  const size_t output_bytes = static_cast<size_t>(c.output_rows) * c.row_elements * ByteSize(c.type);
+  if (c.result != c.output && output_bytes > 0) {
+    MYPLUGIN_RETURN_IF_ERROR(CheckedCuda(api.MemcpyDtoDAsync(reinterpret_cast<CUdeviceptr>(c.result),
+                                                             reinterpret_cast<CUdeviceptr>(c.output), output_bytes, on),
+                                         "cuMemcpyDtoDAsync of a ragged all-to-all's output"));
+  }
+  const size_t index_bytes = ByteSize(c.index_type);
+  std::vector<char> host(5 * c.k * index_bytes);
+  const void* arrays[] = {c.input_offsets, c.send_sizes, c.sender_pairs, c.recv_sizes};
+  const size_t lengths[] = {c.k, c.k, 2 * c.k, c.k};
+  size_t at = 0;
+  for (int i = 0; i < 4; ++i) {
+    const size_t bytes = lengths[i] * index_bytes;
+    if (bytes > 0) {
+      MYPLUGIN_RETURN_IF_ERROR(CheckedCuda(api.MemcpyDtoHAsync(host.data() + at,
+                                                               reinterpret_cast<CUdeviceptr>(arrays[i]), bytes, on),
+                                           "cuMemcpyDtoHAsync of a ragged all-to-all's offsets and sizes"));
+    }
+    at += bytes;
+  }
+  MYPLUGIN_RETURN_IF_ERROR(CheckedCuda(api.StreamSynchronize(on), "cuStreamSynchronize before a ragged all-to-all"));
+  auto read = [&](size_t first, size_t count) {
+    std::vector<int64_t> values(count);
+    for (size_t i = 0; i < count; ++i) {
+      const char* p = host.data() + (first + i) * index_bytes;
+      if (c.index_type == DataType::kS32) {
+        int32_t v;
+        std::memcpy(&v, p, sizeof v);
+        values[i] = v;
+      } else {
+        std::memcpy(&values[i], p, sizeof values[i]);
+      }
+    }
+    return values;
+  };
+  RaggedArrays arrays_read{read(0, c.k), read(c.k, c.k), read(2 * c.k, 2 * c.k), read(4 * c.k, c.k)};
+  const int me = LocationOf(c.ordinal).global_id;
+  int rank = -1;
+  for (size_t i = 0; i < c.device_group.size(); ++i) {
+    if (c.device_group[i] == me) rank = static_cast<int>(i);
+  }
+  StatusOr<RaggedPlan> plan = PlanRaggedAllToAll(arrays_read, rank, static_cast<int>(c.device_group.size()),
+                                                 c.input_rows, c.output_rows, c.row_elements);
+  if (!plan.ok()) return plan.status();
+  NcclCallSite call{c.ordinal,
+                    c.device_group,
+                    CollectiveOp::kRaggedAllToAll,
+                    Reduction::kNone,
+                    c.type,
+                    static_cast<size_t>(c.input_rows) * c.row_elements,
+                    HashInts({c.output_rows, static_cast<int64_t>(c.row_elements), static_cast<int64_t>(c.k)})};
+  return RunNccl(call, [&](NcclCommunicator& comm) {
+    return comm.RaggedAllToAll(c.input, c.result, c.type, plan.value(), stream);
+  }, device_groups);
+}
+
+namespace {
+
 template <typename Enqueue>
 ffi::Error Grouped(cudaStream_t stream, int32_t ordinal, ffi::AnyBuffer x, CollectiveOp op,
                    std::string_view reduction, ffi::Span<const int64_t> groups, int64_t group_size,
@@ -317,6 +395,46 @@ ffi::Error CollectivePermuteImpl(cudaStream_t stream, int32_t ordinal, ffi::AnyB
   }));
 }
 
+// A ragged all-to-all slices the leading dimension (jax's ragged_all_to_all):
+// the elements of one row are those of the other dimensions.
+size_t RowElements(const ffi::AnyBuffer& x) {
+  size_t n = 1;
+  auto dims = x.dimensions();
+  for (size_t i = 1; i < dims.size(); ++i) n *= static_cast<size_t>(dims[i]);
+  return n;
+}
+
+ffi::Error RaggedAllToAllImpl(cudaStream_t stream, int32_t ordinal, ffi::AnyBuffer output, ffi::AnyBuffer input,
+                              ffi::AnyBuffer input_offsets, ffi::AnyBuffer send_sizes, ffi::AnyBuffer sender_pairs,
+                              ffi::AnyBuffer recv_sizes, ffi::RemainingArgs, ffi::Result<ffi::AnyBuffer> result,
+                              ffi::Span<const int64_t> groups, int64_t group_size, std::string_view function) {
+  FunctionScope scope(function);
+  StatusOr<GroupedCall> decoded = DecodeGrouped(ordinal, input.element_type(), "", groups, group_size);
+  if (!decoded.ok()) return ToFfi(decoded.status());
+  StatusOr<DataType> index_type = FromFfi(input_offsets.element_type());
+  if (!index_type.ok()) return ToFfi(index_type.status());
+  const size_t k = input_offsets.element_count();
+  if (output.element_type() != input.element_type() || output.dimensions().size() != input.dimensions().size() ||
+      input.dimensions().size() == 0 || send_sizes.element_count() != k || recv_sizes.element_count() != k ||
+      sender_pairs.element_count() != 2 * k || send_sizes.element_type() != input_offsets.element_type() ||
+      sender_pairs.element_type() != input_offsets.element_type() ||
+      recv_sizes.element_type() != input_offsets.element_type()) {
+    return ToFfi(InvalidArgument("a ragged all-to-all's operands do not fit together: the output and the input are "
+                                 "arrays of one type and rank, and the offsets and sizes as many integers each "
+                                 "(the rewrite writes them so)"));
+  }
+  const size_t row_elements = RowElements(input);
+  if (RowElements(output) != row_elements) {
+    return ToFfi(InvalidArgument("a ragged all-to-all's input and output rows differ in size"));
+  }
+  const int64_t input_rows = input.dimensions()[0], output_rows = output.dimensions()[0];
+  RaggedCall call{ordinal, decoded.value().device_group, decoded.value().type, input.untyped_data(), input_rows,
+                  output.untyped_data(), result->untyped_data(), output_rows, row_elements,
+                  input_offsets.untyped_data(), send_sizes.untyped_data(), sender_pairs.untyped_data(),
+                  recv_sizes.untyped_data(), index_type.value(), k};
+  return ToFfi(RunRaggedAllToAll(call, stream));
+}
+
 // partition-id and replica-id: the device's entry of the table, written into
 // the result on the stream, so that the module is the same on every process
 // (and so compiles to the same schedule everywhere: the order of the
@@ -351,6 +469,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginNcclAllGather, AllGatherImpl, Bind<kAllGat
 XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginNcclAllToAll, AllToAllImpl, Bind<kAllToAll>(Leading()));
 XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginNcclCollectivePermute, CollectivePermuteImpl,
                               Bind<kCollectivePermute>(Leading()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginNcclRaggedAllToAll, RaggedAllToAllImpl, Bind<kRaggedAllToAll>(Leading()));
 XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginCudaPartitionId, DeviceIdImpl, Bind<kPartitionId>(Leading()));
 XLA_FFI_DEFINE_HANDLER_SYMBOL(MypluginCudaReplicaId, DeviceIdImpl, Bind<kReplicaId>(Leading()));
 
@@ -361,6 +480,7 @@ std::vector<std::pair<std::string, void*>> NcclFfiHandlers() {
       {kAllGather.name, reinterpret_cast<void*>(&MypluginNcclAllGather)},
       {kAllToAll.name, reinterpret_cast<void*>(&MypluginNcclAllToAll)},
       {kCollectivePermute.name, reinterpret_cast<void*>(&MypluginNcclCollectivePermute)},
+      {kRaggedAllToAll.name, reinterpret_cast<void*>(&MypluginNcclRaggedAllToAll)},
       {kPartitionId.name, reinterpret_cast<void*>(&MypluginCudaPartitionId)},
       {kReplicaId.name, reinterpret_cast<void*>(&MypluginCudaReplicaId)},
   };

@@ -107,6 +107,33 @@ Status RunNccl(const NcclCallSite& call, const std::function<Status(NcclCommunic
 Status EnqueueCombined(NcclCommunicator& comm, CollectiveOp op, const std::vector<CombinedOperand>& operands,
                        Reduction reduction, size_t group_size, cudaStream_t stream);
 
+// A ragged all-to-all on one device: the handler's work once its operands
+// are decoded. Device pointers throughout; the offsets and sizes are of
+// `index_type` (s32 or s64), `k` each, the pairs 2k.
+struct RaggedCall {
+  int ordinal;
+  std::vector<int> device_group;  // global device ids, rank order
+  DataType type;                   // the data's
+  const void* input;
+  int64_t input_rows;
+  const void* output;  // the array the received slices update
+  void* result;        // the engine aliases it to `output`; copied into where it does not
+  int64_t output_rows;
+  size_t row_elements;
+  const void* input_offsets;
+  const void* send_sizes;
+  const void* sender_pairs;
+  const void* recv_sizes;
+  DataType index_type;
+  size_t k;
+};
+
+// Copies the offsets and sizes to the host and waits for them (they size
+// the transfers, as in XLA's own), checks them (ragged_plan.h), then runs
+// the call (RunNccl) with the transfers as one NCCL group. A bad offset or
+// size is an error before anything is enqueued.
+Status RunRaggedAllToAll(const RaggedCall& call, cudaStream_t stream, NcclDeviceGroups* device_groups = nullptr);
+
 // (target name, XLA_FFI_Handler*) of every handler.
 std::vector<std::pair<std::string, void*>> NcclFfiHandlers();
 

@@ -15,6 +15,7 @@ const char* Name(CollectiveOp op) {
     case CollectiveOp::kBarrier: return "barrier";
     case CollectiveOp::kSend: return "send";
     case CollectiveOp::kReceive: return "receive";
+    case CollectiveOp::kRaggedAllToAll: return "ragged-all-to-all";
   }
   return "?";
 }

@@ -16,6 +16,8 @@ enum class CollectiveOp : uint8_t {
   kAllReduce = 1, kAllGather, kReduceScatter, kAllToAll, kCollectivePermute, kBarrier,
   // The two sides of a transfer between two processes (transfer_endpoint.h).
   kSend, kReceive,
+  // A ragged all-to-all (NCCL only: ragged_plan.h).
+  kRaggedAllToAll,
 };
 const char* Name(CollectiveOp op);
 

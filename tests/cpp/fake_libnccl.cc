@@ -7,9 +7,9 @@
 // use of one already ended is counted, and
 // a "kernel in flight" (myplugin_fake_nccl_wait_kernel) ends only when its
 // communicator is aborted, as a real one whose peer died does. It also
-// stands in for the CUDA driver's cuMemsetD8Async and cuMemsetD32Async
-// (NcclApi::Load's driver_path), which fill host memory: the stand-in's
-// "device" memory.
+// stands in for the CUDA driver's entry points (NcclApi::Load's
+// driver_path: fills, copies, a stream's synchronization) on host memory:
+// the stand-in's "device" memory.
 // Built twice, as an NCCL older than the minimum and as one new enough.
 #include <cuda.h>
 #include <nccl.h>
@@ -177,5 +177,17 @@ CUresult cuMemsetD32Async(CUdeviceptr dst, unsigned int value, size_t count, CUs
   for (size_t i = 0; i < count; ++i) out[i] = value;
   return CUDA_SUCCESS;
 }
+
+// cuda.h names these cuMemcpyDtoHAsync_v2 and cuMemcpyDtoDAsync_v2: the
+// symbols NcclApi::Load looks up.
+CUresult cuMemcpyDtoHAsync(void* dst, CUdeviceptr src, size_t bytes, CUstream) {
+  std::memcpy(dst, reinterpret_cast<const void*>(src), bytes);
+  return CUDA_SUCCESS;
+}
+CUresult cuMemcpyDtoDAsync(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream) {
+  std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), bytes);
+  return CUDA_SUCCESS;
+}
+CUresult cuStreamSynchronize(CUstream) { return CUDA_SUCCESS; }
 
 }  // extern "C"

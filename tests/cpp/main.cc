@@ -45,6 +45,7 @@ int main(int argc, char** argv) {
   RunHugePagesTests();
   RunTcpLinksTests();
   bool nccl = RunNcclTests();
+  RunRaggedAllToAllTests();
   std::printf("NCCL backend tests: %s\n", nccl ? "ran" : "not built (no NCCL headers)");
   std::printf("%d passed, %d failed\n", unit::passes, unit::failures);
   return unit::failures == 0 ? 0 : 1;

@@ -35,6 +35,8 @@ void RunBufferCaptureTests();
 void RunBufferHoldsTests();
 void RunGilAwareMutexTests();
 void RunTransferEndpointTests();
+// The plan always; the whole call where the NCCL backend is built.
+void RunRaggedAllToAllTests();
 // False when the NCCL backend is not built.
 bool RunNcclTests();
 // One process of the NCCL tests' four on one GPU (main's --nccl-share-child).
