@@ -21,6 +21,9 @@ The programs (bf16), on `1x2x4` (2 hosts x 4 GPUs) by default:
   dp12         a data-parallel MLP step of 12 parameter arrays
   pipeline     a pipeline loop: 16 steps of a stage's matmul and a shift
                to the next stage (collective-permute, non-cyclic)
+  moe          an expert-parallel MoE layer (bench/moe_layer.py): 4096
+               tokens a device, D 2048, F 8192, one expert a device, tokens
+               dispatched and returned with lax.ragged_all_to_all
 
 usage: python bench/gpu_schedule.py [--gpu h100] [--topology 1x2x4] [--programs fsdp4,...] [--out table.md]
                                    [--check-bytes]
@@ -43,7 +46,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from procs import kill_groups  # noqa: E402
 
-PROGRAMS = ("fsdp4", "fsdp8_remat", "megatron", "dp12", "pipeline")
+PROGRAMS = ("fsdp4", "fsdp8_remat", "megatron", "dp12", "pipeline", "moe")
 
 
 def _programs(devices, names):
@@ -105,6 +108,13 @@ def _programs(devices, names):
     f = jax.jit(jax.shard_map(stages, mesh=mesh, in_specs=(P("stage"), P("stage")), out_specs=P("stage")))
     spec = NamedSharding(mesh, P("stage"))
     out["pipeline"] = (f, (arg((n, 4096, 4096), spec), arg((n, 2048, 4096), spec)))
+  if "moe" in names:
+    import moe_layer
+    mesh = Mesh(np.array(devices), ("e",))
+    rows = NamedSharding(mesh, P("e"))
+    out["moe"] = (moe_layer.layer(mesh, "e", capacity=2 * 4096),
+                  (arg((4096 * n, 2048), rows), jax.ShapeDtypeStruct((4096 * n,), jnp.int32, sharding=rows),
+                   arg((n, 2048, 8192), rows), arg((n, 8192, 2048), rows)))
   return out
 
 

@@ -11,7 +11,9 @@ as many times as its known trip count.
 
 Ring bytes a device, as nccl-tests counts bus bytes: all-reduce of S bytes
 over n devices 2(n-1)/n S; all-gather (S its result), reduce-scatter (S its
-operand) and all-to-all (n-1)/n S; collective-permute S.
+operand) and all-to-all (n-1)/n S; collective-permute S; ragged all-to-all
+(n-1)/n of its data operand, as if the run's routing spread it evenly (its
+real bytes are the run's).
 """
 from __future__ import annotations
 
@@ -21,10 +23,11 @@ import re
 
 _ELEMENT_BYTES = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2, "bf16": 2, "s32": 4, "u32": 4,
                   "f32": 4, "s64": 8, "u64": 8, "f64": 8, "c64": 8, "c128": 16, "f8e4m3fn": 1, "f8e5m2": 1}
-_XLA_KINDS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
+_XLA_KINDS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute",
+              "ragged-all-to-all")
 _OURS = {"myplugin_all_reduce": "all-reduce", "myplugin_all_gather": "all-gather",
          "myplugin_reduce_scatter": "reduce-scatter", "myplugin_all_to_all": "all-to-all",
-         "myplugin_collective_permute": "collective-permute"}
+         "myplugin_collective_permute": "collective-permute", "myplugin_ragged_all_to_all": "ragged-all-to-all"}
 _GEMM_TARGETS = ("__cublas$gemm", "__cublas$lt$matmul")
 
 _ASSIGN = re.compile(r"^\s*(?:ROOT\s+)?(%?[\w.\-]+)\s*=\s*(.*)$")
@@ -186,6 +189,11 @@ def analyse(text: str, num_devices: int) -> Schedule:
     chosen = results if kind == "all-gather" else operands
     if kind == "collective-permute":
       chosen = chosen[:1]
+    if kind == "ragged-all-to-all":
+      # Its bytes are the run's routing: counted as its whole data operand
+      # spread evenly (XLA's operand 0; ours reads the output first).
+      data = [a for o in inst.operands for a in _arrays(shape_of(o))] if not start else operands
+      chosen = data[1:2] if inst.opcode == "custom-call" else data[:1]
     n = _group_size(inst.rest, num_devices)
     out.collectives += times
     out.kinds[kind] = out.kinds.get(kind, 0) + times

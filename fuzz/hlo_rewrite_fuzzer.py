@@ -127,7 +127,7 @@ def TestOneInput(data: bytes) -> None:
   valid = None
   for kwargs in ({"runtime_device_ids": True, "combine_threshold": 1 << 20},
                  {"local_order": [d for d in range(devices) if d % 2 == 0], "fences": False,
-                  "widen_narrow_sums": False}):
+                  "widen_narrow_sums": False, "streams": True, "engine": "cuda"}):
     try:
       out = rewrite_module(text, assignment, devices, **kwargs)
     except HloTextError:

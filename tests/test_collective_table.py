@@ -119,12 +119,16 @@ def check_call(inst, opcodes: set[str]) -> str:
   if target.replaces:
     # A reduce-scatter may also be formed from an all-reduce and each device's slice (reduce_scatter.py).
     formed = target.replaces == "reduce-scatter" and {"all-reduce", "dynamic-slice"} <= opcodes
+    # And an all-to-all of each device's (output offset, size) pairs before a ragged all-to-all.
+    formed |= target.replaces == "all-to-all" and "ragged-all-to-all" in opcodes
     assert target.replaces in opcodes or formed, f"{target.name} in a program without {target.replaces}"
   results = inst.shape if isinstance(inst.shape, list) else [inst.shape]
   if target.operands == "none":
     assert not inst.operands and len(results) == 1, inst.line()
   elif target.operands == "one":
     assert inst.operands and not isinstance(inst.shape, list), inst.line()
+  elif target.operands == "ragged":
+    assert len(inst.operands) >= 6 and not isinstance(inst.shape, list), inst.line()
   else:
     assert 1 <= len(results) <= len(inst.operands), inst.line()
   if target.results == "aliased":
@@ -144,7 +148,8 @@ def programs():
 # buckets, each call on the collective stream, no fences), and the defaults.
 MODES = {
     "host": dict(runtime_device_ids=True, combine_threshold=1 << 20),
-    "cuda": dict(fences=False, runtime_device_ids=True, streams=True, combine_threshold=1 << 20),
+    "cuda": dict(fences=False, runtime_device_ids=True, streams=True, combine_threshold=1 << 20,
+                 widen_narrow_sums=False, engine="cuda"),
     "plain": dict(),
 }
 
@@ -171,7 +176,7 @@ def test_every_call_the_rewrite_emits_is_the_tables(mode):
   if mode == "cuda":
     assert all("cuda" in BY_NAME[n].engines for n in emitted), emitted
   # The corpus reaches every target the mode emits, so no row goes unchecked.
-  wanted = {t.name for t in table.TARGETS if mode != "cuda" or "cuda" in t.engines}
+  wanted = {t.name for t in table.TARGETS if ("cuda" if mode == "cuda" else "cpu") in t.engines}
   if mode == "plain":
     wanted -= {table.PARTITION_ID.name, table.REPLICA_ID.name}
   assert emitted == wanted, sorted(wanted - emitted)

@@ -407,3 +407,39 @@ print("MOSAIC CALL", 'custom_call_target="mosaic_gpu_v2"' in text)
   if jax.__version_info__ < (0, 12):
     return  # jax 0.11 and older: Mosaic GPU through pallas_call, not plgpu.kernel
   assert "MOSAIC CALL True" in r.stdout, r.output[-3000:]
+
+
+def test_moe_ragged_all_to_all_over_two_hosts(tmp_path):
+  # lax.ragged_all_to_all across processes: an expert-parallel MoE layer
+  # (bench/moe_layer.py: tokens dispatched to their experts and returned)
+  # for 2 hosts x 4 H100s. myplugin's program runs both ragged exchanges as
+  # our NCCL calls on the collective stream, each after the all-to-all of
+  # its senders' (offset, size) pairs; none of XLA's is left (it would run
+  # among one process's GPUs only). jax's own CUDA backend, given the same
+  # target, has the same two ragged exchanges of the same data.
+  bench = os.path.join(HERE, "..", "bench")
+  body = f"""
+import sys, re
+sys.path.insert(0, {bench!r})
+import gpu_schedule
+from jax.experimental import topologies
+topo = topologies.get_topology_desc(platform="myplugin", topology="1x2x4", gpu="h100")
+fn, args = gpu_schedule._programs(topo.devices, ["moe"])["moe"]
+text = fn.lower(*args).compile().as_text()
+print("XLA RAGGED", len(re.findall(r"ragged-all-to-all(?:-start)?\\(", text)),
+      "OURS", text.count('custom_call_target="myplugin_ragged_all_to_all"'),
+      "EXCHANGES", len(re.findall(r"s32\\[8,2\\]\\{{1,0\\}} custom-call\\([^)]*\\), custom_call_target=\\"myplugin_all_to_all\\"", text)))
+"""
+  r = run_python([_script(tmp_path, body)], env(JAX_SKIP_CUDA_CONSTRAINTS_CHECK="1"), timeout=400)
+  assert r.returncode == 0, r.output[-3000:]
+  assert "XLA RAGGED 0 OURS 2 EXCHANGES 2" in r.stdout, r.output[-3000:]
+  import sys
+  sys.path.insert(0, bench)
+  import gpu_schedule
+  ours = gpu_schedule.run_side("myplugin", "h100", "1x2x4", ["moe"])["moe"]
+  theirs = gpu_schedule.run_side("cuda", "h100", "1x2x4", ["moe"])["moe"]
+  assert ours["kinds"]["ragged-all-to-all"] == theirs["kinds"]["ragged-all-to-all"] == 2, (ours, theirs)
+  assert ours["kinds"]["all-to-all"] == theirs["kinds"]["all-to-all"] + 2, (ours, theirs)
+  assert ours["async_pairs"] >= 4 + 2, ours  # the user's two all-to-alls and ours, the two ragged calls
+  # The pairs' exchanges add 2 x 7/8 x 64 bytes to the same data.
+  assert ours["ring_bytes"] == pytest.approx(theirs["ring_bytes"] + 2 * 7 / 8 * 64), (ours, theirs)

@@ -79,3 +79,23 @@ def test_our_calls_on_the_collective_stream_and_a_loop_of_known_trips():
   assert s.kinds == {"reduce-scatter": 1, "collective-permute": 3} and s.async_pairs == 1
   assert s.ring_bytes == pytest.approx(7 / 8 * 1024 * 64 * 2 + 3 * 64 * 32 * 2)
   assert s.gemm_flops == 5 * FLOPS and s.in_flight_share == pytest.approx(1 / 5)
+
+
+def test_ragged_all_to_all_counts_its_data_operand():
+  """XLA's ragged-all-to-all reads its data first; our call reads the
+  output it updates first and the data second: both count (n-1)/n of the
+  data operand (the routing's real bytes are the run's)."""
+  idx = "s32[8]{0}"
+  xla = module("\n".join([
+      f"  %i = {idx} parameter(3)",
+      "  %o = bf16[2048,64]{1,0} parameter(4)",
+      "  %r = bf16[2048,64]{1,0} ragged-all-to-all(%g, %o, %i, %i, %i, /*index=5*/%i), channel_id=1, "
+      "replica_groups={{0,1,2,3,4,5,6,7}}",
+      "  ROOT %out = bf16[64,16]{1,0} copy(%gemm_fusion_dot.0)"]))
+  ours = xla.replace("ragged-all-to-all(%g, %o,", "custom-call(%o, %g,").replace(
+      "channel_id=1, replica_groups={{0,1,2,3,4,5,6,7}}",
+      "custom_call_target=\"myplugin_ragged_all_to_all\", backend_config={group_size = 8 : i64}")
+  for text in (xla, ours):
+    s = schedule_analysis.analyse(text, 8)
+    assert s.kinds == {"ragged-all-to-all": 1}, text
+    assert s.ring_bytes == pytest.approx(7 / 8 * 1024 * 64 * 2)

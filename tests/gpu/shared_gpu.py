@@ -205,6 +205,16 @@ def check_pipeline(tmp: str, **env) -> None:
   np.testing.assert_allclose(losses(r.stdout, 1), want, rtol=TOLERANCE, err_msg="rank 1 (the loss's stage)")
 
 
+def check_moe(n: int, **env) -> None:
+  """An expert-parallel MoE layer whose tokens travel by
+  lax.ragged_all_to_all between the processes (tests/programs/moe_ragged.py,
+  uneven routing: one expert gets none), against numpy. GPUs only: XLA's
+  CPU engine has no ragged all-to-all."""
+  r = launch(n, os.path.join(PROGRAMS, "moe_ragged.py"), **env)
+  assert r.returncode == 0, r.output
+  assert r.stdout.count("MOE OK") == n, r.output
+
+
 def check_send_then_collective(**env) -> None:
   """Process 0 sends 48 MiB to process 1 (staged off the GPU) and goes
   straight on to a sum over both processes (a NCCL all-reduce on the GPU),

@@ -8,7 +8,8 @@ through host memory), a send whose process goes straight on to a
 collective that the receiver joins later, executables compiled
 ahead of time on a machine with no GPU, and faults (a rank killed,
 stopped, deviating; in-place recovery); a Triton Pallas kernel in a
-shard_map across the processes. The programs and checks are in
+shard_map across the processes; an MoE layer whose tokens travel by
+lax.ragged_all_to_all (GPUs only). The programs and checks are in
 shared_gpu.py; tests/test_gpu_kit.py runs them on the CPU engine.
 
 MYPLUGIN_GPU_KIT_AOT names the folder of the executables compiled ahead of
@@ -54,6 +55,10 @@ def test_pipeline_stages_move_arrays_between_processes(tmp_path, n):
   if n != 2:
     pytest.skip("two stages: the example runs on 2 processes")
   shared_gpu.check_pipeline(str(tmp_path), **GPU)
+
+
+def test_moe_tokens_travel_by_ragged_all_to_all(n):
+  shared_gpu.check_moe(n, **GPU)
 
 
 def test_a_send_then_a_collective_the_receiver_joins_later(n):
