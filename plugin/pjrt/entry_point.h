@@ -26,9 +26,9 @@ PJRT_Error* CheckArgsSize(const char* entry, const void* args, size_t given, siz
 // then calls `impl`.
 #define MYPLUGIN_ENTRY_POINT(name, impl)                                                        \
   [](name##_Args* args) -> PJRT_Error* {                                                        \
-    if (PJRT_Error* e = ::myplugin::CheckArgsSize(#name, args, args ? args->struct_size : 0,    \
-                                                  name##_Args_STRUCT_SIZE)) {                   \
-      return e;                                                                                 \
+    if (args == nullptr || args->struct_size < name##_Args_STRUCT_SIZE) {                       \
+      return ::myplugin::CheckArgsSize(#name, args, args ? args->struct_size : 0,               \
+                                       name##_Args_STRUCT_SIZE);                                \
     }                                                                                           \
     return impl(args);                                                                          \
   }

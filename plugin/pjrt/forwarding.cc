@@ -40,7 +40,7 @@ struct OnReadyThunk {
 void OnReadyTrampoline(PJRT_Error* engine_error, void* arg) {
   OnReadyThunk thunk = *static_cast<OnReadyThunk*>(arg);
   delete static_cast<OnReadyThunk*>(arg);
-  thunk.callback(ToPjrtError(Engine().Consume(engine_error)), thunk.user_arg);
+  thunk.callback(engine_error == nullptr ? nullptr : ToPjrtError(Engine().Consume(engine_error)), thunk.user_arg);
 }
 
 PJRT_Error* EventOnReady(PJRT_Event_OnReady_Args* args) {

@@ -1,6 +1,7 @@
 #include "pjrt/gpu_compile.h"
 
 #include <algorithm>
+#include <atomic>
 #include <mutex>
 #include <set>
 #include <unordered_set>
@@ -23,7 +24,14 @@ struct LiveTargets {
   std::unordered_set<const void*> of;
 };
 
-LiveTargets& Live() { return collectives::ProcessRuntime::Get().Attached<LiveTargets>(); }
+LiveTargets& Live() {
+  static LiveTargets& live = collectives::ProcessRuntime::Get().Attached<LiveTargets>();  // the owner never replaces it
+  return live;
+}
+
+// How many are alive: none outside compile-only GPU topologies, so every
+// executable entry point's look is one load there.
+std::atomic<int> live_count{0};
 
 StatusOr<PJRT_TopologyDescription*> EngineTopology(const EngineLibrary& engine, const std::string& shape,
                                                    const std::string& target_config) {
@@ -109,15 +117,20 @@ TargetExecutable::TargetExecutable(const EngineLibrary& engine, GpuTargetOptions
   LiveTargets& live = Live();
   std::lock_guard<std::mutex> lock(live.mu);
   live.of.insert(this);
+  live_count.fetch_add(1, std::memory_order_release);
 }
 
 TargetExecutable::~TargetExecutable() {
   LiveTargets& live = Live();
   std::lock_guard<std::mutex> lock(live.mu);
   live.of.erase(this);
+  live_count.fetch_sub(1, std::memory_order_release);
 }
 
 TargetExecutable* TargetExecutableOf(const PJRT_Executable* executable) {
+  // A handle jax holds was made before it is passed back: with none alive,
+  // it is not one of them.
+  if (live_count.load(std::memory_order_acquire) == 0) return nullptr;
   LiveTargets& live = Live();
   std::lock_guard<std::mutex> lock(live.mu);
   auto it = live.of.find(executable);
