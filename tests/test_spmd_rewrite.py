@@ -563,6 +563,25 @@ def test_the_stop_mark_becomes_an_empty_tuple():
                   '  %v = () tuple(), frontend_attributes={b="2"}\n')
 
 
+def test_a_shadow_that_ended_inside_the_partitioner_is_never_read_as_partitioned(tmp_path):
+  """A stopped shadow that failed in the partitioner itself (not at the
+  mark) leaves no module after partitioning: its module before
+  optimizations is the whole program, which must never be taken for this
+  process's part. A program of replicas only (pmap) is never partitioned:
+  its module before optimizations is the one."""
+  from jax_plugin.spmd import compile_hooks
+  before = tmp_path / "module_0001.jit_f.before_optimizations.txt"
+  before.write_text("HloModule jit_f, num_partitions=4\n\nENTRY %main () -> f32[] {}\n")
+  with pytest.raises(RuntimeError, match="ended before SPMD partitioning finished: no partitioned module of the 4"):
+    compile_hooks._partitioned_dump(str(tmp_path))
+  before.write_text("HloModule pmap_f, replica_count=4\n\nENTRY %main () -> f32[] {}\n")
+  assert compile_hooks._partitioned_dump(str(tmp_path)) == str(before)[:-len(".txt")]
+  after = tmp_path / "module_0001.jit_f.0006.spmd-partitioner.after_spmd-partitioning.before_x.txt"
+  after.write_text("HloModule jit_f, num_partitions=4\n")
+  before.write_text("HloModule jit_f, num_partitions=4\n")
+  assert compile_hooks._partitioned_dump(str(tmp_path)) == str(after)[:-len(".txt")]
+
+
 # -- one call per bucket (buckets.py) ---------------------------------------
 
 _AR = ("  %{name} = {shape} all-reduce({x}), channel_id={ch}, replica_groups=[1,8]<=[8], use_global_device_ids=true, "

@@ -229,11 +229,20 @@ def _partitioned_dump(dump_dir: str) -> str:
   a program of replicas only (pmap) is not partitioned, and its module before
   optimizations is the one."""
   after = sorted(glob.glob(os.path.join(dump_dir, f"*.after_{_PASS}*.txt")))
-  if not after:
-    after = sorted(glob.glob(os.path.join(dump_dir, "*.before_optimizations.txt")))
-  if not after:
+  if after:
+    return after[-1][:-len(".txt")]
+  before = sorted(glob.glob(os.path.join(dump_dir, "*.before_optimizations.txt")))
+  if not before:
     raise RuntimeError(f"the shadow compile left no partitioned module in {dump_dir}: {sorted(os.listdir(dump_dir))}")
-  return after[-1][:-len(".txt")]
+  with open(before[-1]) as f:
+    partitions = re.search(r"\bnum_partitions=([0-9]+)", f.readline())
+  if partitions and int(partitions.group(1)) > 1:
+    # The partitioner ran and did not finish: a stopped shadow that ended
+    # in it, not at the mark. Its module before optimizations is the whole
+    # program, never this process's part (the full compile says why).
+    raise RuntimeError(f"the shadow compile ended before SPMD partitioning finished: no partitioned module of "
+                       f"the {partitions.group(1)} partitions in {dump_dir}")
+  return before[-1][:-len(".txt")]
 
 
 # The stop mark's instruction (after partitioning, inside a conditional on
