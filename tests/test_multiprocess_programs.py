@@ -384,3 +384,21 @@ def test_fsdp_step_sends_its_gradients_as_reduce_scatters_and_matches_one_proces
         np.testing.assert_allclose(value, ref[key], rtol=1e-5, atol=1e-6, err_msg=f"rank {rank}: {key}, form {form}")
         compared += 1
     assert compared == 2 + len([k for k in ref if k != "loss"])
+
+
+def test_ragged_all_to_all_is_refused_on_cpus_as_jax_refuses_it():
+  """lax.ragged_all_to_all across processes runs on GPUs only: on the CPU
+  engine the compile fails on every process with UNIMPLEMENTED saying so
+  and what to do (the job ends at once, nothing runs). jax's CPU backend
+  refuses the same program too (XLA's CPU engine has no ragged all-to-all)."""
+  program = os.path.join(PROGRAMS, "moe_ragged.py")
+  cpu = run_python([program], child_env(JAX_PLATFORMS="cpu", JAX_NUM_CPU_DEVICES="4"), timeout=240)
+  assert cpu.returncode != 0 and "ragged-all-to-all` is not supported by XLA:CPU" in cpu.output, cpu.output[-3000:]
+  started = time.monotonic()
+  r = run_python(["-m", "jax_plugin.launcher", "-n", "2", "--devices-per-process", "2", "--",
+                  sys.executable, program], child_env(), timeout=240)
+  assert r.returncode != 0 and "MOE OK" not in r.stdout, r.output[-3000:]
+  said = "UNIMPLEMENTED: rewriting the partitioned program: the program uses lax.ragged_all_to_all"
+  assert r.output.count(said) >= 2, r.output[-4000:]  # each process's own traceback
+  assert "myplugin runs it on GPUs" in r.output and "lax.all_to_all instead" in r.output, r.output[-3000:]
+  assert time.monotonic() - started < 120
