@@ -1006,3 +1006,14 @@ def test_ragged_all_to_all_on_gpus():
 def test_ragged_all_to_all_refusals(text, engine, what):
   with pytest.raises(UnsupportedProgram, match=what):
     rewrite_module(text, [[0, 1, 2, 3]], 4, streams=engine == "cuda", engine=engine)
+
+
+def test_a_reduction_body_that_copies_itself_is_refused_not_looped_on():
+  """The fuzzer's find: a body whose root is a copy of itself (no printer
+  writes one, a text can hold one) sent the reducer's walk through copies
+  round forever. It is no reducer: refused."""
+  selfish = ADD.replace("%add ", "%selfish ").replace("ROOT %s = f32[] add(%a, %b)", "ROOT %s = f32[] copy(%s)")
+  text = module("  %p = f32[4]{0} parameter(0)\n  ROOT %r = f32[4]{0} all-reduce(%p), channel_id=1, replica_groups={}, "
+                "use_global_device_ids=true, to_apply=%selfish", params="p: f32[4]", comps=ADD + selfish)
+  with pytest.raises(UnsupportedProgram, match="its root: copy"):
+    rewrite_module(text, [[0, 1]], 2)

@@ -272,9 +272,13 @@ _REDUCER_MOST_INSTRUCTIONS = 8
 def _reducer(insts: dict[str, Instruction], root: Instruction | None) -> str | None:
   """The op `root` applies to the computation's two parameters, seen through copies."""
   def through_copies(inst: Instruction | None) -> Instruction | None:
-    while inst is not None and inst.opcode == "copy" and len(inst.operands) == 1:
+    # At most one step per instruction: a copy of itself (which no printer
+    # writes, but a parsed text may hold) is no reducer, not a loop forever.
+    for _ in range(len(insts) + 1):
+      if inst is None or inst.opcode != "copy" or len(inst.operands) != 1:
+        return inst
       inst = insts.get(inst.operands[0])
-    return inst
+    return None
 
   op = through_copies(root)
   if op is None or len(op.operands) != 2 or sum(i.opcode == "parameter" for i in insts.values()) != 2:
