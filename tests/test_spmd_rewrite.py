@@ -1017,3 +1017,19 @@ def test_a_reduction_body_that_copies_itself_is_refused_not_looped_on():
                 "use_global_device_ids=true, to_apply=%selfish", params="p: f32[4]", comps=ADD + selfish)
   with pytest.raises(UnsupportedProgram, match="its root: copy"):
     rewrite_module(text, [[0, 1]], 2)
+
+
+def test_a_float8_collective_of_an_operand_that_is_no_array_of_its_type_is_left_to_be_refused():
+  """The fuzzer's find: the float8 carrying read an operand's shape text as
+  an array's (a ValueError on a tuple). An operand of another shape or type
+  is left as it is (no printer writes one): the rewrite refuses what it
+  cannot read and leaves the rest to the engine, never fails otherwise."""
+  for operand, refused in (("(f8e4m3fn[8,8]{1,0})", True), ("f32[8,8]{1,0}", False)):
+    text = module(f"  %p = {operand} parameter(0)\n  ROOT %g = f8e4m3fn[64,8]{{1,0}} all-gather(%p), channel_id=1, "
+                  "replica_groups={{0,1,2,3,4,5,6,7}}, dimensions={0}, use_global_device_ids=true",
+                  params=f"p: {operand}")
+    if refused:
+      with pytest.raises(UnsupportedProgram, match="an operand that is not an array"):
+        rewrite_module(text, [list(range(8))], 8)
+    else:
+      assert "bitcast-convert" not in rewrite_module(text, [list(range(8))], 8)

@@ -25,7 +25,8 @@ from __future__ import annotations
 
 from typing import Callable
 
-from jax_plugin.spmd.hlo_text import ArrayShape, HloTextError, Instruction, parse_instruction, split_top_level
+from jax_plugin.spmd.hlo_text import (ArrayShape, HloTextError, Instruction, parse_instruction, parse_shape,
+                                      split_top_level)
 
 _REDUCING = {"all-reduce", "reduce-scatter"}
 _MOVING = {"all-gather", "all-to-all", "collective-permute"}
@@ -89,12 +90,15 @@ def _carried(inst: Instruction, shapes: dict[str, str], fresh, reducer_of,
     return None
   lines: list[str] = []
   operands = []
-  for operand, target in zip(inst.operands, targets):
+  for operand, target, r in zip(inst.operands, targets, results):
     if target is None or operand not in shapes:
       if target is not None:
         return None  # an operand we cannot see the shape of (a tuple element): left as it is
       operands.append(operand)
       continue
+    shape = parse_shape(shapes[operand])  # not an array at all: HloTextError, which carry() takes
+    if not isinstance(shape, ArrayShape) or shape.dtype != r.dtype:
+      return None  # not an array of the result's type (no printer writes one): left for the rewrite to refuse
     carried = fresh(operand)
     lines.append(f"{inst.indent}{carried} = {_with_dtype(shapes[operand], target[0])} {target[1]}({operand})")
     operands.append(carried)
