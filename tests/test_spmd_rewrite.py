@@ -1033,3 +1033,16 @@ def test_a_float8_collective_of_an_operand_that_is_no_array_of_its_type_is_left_
         rewrite_module(text, [list(range(8))], 8)
     else:
       assert "bitcast-convert" not in rewrite_module(text, [list(range(8))], 8)
+
+
+def test_an_instruction_the_rewrite_leaves_is_kept_to_the_letter():
+  """The fuzzer's find: a line the rewrite leaves was printed again from
+  its parsed fields, and a literal the reader splits into no operands
+  (`constant(,)`, which jaxlib reads) came out as `constant()`, which it
+  does not. Such a line is now kept as written, less its sharding."""
+  text = module("  %p = f32[4]{0} parameter(0), sharding={replicated}\n  %c = s32[] constant(,)\n"
+                "  ROOT %r = f32[4]{0} all-reduce(%p), channel_id=1, replica_groups={}, use_global_device_ids=true, "
+                "to_apply=%add", params="p: f32[4]")
+  out = rewrite_module(text, [[0, 1]], 2)
+  assert "  %c = s32[] constant(,)" in out.splitlines()
+  assert "  %p = f32[4]{0} parameter(0)" in out.splitlines()

@@ -559,6 +559,7 @@ class _Rewriter:
     inst = parse_instruction(line)
     if inst is None:
       return [line]
+    shardings = [a for a in inst.attrs if a.startswith("sharding=")]
     inst.attrs = [a for a in inst.attrs if not a.startswith("sharding=")]
     try:
       self.shapes[inst.name] = inst.shape
@@ -567,7 +568,7 @@ class _Rewriter:
     if self.closes(inst):
       return self.ordered_call(inst)
     replaced = self.rewrite(inst)
-    return replaced if replaced is not None else [inst.line()]
+    return replaced if replaced is not None else [_without(line, shardings) or inst.line()]
 
   def body(self, lines: list[str]) -> list[str]:
     """A computation's instructions, its all-reduces that each device only
@@ -624,6 +625,19 @@ class _Rewriter:
     if body is not None:
       out.extend(self.body(body))
     return out
+
+
+def _without(line: str, attrs: list[str]) -> str | None:
+  """`line` as written, less `attrs`: an instruction the rewrite leaves is
+  kept to the letter (a reprint from its parsed fields could differ, e.g. an
+  operand list the reader splits into none); None where an attribute is
+  not where the reader found it."""
+  for a in attrs:
+    at = line.find(", " + a)
+    if at < 0:
+      return None
+    line = line[:at] + line[at + 2 + len(a):]
+  return line
 
 
 def _local_header(line: str) -> str:
