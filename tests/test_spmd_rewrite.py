@@ -1046,3 +1046,13 @@ def test_an_instruction_the_rewrite_leaves_is_kept_to_the_letter():
   out = rewrite_module(text, [[0, 1]], 2)
   assert "  %c = s32[] constant(,)" in out.splitlines()
   assert "  %p = f32[4]{0} parameter(0)" in out.splitlines()
+
+
+def test_a_computation_end_with_more_on_its_line_is_refused():
+  """The fuzzer's find: a closing brace with the next computation's header
+  on its line (jaxlib reads it; no printer writes it) left the rewrite
+  inside the first computation, fencing with a value of another one."""
+  text = module("  %p = f32[4]{0} parameter(0)\n  ROOT %r = f32[4]{0} all-reduce(%p), channel_id=1, replica_groups={}, "
+                "use_global_device_ids=true, to_apply=%add", params="p: f32[4]")
+  with pytest.raises(HloTextError, match="a computation's end with more on its line"):
+    rewrite_module(text.replace("}\n\nENTRY", "}ENTRY"), [[0, 1]], 2)

@@ -72,6 +72,11 @@ def lines_of(text: str) -> list[str]:
   for line in lines:
     if '"' in line and '"' in _STRING.sub("", line):
       raise HloTextError(f"a string that does not end on its line: {line.strip()[:200]}")
+    # A computation ends on a line of its own (with its attributes, if any):
+    # more after the brace would be read as still inside it.
+    after = line.strip()[1:].strip() if line.strip().startswith("}") else ""
+    if after and not after.startswith(","):
+      raise HloTextError(f"a computation's end with more on its line: {line.strip()[:200]}")
     if _ASSIGN.match(line) and not line.lstrip().startswith(("HloModule", "ENTRY")):
       depth = 0
       for _, _, depth in _outside_strings(line, ","):
