@@ -8,8 +8,13 @@ namespace myplugin::collectives {
 
 namespace {
 
+// Rows [offset, offset + size), said without computing an end past int64.
 std::string Rows(int64_t offset, int64_t size) {
-  return "rows [" + std::to_string(offset) + ", " + std::to_string(offset + size) + ")";
+  int64_t end = 0;
+  const std::string last = __builtin_add_overflow(offset, size, &end)
+                               ? std::to_string(offset) + " + " + std::to_string(size)
+                               : std::to_string(end);
+  return "rows [" + std::to_string(offset) + ", " + last + ")";
 }
 
 // Offset and size of a slice in an array of `rows` rows, checked; `what`
