@@ -130,8 +130,15 @@ struct WireRank {
 thread_local int group_depth = 0;
 thread_local std::vector<std::function<void()>> pending;
 
+// Every communicator made: held for the test's life (a deque keeps their
+// addresses), so an abort and a destroy of one never free it twice.
+std::mutex ranks_mu;
+std::deque<WireRank> ranks;
+
 ncclResult_t WireInit(ncclComm_t* comm, int, ncclUniqueId, int rank) {
-  *comm = reinterpret_cast<ncclComm_t>(new WireRank{rank});  // one per device, for the test's life
+  std::lock_guard<std::mutex> lock(ranks_mu);
+  ranks.push_back(WireRank{rank});
+  *comm = reinterpret_cast<ncclComm_t>(&ranks.back());
   return ncclSuccess;
 }
 ncclResult_t WireUniqueId(ncclUniqueId* id) {
