@@ -137,7 +137,7 @@ def side(backend: str, gpu: str, topology: str, names: list[str]) -> None:
                                 "gemm_flops": s.gemm_flops, "share": s.in_flight_share}), flush=True)
 
 
-def run_side(backend: str, gpu: str, topology: str, names: list[str], env=None) -> dict:
+def run_side(backend: str, gpu: str, topology: str, names: list[str], env=None, timeout: float = 900) -> dict:
   environ = dict(os.environ, JAX_SKIP_CUDA_CONSTRAINTS_CHECK="1",
                  JAX_PLATFORMS="myplugin" if backend == "myplugin" else "cpu", **(env or {}))
   # Its own process group, killed whole on the way out (a deadline, an error).
@@ -145,7 +145,7 @@ def run_side(backend: str, gpu: str, topology: str, names: list[str], env=None) 
                            "--programs", ",".join(names)], env=environ, stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True, start_new_session=True)
   try:
-    out, err = proc.communicate(timeout=900)
+    out, err = proc.communicate(timeout=timeout)
   finally:
     kill_groups([proc])
   if proc.returncode != 0:

@@ -436,8 +436,9 @@ print("XLA RAGGED", len(re.findall(r"ragged-all-to-all(?:-start)?\\(", text)),
   import sys
   sys.path.insert(0, bench)
   import gpu_schedule
-  ours = gpu_schedule.run_side("myplugin", "h100", "1x2x4", ["moe"])["moe"]
-  theirs = gpu_schedule.run_side("cuda", "h100", "1x2x4", ["moe"])["moe"]
+  # Each side in its own process group, killed whole past its deadline (run_side).
+  ours = gpu_schedule.run_side("myplugin", "h100", "1x2x4", ["moe"], timeout=300)["moe"]
+  theirs = gpu_schedule.run_side("cuda", "h100", "1x2x4", ["moe"], timeout=300)["moe"]
   assert ours["kinds"]["ragged-all-to-all"] == theirs["kinds"]["ragged-all-to-all"] == 2, (ours, theirs)
   assert ours["kinds"]["all-to-all"] == theirs["kinds"]["all-to-all"] + 2, (ours, theirs)
   assert ours["async_pairs"] >= 4 + 2, ours  # the user's two all-to-alls and ours, the two ragged calls
