@@ -40,6 +40,15 @@ BootstrapStore InProcessStore() {
 
 namespace {
 
+// The rank of global device `device` in `device_group` (a device appears
+// once: the rewrite's groups are checked), -1 when it is not there.
+int RankIn(const std::vector<int>& device_group, int device) {
+  for (size_t i = 0; i < device_group.size(); ++i) {
+    if (device_group[i] == device) return static_cast<int>(i);
+  }
+  return -1;
+}
+
 // Where the epoch's first NCCL mismatch report goes: beside the epoch's unique
 // ids, whose keys are lists of device ids.
 std::string MismatchKey(uint64_t epoch) { return "myplugin/nccl/" + std::to_string(epoch) + "/mismatch"; }
@@ -72,10 +81,7 @@ std::optional<Status> NcclDeviceGroups::KnownCause(uint64_t epoch) {
 }
 
 StatusOr<NcclCommunicator*> NcclDeviceGroups::ForDevice(const std::vector<int>& device_group, int device) {
-  int rank = -1;
-  for (size_t i = 0; i < device_group.size(); ++i) {
-    if (device_group[i] == device) rank = static_cast<int>(i);
-  }
+  const int rank = RankIn(device_group, device);
   if (rank < 0) return InvalidArgument("device " + std::to_string(device) + " is not in its device group");
   const uint64_t epoch = ProcessRuntime::Get().distributed().epoch();
   {
@@ -281,11 +287,7 @@ Status RunRaggedAllToAll(const RaggedCall& c, cudaStream_t stream, NcclDeviceGro
     return values;
   };
   RaggedArrays arrays_read{read(0, c.k), read(c.k, c.k), read(2 * c.k, 2 * c.k), read(4 * c.k, c.k)};
-  const int me = LocationOf(c.ordinal).global_id;
-  int rank = -1;
-  for (size_t i = 0; i < c.device_group.size(); ++i) {
-    if (c.device_group[i] == me) rank = static_cast<int>(i);
-  }
+  const int rank = RankIn(c.device_group, LocationOf(c.ordinal).global_id);
   StatusOr<RaggedPlan> plan = PlanRaggedAllToAll(arrays_read, rank, static_cast<int>(c.device_group.size()),
                                                  c.input_rows, c.output_rows, c.row_elements);
   if (!plan.ok()) return plan.status();
@@ -377,10 +379,7 @@ ffi::Error CollectivePermuteImpl(cudaStream_t stream, int32_t ordinal, ffi::AnyB
   if (pairs_flat.size() % 2) return ToFfi(InvalidArgument("pairs must hold (source, target) pairs"));
   std::vector<int> device_group(device_group_ids.begin(), device_group_ids.end());
   const int me = LocationOf(ordinal).global_id;
-  int my_rank = -1;
-  for (size_t i = 0; i < device_group.size(); ++i) {
-    if (device_group[i] == me) my_rank = static_cast<int>(i);
-  }
+  const int my_rank = RankIn(device_group, me);
   int send_to = -1, recv_from = -1;
   std::vector<int64_t> pattern(pairs_flat.begin(), pairs_flat.end());
   for (size_t i = 0; i < pairs_flat.size(); i += 2) {
