@@ -36,12 +36,19 @@ def _int(env: Mapping[str, str], name: str) -> int:
     raise ValueError(f"{name} must be an integer, got {value!r}") from None
 
 
+_PORT_BASE, _PORT_SPAN = 61440, 4096
+
+
 def _port(env: Mapping[str, str], job_id: str) -> int:
   """MYPLUGIN_COORDINATOR_PORT, else a port derived from the job id (same on every node)."""
   if env.get("MYPLUGIN_COORDINATOR_PORT"):
     return _int(env, "MYPLUGIN_COORDINATOR_PORT")
   digits = re.sub(r"\D", "", job_id) or "0"
-  return 40000 + int(digits) % 20000
+  # Above Linux's ephemeral ports (32768-60999 by default), where any outgoing
+  # connection on the node could already hold it, and half a cycle from the
+  # port jax's own Slurm detection gives the same job (61440 + id % 4096), so
+  # a job that also starts jax's coordination service never meets it.
+  return _PORT_BASE + (int(digits) + _PORT_SPAN // 2) % _PORT_SPAN
 
 
 def first_host(nodelist: str) -> str:
