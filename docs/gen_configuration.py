@@ -103,6 +103,12 @@ ROWS = [
    "(shared memory; an error for a process group that spans hosts), `gloo`, `hierarchical` (shared memory "
    "within each host, Gloo between the hosts)",
    D("transport")),
+  ("`MYPLUGIN_NCCL_AGREEMENT`",
+   "on GPUs, where an NCCL call across processes agrees on its signature with the other processes: `beside` "
+   "(the call is enqueued at once and agreed on a thread of its own; its result is held on the GPU until it "
+   "agrees, and a failed agreement ends the process with the error; used where fate-sharing is on, else "
+   "`before`) or `before` (agreed on the thread that launches the kernels, then enqueued)",
+   D("nccl_agreement")),
   ("`MYPLUGIN_STRAGGLER_SECONDS`",
    "a wait in a collective or barrier longer than this makes process 0 print a straggler report (0: off); "
    "0 is accepted here, unlike the collectives' seconds",

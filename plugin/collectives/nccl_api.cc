@@ -79,6 +79,9 @@ StatusOr<NcclApi> NcclApi::Load(const std::string& path, const std::string& driv
   driver_entry(api.MemcpyDtoHAsync, MYPLUGIN_SYMBOL(cuMemcpyDtoHAsync));
   driver_entry(api.MemcpyDtoDAsync, MYPLUGIN_SYMBOL(cuMemcpyDtoDAsync));
   driver_entry(api.StreamSynchronize, MYPLUGIN_SYMBOL(cuStreamSynchronize));
+  driver_entry(api.MemHostAlloc, MYPLUGIN_SYMBOL(cuMemHostAlloc));
+  driver_entry(api.MemHostGetDevicePointer, MYPLUGIN_SYMBOL(cuMemHostGetDevicePointer));
+  driver_entry(api.StreamWaitValue32, MYPLUGIN_SYMBOL(cuStreamWaitValue32));
 #undef MYPLUGIN_SYMBOL
 #undef MYPLUGIN_SYMBOL_TEXT
   if (!no_driver.ok()) return no_driver;

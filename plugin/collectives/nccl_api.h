@@ -55,6 +55,12 @@ struct NcclApi {
   decltype(&cuMemcpyDtoHAsync) MemcpyDtoHAsync = nullptr;
   decltype(&cuMemcpyDtoDAsync) MemcpyDtoDAsync = nullptr;
   decltype(&cuStreamSynchronize) StreamSynchronize = nullptr;
+  // The agreement beside the launch (agreement_gate.h): each device's gate
+  // word, page-locked host memory mapped into the devices' address space,
+  // and the wait on it that follows a call on its stream.
+  decltype(&cuMemHostAlloc) MemHostAlloc = nullptr;
+  decltype(&cuMemHostGetDevicePointer) MemHostGetDevicePointer = nullptr;
+  decltype(&cuStreamWaitValue32) StreamWaitValue32 = nullptr;
   // The process's NCCL_HOSTID (NCCL's own variable; read with the settings,
   // common/settings.h), named when NCCL refuses two ranks on one GPU.
   std::string host_id;

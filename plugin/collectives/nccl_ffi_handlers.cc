@@ -116,6 +116,66 @@ void NcclDeviceGroups::AbortAll(const Status& why) {
   communicators_.ForEach([&](NcclCommunicator& comm) { comm.Abort(why); });
 }
 
+NcclCommunicator* NcclDeviceGroups::Existing(const std::vector<int>& device_group, int device) {
+  {
+    std::lock_guard<std::mutex> lock(epoch_mu_);
+    if (epoch_ != ProcessRuntime::Get().distributed().epoch()) return nullptr;  // ForDevice drops the old ones
+  }
+  return communicators_.Find({device_group, device}).get();
+}
+
+StatusOr<AgreementGate*> NcclDeviceGroups::Gate(int ordinal) {
+  std::lock_guard<std::mutex> lock(gates_mu_);
+  DeviceGate& g = gates_[ordinal];
+  if (g.gate) return g.gate.get();
+  // Page-locked, mapped into every context's address space (portable):
+  // the device reads it while the host writes it.
+  void* host = nullptr;
+  CUresult r = api_.MemHostAlloc(&host, sizeof(uint32_t), CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP);
+  if (r != CUDA_SUCCESS) {
+    return Internal("cuMemHostAlloc of device " + std::to_string(ordinal) + "'s agreement gate failed (CUDA error " +
+                    std::to_string(static_cast<int>(r)) + "); MYPLUGIN_NCCL_AGREEMENT=before agrees without it");
+  }
+  *static_cast<uint32_t*>(host) = 0;
+  CUdeviceptr word = 0;
+  r = api_.MemHostGetDevicePointer(&word, host, 0);
+  if (r != CUDA_SUCCESS) {
+    return Internal("cuMemHostGetDevicePointer of device " + std::to_string(ordinal) +
+                    "'s agreement gate failed (CUDA error " + std::to_string(static_cast<int>(r)) +
+                    "); MYPLUGIN_NCCL_AGREEMENT=before agrees without it");
+  }
+  g.word = word;
+  g.gate = std::make_unique<AgreementGate>(static_cast<uint32_t*>(host),
+                                           [this](const Status& why) { OnGateFailure(why); });
+  return g.gate.get();
+}
+
+Status NcclDeviceGroups::CloseGate(int ordinal, cudaStream_t stream, uint32_t number) {
+  CUdeviceptr word;
+  {
+    std::lock_guard<std::mutex> lock(gates_mu_);
+    word = gates_[ordinal].word;
+  }
+  const CUresult r =
+      api_.StreamWaitValue32(reinterpret_cast<CUstream>(stream), word, number, CU_STREAM_WAIT_VALUE_GEQ);
+  if (r == CUDA_SUCCESS) return OkStatus();
+  return Internal("cuStreamWaitValue32 after an NCCL call failed (CUDA error " + std::to_string(static_cast<int>(r)) +
+                  "); MYPLUGIN_NCCL_AGREEMENT=before agrees without it");
+}
+
+void NcclDeviceGroups::OnGateFailure(const Status& why) {
+  // As a failed agreement before the launch does, and more: the call is
+  // already enqueued, and the results it holds back never come, so the
+  // kernels in flight end and so does this process (it only agrees beside
+  // the launch where a failure ends it), with the error.
+  if (why.failure() != nullptr && why.failure()->kind == FailureKind::kMismatch) ReportMismatch(why);
+  AbortAll(why);
+  if (store_.fail_process) {
+    store_.fail_process("an NCCL call enqueued before its agreement cannot complete: " + why.message(),
+                        why.failure() != nullptr ? why.failure()->processes : std::vector<int>{});
+  }
+}
+
 BootstrapStore ClientStore(const std::shared_ptr<coordination::CoordinationClient>& client) {
   BootstrapStore store;
   store.set = [client](const std::string& k, const std::string& v) { return client->KeyValueSet(k, v); };
@@ -143,6 +203,9 @@ std::unique_ptr<NcclDeviceGroups> DeviceGroupsForJob(NcclApi api) {
   }
   auto device_groups =
       std::make_unique<NcclDeviceGroups>(std::move(api), ClientStore(client), timeout_s, kFailureNoticeWaitS, watchdog);
+  // Beside the launch only where a failed agreement ends the process: the
+  // results it held back on the GPU never come (agreement_gate.h).
+  device_groups->AgreeBeside(ProcessRuntime::Get().settings()->nccl_agreement == "beside" && client->fate_sharing());
   NcclDeviceGroups* aborted = device_groups.get();  // lives as long as the process (ProcessRuntime)
   client->AddFailureCallback([aborted](const Status& why) { aborted->AbortAll(why); });
   return device_groups;
@@ -183,17 +246,40 @@ Status RunNccl(const NcclCallSite& call, const std::function<Status(NcclCommunic
   const int per_process = std::max(here.devices_per_process, 1);
   const bool within_process = std::all_of(call.device_group.begin(), call.device_group.end(),
                                           [&](int device) { return device / per_process == here.process; });
-  Status agreed = within_process
-                      ? OkStatus()
-                      : MeetLocalDevices(call.ordinal, call.device_group, nullptr, nullptr,
-                                         [&](DeviceCollectives& dc, const DeviceBuffers&) {
-                                           return dc.Agree(call.op, call.reduction, call.type, call.count,
-                                                           call.extra);
-                                         });
+  // By value: on the gate it runs after this call has returned. The
+  // flight recorder names the jitted function of the handler's scope.
+  const char* scope = FunctionScope::Current();
+  std::function<Status()> agree = [call, function = std::string(scope ? scope : "")] {
+    FunctionScope named(function);
+    return MeetLocalDevices(call.ordinal, call.device_group, nullptr, nullptr,
+                            [&](DeviceCollectives& dc, const DeviceBuffers&) {
+                              return dc.Agree(call.op, call.reduction, call.type, call.count, call.extra);
+                            });
+  };
   if (device_groups == nullptr) {
     StatusOr<NcclDeviceGroups*> found = DeviceGroups();
-    if (!found.ok()) return agreed.ok() ? found.status() : agreed;
+    if (!found.ok()) {
+      Status agreed = within_process ? OkStatus() : agree();
+      return agreed.ok() ? found.status() : agreed;
+    }
     device_groups = found.value();
+  }
+  Status agreed;
+  if (!within_process && device_groups->agree_beside()) {
+    StatusOr<AgreementGate*> gate = device_groups->Gate(call.ordinal);
+    if (!gate.ok()) return gate.status();
+    NcclCommunicator* comm = device_groups->Existing(call.device_group, here.global_id);
+    if (comm != nullptr && call.stream != nullptr) {
+      return gate.value()->Enqueue(
+          [&] { return enqueue(*comm); },
+          [&](uint32_t number) { return device_groups->CloseGate(call.ordinal, call.stream, number); },
+          std::move(agree));
+    }
+    // A communicator's first call agrees before ncclCommInitRank, on the
+    // gate, after the calls queued there.
+    agreed = gate.value()->AgreeNow(std::move(agree));
+  } else if (!within_process) {
+    agreed = agree();
   }
   if (!agreed.ok()) {
     if (agreed.failure() != nullptr && agreed.failure()->kind == FailureKind::kMismatch) {
@@ -201,7 +287,7 @@ Status RunNccl(const NcclCallSite& call, const std::function<Status(NcclCommunic
     }
     return agreed;
   }
-  StatusOr<NcclCommunicator*> comm = device_groups->ForDevice(call.device_group, LocationOf(call.ordinal).global_id);
+  StatusOr<NcclCommunicator*> comm = device_groups->ForDevice(call.device_group, here.global_id);
   if (!comm.ok()) return comm.status();
   return enqueue(*comm.value());
 }
@@ -297,7 +383,8 @@ Status RunRaggedAllToAll(const RaggedCall& c, cudaStream_t stream, NcclDeviceGro
                     Reduction::kNone,
                     c.type,
                     static_cast<size_t>(c.input_rows) * c.row_elements,
-                    HashInts({c.output_rows, static_cast<int64_t>(c.row_elements), static_cast<int64_t>(c.k)})};
+                    HashInts({c.output_rows, static_cast<int64_t>(c.row_elements), static_cast<int64_t>(c.k)}),
+                    stream};
   return RunNccl(call, [&](NcclCommunicator& comm) {
     return comm.RaggedAllToAll(c.input, c.result, c.type, plan.value(), stream);
   }, device_groups);
@@ -313,7 +400,7 @@ ffi::Error Grouped(cudaStream_t stream, int32_t ordinal, ffi::AnyBuffer x, Colle
   StatusOr<GroupedCall> decoded = DecodeGrouped(ordinal, x.element_type(), reduction, groups, group_size);
   if (!decoded.ok()) return ToFfi(decoded.status());
   const GroupedCall& c = decoded.value();
-  NcclCallSite call{ordinal, c.device_group, op, c.reduction, c.type, x.element_count(), 0};
+  NcclCallSite call{ordinal, c.device_group, op, c.reduction, c.type, x.element_count(), 0, stream};
   return ToFfi(RunNccl(call, [&](NcclCommunicator& comm) {
     return enqueue(comm, c.type, c.reduction, x.element_count(), c.device_group.size());
   }));
@@ -336,7 +423,8 @@ ffi::Error Combinable(cudaStream_t stream, int32_t ordinal, const ffi::Remaining
   const GroupedCall& c = decoded.value();
   size_t total = 0;
   for (const CombinedOperand& x : xs) total += x.count;
-  NcclCallSite call{ordinal, c.device_group, op, c.reduction, c.type, total, xs.size() > 1 ? HashOperands(xs) : 0};
+  NcclCallSite call{ordinal, c.device_group, op, c.reduction, c.type, total, xs.size() > 1 ? HashOperands(xs) : 0,
+                    stream};
   return ToFfi(RunNccl(call, [&](NcclCommunicator& comm) {
     return EnqueueCombined(comm, op, xs, c.reduction, c.device_group.size(), stream);
   }));
@@ -387,7 +475,7 @@ ffi::Error CollectivePermuteImpl(cudaStream_t stream, int32_t ordinal, ffi::AnyB
     if (pairs_flat[i + 1] == my_rank) recv_from = static_cast<int>(pairs_flat[i]);
   }
   NcclCallSite call{ordinal, device_group, CollectiveOp::kCollectivePermute, Reduction::kNone, type.value(),
-                    x.element_count(), HashInts(pattern)};
+                    x.element_count(), HashInts(pattern), stream};
   return ToFfi(RunNccl(call, [&](NcclCommunicator& c) {
     return c.CollectivePermute(x.untyped_data(), y->untyped_data(), x.element_count(), type.value(), send_to,
                                recv_from, stream);

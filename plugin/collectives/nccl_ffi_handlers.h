@@ -22,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include "collectives/agreement_gate.h"
 #include "collectives/combined_operands.h"
 #include "collectives/once_per_key.h"
 #include "collectives/nccl_communicator.h"
@@ -39,7 +40,21 @@ class NcclDeviceGroups {
   NcclDeviceGroups(NcclApi api, BootstrapStore store, double timeout_s,
                    double notice_wait_s = kFailureNoticeWaitS, NcclWatchdog* watchdog = nullptr);
   StatusOr<NcclCommunicator*> ForDevice(const std::vector<int>& device_group, int device);
+  // The communicator ForDevice made for this epoch, or null: none yet.
+  NcclCommunicator* Existing(const std::vector<int>& device_group, int device);
   void AbortAll(const Status& why);
+
+  // The agreement beside the launch (agreement_gate.h): on from
+  // DeviceGroupsForJob where MYPLUGIN_NCCL_AGREEMENT is beside and a failure
+  // ends the process (fate-sharing); off, every call agrees before it is
+  // enqueued.
+  void AgreeBeside(bool on) { agree_beside_ = on; }
+  bool agree_beside() const { return agree_beside_; }
+  // Device `ordinal`'s gate, made on its first use (its word allocated on
+  // the calling thread: the handler's, whose device context is current).
+  StatusOr<AgreementGate*> Gate(int ordinal);
+  // Enqueues on `stream` the wait for `ordinal`'s gate word to reach `number`.
+  Status CloseGate(int ordinal, cudaStream_t stream, uint32_t number);
   const NcclApi& api() const { return api_; }
   // A mismatch that this process found agreeing on an NCCL call: published
   // for the membership epoch before the call fails, so that a peer whose NCCL
@@ -62,6 +77,19 @@ class NcclDeviceGroups {
   // agreement after a failure) renumbers the devices, so they are made anew.
   std::mutex epoch_mu_;
   uint64_t epoch_ = 0;
+  bool agree_beside_ = false;  // set before the first call
+  // A device's gate and its word's device address. Made under gates_mu_,
+  // never removed (the word is page-locked memory the device may still
+  // read); the gates live as long as the device groups.
+  struct DeviceGate {
+    std::unique_ptr<AgreementGate> gate;
+    CUdeviceptr word = 0;
+  };
+  std::mutex gates_mu_;
+  std::map<int, DeviceGate> gates_;  // by device ordinal, under gates_mu_
+  // What a failed gated agreement does: the mismatch published, every
+  // communicator aborted, this process's failure reported (which ends it).
+  void OnGateFailure(const Status& why);
 };
 
 // The store of a job's device groups on `client`: its key-values, its
@@ -93,11 +121,16 @@ struct NcclCallSite {
   DataType type;
   size_t count;              // elements this device sends
   uint64_t extra;            // the permute pattern, hashed
+  // The call's stream: where the gate's wait goes when the agreement runs
+  // beside the launch; null: the agreement runs before the enqueue.
+  cudaStream_t stream = nullptr;
 };
 
 // Meets the device group's local devices, agrees on the signature across
 // processes, then `enqueue`s on this device's communicator (from `device_groups`,
-// or the process's own when null).
+// or the process's own when null). Where the device groups agree beside the
+// launch and the communicator exists, `enqueue` runs first and the meeting
+// and the agreement run on the device's gate (agreement_gate.h).
 Status RunNccl(const NcclCallSite& call, const std::function<Status(NcclCommunicator&)>& enqueue,
                NcclDeviceGroups* device_groups = nullptr);
 

@@ -34,6 +34,19 @@ class OncePerKey {
     return slot->value;
   }
 
+  // The value made for `key`, or null (none made, or one being made now).
+  std::shared_ptr<T> Find(const Key& key) {
+    std::shared_ptr<Slot> slot;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = slots_.find(key);
+      if (it == slots_.end()) return nullptr;
+      slot = it->second;
+    }
+    std::unique_lock<std::mutex> slot_lock(slot->mu, std::try_to_lock);
+    return slot_lock.owns_lock() ? slot->value : nullptr;
+  }
+
   void Clear() {
     std::lock_guard<std::mutex> lock(mu_);
     slots_.clear();

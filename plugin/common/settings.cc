@@ -93,6 +93,15 @@ StatusOr<Settings> ParseSettings(const EnvLookup& getenv) {
                              "within a host, else Gloo), shm, gloo or hierarchical");
     }
   }
+  if (const char* v = Given(getenv, "MYPLUGIN_NCCL_AGREEMENT")) {
+    s.nccl_agreement = v;
+    if (s.nccl_agreement != "beside" && s.nccl_agreement != "before") {
+      return InvalidArgument("MYPLUGIN_NCCL_AGREEMENT='" + s.nccl_agreement +
+                             "' is not a place for the NCCL calls' signature agreement: beside (enqueue, agree on "
+                             "a thread of its own, the result held on the GPU until it agrees) or before (agree, "
+                             "then enqueue)");
+    }
+  }
   if (const char* v = Given(getenv, "MYPLUGIN_SPMD_REWRITE")) {
     if (std::string(v) != "always") {
       return InvalidArgument(std::string("MYPLUGIN_SPMD_REWRITE='") + v +
@@ -112,7 +121,8 @@ const std::vector<std::string>& SettingVariables() {
   static const std::vector<std::string>* names = new std::vector<std::string>{
       "MYPLUGIN_COLLECTIVE_TIMEOUT_SECONDS", "MYPLUGIN_COLLECTIVE_STALL_SECONDS", "MYPLUGIN_COLLECTIVE_CAP_SECONDS",
       "MYPLUGIN_PEER_EXIT_GRACE_SECONDS",    "MYPLUGIN_STRAGGLER_SECONDS",        "MYPLUGIN_TRACE_BUFFER",
-      "MYPLUGIN_TRACE_DIR",                  "MYPLUGIN_TRANSPORT",                "MYPLUGIN_SPMD_REWRITE",
+      "MYPLUGIN_TRACE_DIR",                  "MYPLUGIN_TRANSPORT",                "MYPLUGIN_NCCL_AGREEMENT",
+      "MYPLUGIN_SPMD_REWRITE",
       "MYPLUGIN_SPMD_LOG",                   "TMPDIR",                            "NCCL_HOSTID",
       "XLA_PYTHON_CLIENT_ALLOCATOR",         "XLA_CLIENT_MEM_FRACTION",           "XLA_PYTHON_CLIENT_MEM_FRACTION",
       "XLA_PYTHON_CLIENT_PREALLOCATE",       "XLA_PYTHON_CLIENT_COLLECTIVE_MEM_SIZE_MB"};

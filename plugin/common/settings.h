@@ -43,6 +43,12 @@ inline constexpr size_t kMaxTraceBuffer = size_t{1} << 24;
 // each hold several of them and kHierarchicalAcrossHosts, else Gloo;
 // "shm", "gloo" and "hierarchical" force one.
 inline constexpr const char* kDefaultTransport = "auto";
+// When an NCCL call across processes agrees on its signature with the
+// other processes (MYPLUGIN_NCCL_AGREEMENT): "beside" enqueues it first and
+// agrees on a thread of its own, holding the call's result on the GPU until
+// it agrees (collectives/agreement_gate.h); "before" agrees on the thread
+// that launches the kernels, then enqueues.
+inline constexpr const char* kDefaultNcclAgreement = "beside";
 
 // Returns the value of an environment variable, or null when unset: the
 // process's environment (ProcessEnvironment) or, in tests, a map.
@@ -58,6 +64,7 @@ struct Settings {
   // MYPLUGIN_TRACE_DIR; empty: a per-job folder under temp_dir.
   std::string trace_dir;
   std::string transport = kDefaultTransport;  // MYPLUGIN_TRANSPORT: auto, shm, gloo or hierarchical
+  std::string nccl_agreement = kDefaultNcclAgreement;  // MYPLUGIN_NCCL_AGREEMENT: beside or before
   // MYPLUGIN_SPMD_REWRITE=always: every program of several devices takes the
   // multi-process compile, even in one process (to test that path).
   bool spmd_rewrite_always = false;

@@ -57,6 +57,7 @@ class CoordinationClient {
 
   int process_id() const { return options_.process_id; }
   int num_processes() const { return options_.num_processes; }
+  bool fate_sharing() const { return options_.fate_sharing; }
 
   // Publishes this process's topology; returns the members' (every
   // process's, at epoch 0) once all have registered. A process that comes

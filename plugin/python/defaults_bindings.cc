@@ -36,6 +36,7 @@ void BindDefaults(nb::module_& m) {
   d["min_trace_buffer"] = myplugin::kMinTraceBuffer;
   d["max_trace_buffer"] = myplugin::kMaxTraceBuffer;
   d["transport"] = myplugin::kDefaultTransport;
+  d["nccl_agreement"] = myplugin::kDefaultNcclAgreement;
   d["combine_threshold_bytes"] = coll::kDefaultCombineThresholdBytes;
   d["form_reduce_scatters"] = coll::kDefaultFormReduceScatters;
   m.attr("DEFAULTS") = d;

@@ -189,5 +189,20 @@ CUresult cuMemcpyDtoDAsync(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstr
   return CUDA_SUCCESS;
 }
 CUresult cuStreamSynchronize(CUstream) { return CUDA_SUCCESS; }
+// The gate word (agreement_gate.h): host memory that is its own device
+// address; the stand-in's streams run nothing later, so a wait is only
+// checked for its word.
+CUresult cuMemHostAlloc(void** p, size_t bytes, unsigned int) {
+  *p = ::operator new(bytes);
+  std::memset(*p, 0, bytes);
+  return CUDA_SUCCESS;
+}
+CUresult cuMemHostGetDevicePointer(CUdeviceptr* device, void* host, unsigned int) {
+  *device = reinterpret_cast<CUdeviceptr>(host);
+  return CUDA_SUCCESS;
+}
+CUresult cuStreamWaitValue32(CUstream, CUdeviceptr addr, cuuint32_t, unsigned int) {
+  return addr == 0 ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+}
 
 }  // extern "C"

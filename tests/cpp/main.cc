@@ -11,6 +11,9 @@ int main(int argc, char** argv) {
   if (argc == 4 && std::strcmp(argv[1], "--nccl-share-child") == 0) {
     return RunNcclShareChild(std::atoi(argv[2]), std::atoi(argv[3]));
   }
+  if (argc == 5 && std::strcmp(argv[1], "--nccl-beside-child") == 0) {
+    return RunNcclBesideChild(std::atoi(argv[2]), std::atoi(argv[3]), argv[4]);
+  }
   RunClientOptionsTests();
   RunSettingsTests();
   RunEngineClientTests();
@@ -31,6 +34,7 @@ int main(int argc, char** argv) {
   RunAbortableGlooContextTests();
   RunCombinedOperandsTests();
   RunLocalRendezvousTests();
+  RunAgreementGateTests();
   RunDeviceAssignmentTests();
   RunStreamingCopyTests();
   RunFfiApiVersionTests();
@@ -46,6 +50,7 @@ int main(int argc, char** argv) {
   RunTcpLinksTests();
   bool nccl = RunNcclTests();
   RunRaggedAllToAllTests();
+  RunNcclAgreementBesideTests();
   std::printf("NCCL backend tests: %s\n", nccl ? "ran" : "not built (no NCCL headers)");
   std::printf("%d passed, %d failed\n", unit::passes, unit::failures);
   return unit::failures == 0 ? 0 : 1;

@@ -4,6 +4,7 @@
 // it took), the version check, and four processes whose one device each is
 // the same GPU (ordinal 0). No GPU, no libnccl.
 #include "check.h"
+#include "child_processes.h"
 #include "local_clients.h"
 
 #ifndef MYPLUGIN_HAVE_NCCL
@@ -1269,63 +1270,16 @@ void TestShareOneGpu() {
   CHECK(service.ok());
   if (!service.ok()) return;
   const std::string port = std::to_string(service.value()->port());
-  std::vector<pid_t> pids(kShareProcesses, -1);
-  std::vector<int> out(kShareProcesses, -1);
-  std::vector<std::string> text(kShareProcesses);
+  std::vector<std::vector<std::string>> args;
+  for (int p = 0; p < kShareProcesses; ++p) args.push_back({"--nccl-share-child", std::to_string(p), port});
+  const std::vector<unit::ChildResult> children = unit::RunChildren(args, kShareDeadlineS);
   for (int p = 0; p < kShareProcesses; ++p) {
-    int fds[2];
-    CHECK(::pipe(fds) == 0);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_adddup2(&actions, fds[1], 1);
-    posix_spawn_file_actions_addclose(&actions, fds[0]);
-    const std::string id = std::to_string(p);
-    char* argv[] = {const_cast<char*>("myplugin_unit_tests"), const_cast<char*>("--nccl-share-child"),
-                    const_cast<char*>(id.c_str()), const_cast<char*>(port.c_str()), nullptr};
-    CHECK(posix_spawn(&pids[p], "/proc/self/exe", &actions, nullptr, argv, environ) == 0);
-    posix_spawn_file_actions_destroy(&actions);
-    ::close(fds[1]);
-    out[p] = fds[0];
-  }
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(kShareDeadlineS);
-  int open = kShareProcesses;
-  while (open > 0 && std::chrono::steady_clock::now() < deadline) {
-    std::vector<pollfd> fds;
-    for (int p = 0; p < kShareProcesses; ++p) {
-      if (out[p] >= 0) fds.push_back({out[p], POLLIN, 0});
-    }
-    if (::poll(fds.data(), fds.size(), 200) <= 0) continue;
-    for (int p = 0; p < kShareProcesses; ++p) {
-      if (out[p] < 0) continue;
-      pollfd probe{out[p], POLLIN, 0};
-      if (::poll(&probe, 1, 0) <= 0) continue;
-      char buf[4096];
-      ssize_t n = ::read(out[p], buf, sizeof(buf));
-      if (n > 0) {
-        text[p].append(buf, n);
-      } else {
-        ::close(out[p]);
-        out[p] = -1;
-        --open;
-      }
-    }
-  }
-  CHECK(open == 0);  // else past the deadline
-  for (int p = 0; p < kShareProcesses; ++p) {
-    if (out[p] >= 0) {
-      ::kill(pids[p], SIGKILL);
-      ::close(out[p]);
-    }
-    int status = 0;
-    ::waitpid(pids[p], &status, 0);
-    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-    std::vector<std::string> lines;
-    for (size_t start = 0, end; (end = text[p].find('\n', start)) != std::string::npos; start = end + 1) {
-      lines.push_back(text[p].substr(start, end - start));
-    }
-    const bool right = lines == ExpectedShareLog(p);
+    const unit::ChildResult& child = children[p];
+    CHECK(!child.killed);  // else past the deadline
+    CHECK(WIFEXITED(child.status) && WEXITSTATUS(child.status) == 0);
+    const bool right = unit::Lines(child.output) == ExpectedShareLog(p);
     CHECK(right);
-    if (!right) std::fprintf(stderr, "process %d of the shared GPU logged:\n%s", p, text[p].c_str());
+    if (!right) std::fprintf(stderr, "process %d of the shared GPU logged:\n%s", p, child.output.c_str());
   }
   service.value()->Stop();
 }

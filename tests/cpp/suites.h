@@ -2,6 +2,8 @@
 // tests); main.cc runs them all.
 #pragma once
 
+#include <string>
+
 void RunClientOptionsTests();
 void RunWireTests();
 void RunProcessInfoTests();
@@ -23,6 +25,7 @@ void RunCallClockTests();
 void RunAbortableGlooContextTests();
 void RunCombinedOperandsTests();
 void RunLocalRendezvousTests();
+void RunAgreementGateTests();
 void RunDeviceAssignmentTests();
 void RunStreamingCopyTests();
 void RunFfiApiVersionTests();
@@ -41,3 +44,7 @@ void RunRaggedAllToAllTests();
 bool RunNcclTests();
 // One process of the NCCL tests' four on one GPU (main's --nccl-share-child).
 int RunNcclShareChild(int process, int port);
+// The agreement beside the launch across four processes (nothing where the
+// NCCL backend is not built), and one of them (main's --nccl-beside-child).
+void RunNcclAgreementBesideTests();
+int RunNcclBesideChild(int process, int port, const std::string& scenario);
