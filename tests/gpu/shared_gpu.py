@@ -250,11 +250,22 @@ def check_sigkill(n: int, **env) -> None:
     assert re.search(rf"^\[{rank}\] .*process {victim} failed", r.output, re.M), f"rank {rank}\n{r.output}"
 
 
+def _agreement_beside(env: dict) -> bool:
+  """Whether NCCL calls agree beside the launch (MYPLUGIN_NCCL_AGREEMENT,
+  default beside; the job's fate-sharing is on): a failed agreement then
+  ends the process with the error printed, where agreeing before the
+  launch raises it in Python first."""
+  return env.get("MYPLUGIN_NCCL_AGREEMENT", os.environ.get("MYPLUGIN_NCCL_AGREEMENT", "beside")) == "beside"
+
+
 def check_sigstop(n: int, tmp: str, **env) -> None:
   """The last rank is stopped (SIGSTOP) before call #1 while the others
   wait in it: process 0 prints a straggler report naming it, then every
-  other rank's call fails at the deadline naming it."""
+  other rank's call fails at the deadline naming it (raised in Python when
+  the agreement runs before the launch; printed as the process ends when
+  it runs beside it: call #1 was enqueued before its agreement)."""
   from job import Job
+  from jax_plugin import _myplugin
   victim = n - 1
   e = dict(FAULT_ENV, JAX_PLATFORMS="myplugin", MYPLUGIN_COLLECTIVE_TIMEOUT_SECONDS="5",
            MYPLUGIN_COLLECTIVE_STALL_SECONDS="5", MYPLUGIN_TRACE_DIR=tmp, **env)
@@ -262,18 +273,29 @@ def check_sigstop(n: int, tmp: str, **env) -> None:
            per_rank_env=lambda rank: rank_env(rank, n)) as job:
     job.wait_event("waiting", ranks=range(victim), timeout=180)
     job.signal(victim, signal.SIGSTOP)
-    job.wait_event("error", ranks=range(victim), timeout=60)
+    if _agreement_beside(e):
+      codes = job.wait(range(victim), timeout=60)
+    else:
+      job.wait_event("error", ranks=range(victim), timeout=60)
     out = job.all_output()
     assert f"myplugin: straggler report #" in job.output(0), out
     for rank in range(victim):
-      error = job.event(rank, "error")["error"]
-      assert f"waiting for processes [{victim}]" in error, (rank, out)
+      if _agreement_beside(e):
+        assert codes[rank] == _myplugin.FATE_SHARING_EXIT_CODE, (rank, out)
+        assert f"waiting for processes [{victim}]" in job.output(rank), (rank, out)
+        assert job.event(rank, "done") is None, (rank, out)
+      else:
+        error = job.event(rank, "error")["error"]
+        assert f"waiting for processes [{victim}]" in error, (rank, out)
 
 
 def check_mismatch(n: int, tmp: str, **env) -> None:
   """Process 1 issues an all-gather where the others issue a psum (call
-  #2): an error on every rank that names the mismatch."""
+  #2): an error on every rank that names the mismatch (raised in Python
+  when the agreement runs before the launch; printed as every process ends
+  when it runs beside it), and no rank goes past it."""
   from job import Job
+  from jax_plugin import _myplugin
   e = dict(FAULT_ENV, JAX_PLATFORMS="myplugin", MYPLUGIN_TRACE_DIR=tmp, **env)
   with Job(n, ["mismatch"], program="straggler_worker.py", env=e,
            per_rank_env=lambda rank: rank_env(rank, n)) as job:
@@ -281,8 +303,12 @@ def check_mismatch(n: int, tmp: str, **env) -> None:
     out = job.all_output()
   assert all(code != 0 for code in codes.values()), out
   for rank in range(n):
-    error = job.event(rank, "error")
-    assert error is not None and "collective mismatch" in error["error"], (rank, out)
+    assert job.event(rank, "finished") is None, (rank, out)
+    if _agreement_beside(e):
+      assert codes[rank] == _myplugin.FATE_SHARING_EXIT_CODE and "collective mismatch" in job.output(rank), (rank, out)
+    else:
+      error = job.event(rank, "error")
+      assert error is not None and "collective mismatch" in error["error"], (rank, out)
 
 
 def check_recovery(n: int, **env) -> None:

@@ -79,6 +79,10 @@ def test_mismatched_collective_is_an_error_on_every_rank(tmp_path, n):
   shared_gpu.check_mismatch(n, str(tmp_path), **GPU)
 
 
+def test_mismatch_raises_where_the_agreement_runs_before_the_launch(tmp_path, n):
+  shared_gpu.check_mismatch(n, str(tmp_path), **dict(GPU, MYPLUGIN_NCCL_AGREEMENT="before"))
+
+
 def test_recovery_rebuilds_the_communicators(n):
   shared_gpu.check_recovery(n, **GPU)
 
