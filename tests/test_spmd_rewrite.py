@@ -900,13 +900,27 @@ def test_what_is_not_each_devices_own_block_stays_an_all_reduce(offset_lines, of
 
 # -- GPU collectives on a stream of their own --------------------------------
 
+def stream_pairs(out: str) -> list[tuple[str, list[str]]]:
+  """Each async pair's start in the entry, with the arrays its operands
+  flatten (the reshapes' sources)."""
+  entry = entry_lines(out)
+  by_name = {l.replace("ROOT ", "").split(" = ")[0]: l for l in entry}
+  pairs = []
+  for start in (l for l in entry if " async-start(" in l):
+    operands = re.search(r"async-start\(([^)]*)\)", start).group(1).split(", ")
+    pairs.append((start, [re.search(r" reshape\((\S+)\)", by_name[o]).group(1) for o in operands]))
+  return pairs
+
+
 def test_on_gpus_each_collective_call_runs_on_the_collective_stream_unchained():
-  """With streams (the CUDA engine), every collective call is alone in a
-  computation that a `call` annotated with the stream runs (XLA makes it
-  call-start/call-done on that stream), written before the computation
-  that uses it; the calls read no earlier collective's result (no chain),
-  a combined one included; partition-id stays our handler's call, on the
-  compute stream."""
+  """With streams (the CUDA engine), every collective call is an async pair
+  of ours (async-start/async-done on the "parallel" thread, annotated with
+  the collective stream) that starts a computation calling the one our
+  custom call is in, between bitcasts; the pair passes rank-1 arrays
+  (reshapes of the operands and of the result), written before the
+  computation that uses it; the calls read no earlier collective's result
+  (no chain), a combined one included; partition-id stays our handler's
+  call, on the compute stream."""
   text = module("  %p = f32[4,2]{1,0} parameter(0)\n  %q = f32[3]{0} parameter(1)\n"
                 + _AR.format(name="a", shape="f32[4,2]{1,0}", x="%p", ch=1, op="add") + "\n"
                 + _AR.format(name="b", shape="f32[3]{0}", x="%q", ch=2, op="add") + "\n"
@@ -919,19 +933,34 @@ def test_on_gpus_each_collective_call_runs_on_the_collective_stream_unchained():
                        combine_threshold=_BIG)
   parses(out)
   lines = entry_lines(out)
-  annotated = [l for l in lines if " call(" in l]
-  assert len(annotated) == 2, lines  # (a, b) combined, then c
-  for line in annotated:
-    assert 'frontend_attributes={_xla_stream_annotation="1",inlineable="false"}' in line, line
-  assert annotated[0].split(" call(")[1].startswith("%p, %q)")
-  assert annotated[1].split(" call(")[1].startswith("%n)")  # no earlier collective's result
-  wrappers = {l.split()[0] for l in out.splitlines() if l.startswith("%on_stream")}
-  assert {re.search(r"to_apply=(\S+?),", l).group(1) for l in annotated} == wrappers
-  assert out.index("ENTRY") > max(out.index(w + " ") for w in wrappers)
-  assert len(calls(out)) == 2 and all(c.startswith("ROOT ") for c in calls(out))
-  assert [l for l in lines if "myplugin_partition_id" in l and " call(" not in l]
+  pairs = stream_pairs(out)
+  assert len(pairs) == 2, lines  # (a, b) combined, then c
+  assert [sources for _, sources in pairs] == [["%p", "%q"], ["%n"]]  # no earlier collective's result
+  for start, _ in pairs:
+    assert 'async_execution_thread="parallel"' in start and \
+        'frontend_attributes={_xla_stream_annotation="1"}' in start, start
+  assert pairs[0][0].split(" = ")[1].startswith("((f32[8]{0}, f32[3]{0}), (f32[8]{0}, f32[3]{0})) async-start(")
+  dones = [l for l in lines if " async-done(" in l]
+  assert len(dones) == 2 and all('_xla_stream_annotation="1"' in l for l in dones)
+  # The results, shaped back: the combined pair's elements (a tuple of them), then c.
+  by_name = {l.replace("ROOT ", "").split(" = ")[0]: l for l in lines}
+  combined = re.search(r"get-tuple-element\((\S+)\)", by_name["%a"]).group(1)
+  elements = re.search(r" tuple\(([^)]*)\)", by_name[combined]).group(1).split(", ")
+  assert [by_name[e].split(" = ")[1].split(" reshape(")[0] for e in elements] == ["f32[4,2]{1,0}", "f32[3]{0}"]
+  assert by_name["%c"].startswith("%c = f32[4,2]{1,0} reshape(")
+  assert next(l for l in lines if l.startswith("ROOT %t")).startswith("ROOT %t = (f32[4,2]{1,0}, f32[3]{0}, u32[]) "
+                                                                      "tuple(%c, %b, %pid")
+  # Each started computation calls the one our custom call is in, both before the entry.
+  started = {re.search(r"calls=(\S+?),", start).group(1) for start, _ in pairs}
+  inner = {l.split()[0] for l in out.splitlines() if l.startswith("%on_stream")}
+  assert len(started) == 2 and len(inner) == 2
+  assert out.index("ENTRY") > max(out.index(c + " ") for c in started | inner)
+  assert len(calls(out)) == 2
+  for c in calls(out):
+    assert re.match(r"%\S+ = .* custom-call\(%shaped", c), c
+  assert [l for l in lines if "myplugin_partition_id" in l and " async-start(" not in l]
   chained = rewrite_module(text, [list(range(8))], 8, fences=False, runtime_device_ids=True, combine_threshold=_BIG)
-  assert " call(" not in chained and "custom-call(%n, %" in chained  # without streams: the chain, as before
+  assert " async-start(" not in chained and "custom-call(%n, %" in chained  # without streams: the chain, as before
 
 
 def test_on_gpus_a_matmul_closes_the_buckets():
@@ -989,11 +1018,14 @@ def test_ragged_all_to_all_on_gpus():
     cols = re.search(r"concatenate\((\S+), (\S+)\), dimensions=\{1\}", concat).groups()
     assert [next(l for l in entry if l.startswith(c + " ")).split("reshape(")[1] for c in cols] == ["%oo)", "%ss)"]
     # The call reads the output, the data, the input offsets, the send sizes, the exchanged pairs, recv sizes.
-    call = next(l for l in entry if l.startswith("ROOT %r = "))
-    operands = re.search(r" call\(([^)]*)\)", call).group(1).split(", ")
+    assert next(l for l in entry if l.startswith("ROOT %r = ")).startswith(f"ROOT %r = {'f32[6,3]{1,0}'} reshape(")
+    exchange_pair, ragged_pair = stream_pairs(out)
+    operands = ragged_pair[1]
     assert operands[:4] == ["%o", "%x", "%io", "%ss"] and operands[5] == "%rs"
-    assert next(l for l in entry if l.startswith(operands[4] + " ")).split(" call(")[1].startswith(
-        concat.split(" = ")[0])
+    assert exchange_pair[1] == [concat.split(" = ")[0]]
+    exchange_start = re.search(r"^(\S+) = ", exchange_pair[0]).group(1)
+    exchange_done = next(l for l in entry if f" async-done({exchange_start})" in l).split(" = ")[0]
+    assert next(l for l in entry if l.startswith(operands[4] + " ")).endswith(f" reshape({exchange_done})")
 
 
 @pytest.mark.parametrize("text,engine,what", [

@@ -28,8 +28,8 @@ from jax_plugin.spmd import reduce_scatter
 from jax_plugin.spmd import replica_groups as rg
 from jax_plugin.spmd.collective_modes import device_groups
 from jax_plugin.spmd.hlo_text import (ArrayShape, HloTextError, Instruction, UnsupportedProgram, callees,
-                                      computation_header, computations, lines_of, parse_instruction, split_top_level,
-                                      to_int)
+                                      computation_header, computations, lines_of, parse_instruction, parse_shape,
+                                      split_top_level, to_int)
 
 _REDUCTIONS = {"add": "sum", "multiply": "product", "maximum": "max", "minimum": "min", "and": "and", "or": "or"}
 
@@ -48,11 +48,11 @@ _DIGITS = re.compile(r"[0-9]+")
 _COLLECTIVES = {"all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute",
                 "ragged-all-to-all"}
 
-# The explicit stream our collective calls run on, on GPUs (`streams`): XLA
-# makes a call annotated with it an async pair (call-start/call-done) whose
-# thunks, our handlers' included, get that stream as their FFI
-# PlatformStream, so NCCL runs beside the compute stream's kernels, as
-# `jax.experimental.compute_on("gpu_stream:1")` lowers a region. One
+# The explicit stream our collective calls run on, on GPUs (`streams`): the
+# thunks of an async pair annotated with it, our handlers' included, get
+# that stream as their FFI PlatformStream (Rewriter.on_stream), so NCCL runs
+# beside the compute stream's kernels, as
+# `jax.experimental.compute_on("gpu_stream:1")` does for a region. One
 # stream for all: NCCL needs every rank's calls in one order.
 _COLLECTIVE_STREAM = 1
 
@@ -117,6 +117,19 @@ class _Rewriter:
     self.counter = 0
     self.names = {inst.name for inst in map(parse_instruction, lines) if inst is not None}
     self.communicates = {name: self._communicates(name, set()) for name in self.computations}
+    # Computations that a `call` XLA inlines runs (a shard_map body): the
+    # call inliner clones their instructions into the caller, an async pair
+    # of ours too, but not the computation its start calls, which the
+    # original (dead, on another thread, so never removed) still calls, and
+    # copy insertion refuses the call graph. Their collectives stay a `call`
+    # annotated with the stream, which XLA makes a pair of after inlining
+    # (Rewriter.on_stream).
+    self.inlined: set[str] = set()
+    for inst in map(parse_instruction, lines):
+      if inst is not None and inst.opcode == "call" and 'inlineable="false"' not in (
+          inst.attr("frontend_attributes") or ""):
+        self.inlined.update(callees(inst))
+    self.current: str | None = None  # the computation being rewritten
     self.last: str | None = None  # the latest collective of the current computation
     self.shapes: dict[str, ArrayShape | list[ArrayShape]] = {}  # of the instructions read so far
 
@@ -173,8 +186,16 @@ class _Rewriter:
               f"api_version=API_VERSION_TYPED_FFI, backend_config={{{cfg}}}")
     if not (self.streams and operands):
       return f"{indent}{'ROOT ' if root else ''}{name} = {result} {call(operands)}"
-    # On its stream: the call alone in a computation that a `call`
-    # annotated with the stream runs.
+    if self.current in self.inlined:
+      return self.annotated_call(indent, name, result, operands, shapes, call, root)
+    return self.on_stream(indent, name, result, operands, shapes, call, root)
+
+  def annotated_call(self, indent, name, result: str, operands: list[str], shapes: list[str], call, root) -> str:
+    """The call alone in a computation that a `call` annotated with the
+    collective stream runs: XLA makes it an async pair (call-start/call-done)
+    on that stream once it has inlined the computation this one is in. On
+    jax 0.11's engine such a pair is on the main execution thread, which its
+    scheduler does not take as asynchronous (see on_stream)."""
     wrapper = self.fresh("%on_stream")
     params = [self.fresh("%operand") for _ in operands]
     lines = [f"{wrapper} ({', '.join(f'{p[1:]}: {t}' for p, t in zip(params, shapes))}) -> {result} {{"]
@@ -183,6 +204,85 @@ class _Rewriter:
     self.wrappers.append("\n".join(lines))
     return (f"{indent}{'ROOT ' if root else ''}{name} = {result} call({', '.join(operands)}), to_apply={wrapper}, "
             f"frontend_attributes={{_xla_stream_annotation=\"{_COLLECTIVE_STREAM}\",inlineable=\"false\"}}")
+
+  def on_stream(self, indent, name, result: str, operands: list[str], shapes: list[str], call, root) -> str:
+    """The call as an async pair of our own (async-start/async-done) on the
+    "parallel" execution thread, annotated with the collective stream: the
+    thunk emitter runs the computation it starts on that stream, and both
+    engines' latency-hiding schedulers take the pair as asynchronous work
+    (a `call` annotated with the stream, which XLA makes a pair of itself,
+    lands on the main thread in jax 0.11's engine, where its scheduler
+    skips the computation and orders the pair back to back). Every array
+    the pair passes is flattened to rank 1, bitcast back around the custom
+    call inside: a rank-1 array has one layout, so the main thread's layout
+    assignment cannot give the pair another than the computation it runs
+    has (XLA's verifier refuses that)."""
+    ins = [parse_shape(t) for t in shapes]
+    res = parse_shape(result)
+    results = res if isinstance(res, list) else [res]
+
+    def flat(a: ArrayShape) -> ArrayShape:
+      return ArrayShape(a.dtype, (int(np.prod(a.dims, dtype=np.int64)),) if a.dims else ())
+
+    flat_results = [flat(r) for r in results]
+    flat_result = (f"({', '.join(r.text() for r in flat_results)})" if isinstance(res, list)
+                   else flat_results[0].text())
+
+    def signature(params: list[str]) -> str:
+      return f"({', '.join(f'{p[1:]}: {flat(a).text()}' for p, a in zip(params, ins))}) -> {flat_result}"
+
+    # The custom call between bitcasts, in a computation of its own.
+    inner = self.fresh("%on_stream")
+    params = [self.fresh("%operand") for _ in ins]
+    body = [f"{inner} {signature(params)} {{"]
+    body += [f"  {p} = {flat(a).text()} parameter({i})" for i, (p, a) in enumerate(zip(params, ins))]
+    shaped = []
+    for p, a in zip(params, ins):
+      shaped.append(self.fresh("%shaped"))
+      body.append(f"  {shaped[-1]} = {a.text()} bitcast({p})")
+    called = self.fresh(name)
+    body.append(f"  {called} = {result} {call(shaped)}")
+    if isinstance(res, list):
+      outs = []
+      for i, (r, fr) in enumerate(zip(results, flat_results)):
+        element, out = self.fresh("%element"), self.fresh("%flat")
+        body += [f"  {element} = {r.text()} get-tuple-element({called}), index={i}",
+                 f"  {out} = {fr.text()} bitcast({element})"]
+        outs.append(out)
+      body.append(f"  ROOT {self.fresh('%flat')} = {flat_result} tuple({', '.join(outs)})")
+    else:
+      body.append(f"  ROOT {self.fresh('%flat')} = {flat_result} bitcast({called})")
+    body += ["}", ""]
+    # The computation the pair starts: a call of it (XLA's thunk emitter
+    # runs the started computation's thunks on the annotated stream).
+    started = self.fresh("%started")
+    params = [self.fresh("%operand") for _ in ins]
+    body += [f"{started} {signature(params)} {{"]
+    body += [f"  {p} = {flat(a).text()} parameter({i})" for i, (p, a) in enumerate(zip(params, ins))]
+    body += [f"  ROOT {self.fresh('%called')} = {flat_result} call({', '.join(params)}), to_apply={inner}", "}", ""]
+    self.wrappers.append("\n".join(body))
+    lines, flat_operands = [], []
+    for o, a in zip(operands, ins):
+      flat_operands.append(self.fresh(o))
+      lines.append(f"{indent}{flat_operands[-1]} = {flat(a).text()} reshape({o})")
+    attributes = f"frontend_attributes={{_xla_stream_annotation=\"{_COLLECTIVE_STREAM}\"}}"
+    start, done = self.fresh(name + "-start"), self.fresh(name + "-done")
+    lines.append(f"{indent}{start} = (({', '.join(flat(a).text() for a in ins)}), {flat_result}) "
+                 f"async-start({', '.join(flat_operands)}), async_execution_thread=\"parallel\", calls={started}, "
+                 f"{attributes}")
+    lines.append(f"{indent}{done} = {flat_result} async-done({start}), {attributes}")
+    prefix = f"{indent}{'ROOT ' if root else ''}{name} = {result}"
+    if isinstance(res, list):
+      parts = []
+      for i, (r, fr) in enumerate(zip(results, flat_results)):
+        element, shaped_out = self.fresh(name), self.fresh(name)
+        lines += [f"{indent}{element} = {fr.text()} get-tuple-element({done}), index={i}",
+                  f"{indent}{shaped_out} = {r.text()} reshape({element})"]
+        parts.append(shaped_out)
+      lines.append(f"{prefix} tuple({', '.join(parts)})")
+    else:
+      lines.append(f"{prefix} reshape({done})")
+    return "\n".join(lines)
 
   def transpose(self, indent, name, operand, shape: ArrayShape, src_dims, perm, root=False) -> str:
     dims = tuple(src_dims[p] for p in perm)
@@ -617,6 +717,7 @@ class _Rewriter:
         continue
       if computation_header(line):
         self.last = None
+        self.current = computation_header(line)
         header_at = len(out)
         out.append(line)
         body = []

@@ -59,7 +59,9 @@ class StandInStream {
     std::unique_lock<std::mutex> lock(mu_);
     for (;;) {
       cv_.wait(lock, [&] { return stop_ || !ops_.empty(); });
-      if (ops_.empty()) return;
+      // Stopped: what is still queued (behind a gate that never opened) is
+      // dropped, as a destroyed context's work is.
+      if (stop_ || ops_.empty()) return;
       Op op = std::move(ops_.front());
       ops_.pop_front();
       busy_ = true;
@@ -199,8 +201,8 @@ void TestFailedAgreementKeepsTheGateShut() {
       std::lock_guard<std::mutex> lock(heard_mu);
       heard.push_back(why);
     });
+    std::atomic<int> consumers{0};  // before the stream, which outlives none of what its ops touch
     StandInStream stream(&word);
-    std::atomic<int> consumers{0};
     auto call = [&](std::function<Status()> agree) {
       Status st = gate.Enqueue([] { return Status(); }, [&](uint32_t number) {
         stream.Wait(number);
