@@ -963,6 +963,50 @@ def test_on_gpus_each_collective_call_runs_on_the_collective_stream_unchained():
   assert " async-start(" not in chained and "custom-call(%n, %" in chained  # without streams: the chain, as before
 
 
+def _shard_map_module(calls_of_body: int) -> str:
+  """ENTRY calls a shard_map-like body (an all-reduce) `calls_of_body` times."""
+  body = ("%body (bp: f32[4,2]) -> f32[4,2] {\n  %bp = f32[4,2]{1,0} parameter(0)\n"
+          + _AR.format(name="ar", shape="f32[4,2]{1,0}", x="%bp", ch=1, op="add") + "\n"
+          "  ROOT %neg = f32[4,2]{1,0} negate(%ar)\n}\n")
+  entry = "  %p = f32[4,2]{1,0} parameter(0)\n"
+  for i in range(calls_of_body):
+    entry += f"  %c{i} = f32[4,2]{{1,0}} call(%p), to_apply=%body\n"
+  entry += f"  ROOT %t = ({', '.join(['f32[4,2]{1,0}'] * calls_of_body)}) tuple(" + \
+      ", ".join(f"%c{i}" for i in range(calls_of_body)) + ")"
+  return module(entry, comps=ADD + "\n" + body)
+
+
+def test_on_gpus_a_shard_map_body_is_inlined_before_its_collectives_become_pairs():
+  """XLA's call inliner would clone a pair of ours out of a shard_map body
+  (a `call` it inlines) but leave the computation the pair starts with two
+  callers, which its copy insertion refuses: the rewrite inlines such a
+  body first (its parameter becomes the call's operand, its root the
+  call's name), then writes the pair in the caller. A body called twice
+  keeps its calls, and its collective the annotated `call` that XLA makes
+  a pair of after inlining."""
+  once = _shard_map_module(1)
+  parses(once)
+  out = rewrite_module(once, [list(range(8))], 8, fences=False, runtime_device_ids=True, streams=True)
+  parses(out)
+  assert "%body" not in out and "to_apply=%body" not in out
+  (start, sources), = stream_pairs(out)
+  assert sources == ["%p"]
+  lines = entry_lines(out)
+  assert "%c0 = f32[4,2]{1,0} negate(%ar)" in lines
+  assert next(l for l in lines if l.startswith("%ar = ")).startswith("%ar = f32[4,2]{1,0} reshape(")
+  twice = _shard_map_module(2)
+  parses(twice)
+  out = rewrite_module(twice, [list(range(8))], 8, fences=False, runtime_device_ids=True, streams=True)
+  parses(out)
+  assert out.count("to_apply=%body") == 2 and not stream_pairs(out)
+  ar = next(l.strip() for l in out.splitlines() if l.strip().startswith("%ar = "))
+  assert " call(%bp), to_apply=%on_stream" in ar and \
+      'frontend_attributes={_xla_stream_annotation="1",inlineable="false"}' in ar
+  # Without streams (the CPU engine) nothing is inlined.
+  host = rewrite_module(once, [list(range(8))], 8, runtime_device_ids=True)
+  assert "to_apply=%body" in host
+
+
 def test_on_gpus_a_matmul_closes_the_buckets():
   """Two independent all-reduces with a matmul between them: one call on
   the CPU engine (a bucket), two with streams, where the first would

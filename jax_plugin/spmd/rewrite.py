@@ -23,6 +23,7 @@ import numpy as np
 
 from jax_plugin.spmd import buckets
 from jax_plugin.spmd import carried_types
+from jax_plugin.spmd import inline_calls
 from jax_plugin.spmd import collective_table as table
 from jax_plugin.spmd import reduce_scatter
 from jax_plugin.spmd import replica_groups as rg
@@ -117,9 +118,10 @@ class _Rewriter:
     self.counter = 0
     self.names = {inst.name for inst in map(parse_instruction, lines) if inst is not None}
     self.communicates = {name: self._communicates(name, set()) for name in self.computations}
-    # Computations that a `call` XLA inlines runs (a shard_map body): the
-    # call inliner clones their instructions into the caller, an async pair
-    # of ours too, but not the computation its start calls, which the
+    # Computations that a `call` XLA inlines runs (a shard_map body) and
+    # that inline_calls left (called from several places, or not plainly):
+    # the call inliner clones their instructions into the caller, an async
+    # pair of ours too, but not the computation its start calls, which the
     # original (dead, on another thread, so never removed) still calls, and
     # copy insertion refuses the call graph. Their collectives stay a `call`
     # annotated with the stream, which XLA makes a pair of after inlining
@@ -779,6 +781,8 @@ def rewrite_module(text: str, assignment, num_devices: int, local_order=None, fe
     one engine has a handler for is refused on the other.
   """
   lines = lines_of(text)
+  if streams:
+    lines = inline_calls.inline_communicating_calls(lines, _COLLECTIVES)
   da = np.asarray(assignment, dtype=np.int64).reshape(len(assignment), -1)
   order = [int(d) for d in da.reshape(-1)] if local_order is None else [int(d) for d in local_order]
   return "\n".join(_Rewriter(lines, da, num_devices, order, fences, runtime_device_ids,
