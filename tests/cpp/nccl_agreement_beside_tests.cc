@@ -13,6 +13,13 @@
 //             process aborts its communicator and ends with the error
 //             naming the collective, and a later call is refused before
 //             anything is enqueued.
+//   dies:     process 3 exits (as a SIGKILL leaves: no goodbye) before
+//             the second all-reduce, which the others have enqueued:
+//             their gates stay shut and they end naming process 3.
+//   stalls:   process 3 sleeps through the second all-reduce (as a
+//             stopped process does, its heartbeats going on): the others'
+//             agreement gives up at the collective timeout (3 s here)
+//             naming it, and they end.
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -41,6 +48,8 @@ constexpr int kProcesses = 4;
 constexpr double kTimeoutS = 20;
 // Within the 120 s that tests/test_cpp_units.py gives the whole binary.
 constexpr double kDeadlineS = 60;
+// The collective timeout of the stalled scenario, well inside its sleep.
+constexpr double kStallTimeoutS = 3;
 
 // Printed at once: a process that fate-sharing ends has no later chance.
 void Say(const std::string& line) {
@@ -120,7 +129,7 @@ int RunNcclBesideChild(int process, int port, const std::string& scenario) {
   using coll::ProcessRuntime;
   ProcessRuntime& runtime = ProcessRuntime::Get();
   myplugin::Settings settings = *runtime.settings();
-  settings.collective_timeout_s = kTimeoutS;
+  settings.collective_timeout_s = scenario == "stalls" ? kStallTimeoutS : kTimeoutS;
   settings.nccl_agreement = "beside";
   runtime.UseSettings(settings);
   myplugin::coordination::RuntimeOptions options;
@@ -185,6 +194,26 @@ int RunNcclBesideChild(int process, int port, const std::string& scenario) {
       return 1;
     }
     Say("gate opened " + std::to_string(gate->opened()));
+  } else if (scenario == "dies" || scenario == "stalls") {
+    if (process == 3) {
+      if (scenario == "dies") ::_exit(3);
+      std::this_thread::sleep_for(std::chrono::duration<double>(kTimeoutS));
+      Say("failed: process 3 outlived its sleep");
+      return 1;
+    }
+    if (myplugin::Status st = all_reduce(8); !st.ok()) {
+      Say("failed: second call: " + st.message());
+      return 1;
+    }
+    Say("enqueued");
+    if (!WaitFor([&] { return !gate->failure().ok(); }, kTimeoutS)) {
+      Say("failed: no failure");
+      return 1;
+    }
+    Say("gate opened " + std::to_string(gate->opened()));
+    std::this_thread::sleep_for(std::chrono::duration<double>(kTimeoutS));
+    Say("failed: still running");
+    return 1;
   } else {
     if (myplugin::Status st = all_reduce(process == 2 ? 9 : 8); !st.ok()) {
       Say("failed: second call: " + st.message());
@@ -270,11 +299,31 @@ void TestMismatchEndsEveryProcess() {
   }
 }
 
+// A peer that died or stalls after the others enqueued: each of them ends
+// (fate-sharing), its gate shut, naming process 3.
+void TestLostPeerEndsTheOthers(const std::string& scenario, const std::string& named) {
+  std::vector<unit::ChildResult> children = RunScenario(scenario);
+  for (int p = 0; p < static_cast<int>(children.size()); ++p) {
+    const unit::ChildResult& c = children[p];
+    const std::string& out = c.output;
+    const bool right =
+        p == 3 ? !c.killed && (scenario == "dies" ? WIFEXITED(c.status) && WEXITSTATUS(c.status) == 3 : true)
+               : !c.killed && WIFEXITED(c.status) &&
+                     WEXITSTATUS(c.status) == myplugin::coordination::kFateSharingExitCode &&
+                     Has(out, "AllReduce count=8\nAllReduce count=8\nWait 1 GEQ\nenqueued") &&
+                     Has(out, "gate opened 0") && Has(out, named) && !ChildFailed(out);
+    CHECK(right);
+    if (!right) std::fprintf(stderr, "process %d (%s) printed:\n%s", p, scenario.c_str(), out.c_str());
+  }
+}
+
 }  // namespace
 
 void RunNcclAgreementBesideTests() {
   TestEnqueuedBeforeASlowPeer();
   TestMismatchEndsEveryProcess();
+  TestLostPeerEndsTheOthers("dies", "process 3");
+  TestLostPeerEndsTheOthers("stalls", "waiting for processes [3]");
 }
 
 #else
