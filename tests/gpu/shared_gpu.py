@@ -251,11 +251,15 @@ def check_sigkill(n: int, **env) -> None:
 
 
 def _agreement_beside(env: dict) -> bool:
-  """Whether NCCL calls agree beside the launch (MYPLUGIN_NCCL_AGREEMENT,
-  default beside; the job's fate-sharing is on): a failed agreement then
-  ends the process with the error printed, where agreeing before the
-  launch raises it in Python first."""
-  return env.get("MYPLUGIN_NCCL_AGREEMENT", os.environ.get("MYPLUGIN_NCCL_AGREEMENT", "beside")) == "beside"
+  """Whether the job's NCCL calls agree beside the launch: on the CUDA
+  engine (MYPLUGIN_ENGINE=cuda; test_gpu_kit.py runs these checks on the
+  CPU engine, whose collectives always agree first), with
+  MYPLUGIN_NCCL_AGREEMENT beside (the default) and fate-sharing on. A
+  failed agreement then ends the process with the error printed, where
+  agreeing before the launch raises it in Python first."""
+  from jax_plugin import _myplugin
+  setting = env.get("MYPLUGIN_NCCL_AGREEMENT", _myplugin.DEFAULTS["nccl_agreement"])
+  return env.get("MYPLUGIN_ENGINE") == "cuda" and setting == "beside"
 
 
 def check_sigstop(n: int, tmp: str, **env) -> None:
