@@ -244,16 +244,8 @@ class _Rewriter:
       body.append(f"  {shaped[-1]} = {a.text()} bitcast({p})")
     called = self.fresh(name)
     body.append(f"  {called} = {result} {call(shaped)}")
-    if isinstance(res, list):
-      outs = []
-      for i, (r, fr) in enumerate(zip(results, flat_results)):
-        element, out = self.fresh("%element"), self.fresh("%flat")
-        body += [f"  {element} = {r.text()} get-tuple-element({called}), index={i}",
-                 f"  {out} = {fr.text()} bitcast({element})"]
-        outs.append(out)
-      body.append(f"  ROOT {self.fresh('%flat')} = {flat_result} tuple({', '.join(outs)})")
-    else:
-      body.append(f"  ROOT {self.fresh('%flat')} = {flat_result} bitcast({called})")
+    body += self.reshaped("  ", "ROOT " + self.fresh("%flat"), flat_result, called, results, flat_results,
+                          isinstance(res, list), "bitcast", "%flat")
     body += ["}", ""]
     # The computation the pair starts: a call of it (XLA's thunk emitter
     # runs the started computation's thunks on the annotated stream).
@@ -273,18 +265,24 @@ class _Rewriter:
                  f"async-start({', '.join(flat_operands)}), async_execution_thread=\"parallel\", calls={started}, "
                  f"{attributes}")
     lines.append(f"{indent}{done} = {flat_result} async-done({start}), {attributes}")
-    prefix = f"{indent}{'ROOT ' if root else ''}{name} = {result}"
-    if isinstance(res, list):
-      parts = []
-      for i, (r, fr) in enumerate(zip(results, flat_results)):
-        element, shaped_out = self.fresh(name), self.fresh(name)
-        lines += [f"{indent}{element} = {fr.text()} get-tuple-element({done}), index={i}",
-                  f"{indent}{shaped_out} = {r.text()} reshape({element})"]
-        parts.append(shaped_out)
-      lines.append(f"{prefix} tuple({', '.join(parts)})")
-    else:
-      lines.append(f"{prefix} reshape({done})")
+    lines += self.reshaped(indent, ("ROOT " if root else "") + name, result, done, flat_results, results,
+                           isinstance(res, list), "reshape", name)
     return "\n".join(lines)
+
+  def reshaped(self, indent, target: str, target_shape: str, source: str, from_shapes: list[ArrayShape],
+               to_shapes: list[ArrayShape], is_tuple: bool, opcode: str, base: str) -> list[str]:
+    """`target` (its name, ROOT where it is the root) = `source` given each
+    of `to_shapes` by `opcode` (reshape or bitcast): element by element
+    (a tuple of them) where `source` is a tuple of `from_shapes`."""
+    if not is_tuple:
+      return [f"{indent}{target} = {target_shape} {opcode}({source})"]
+    lines, parts = [], []
+    for i, (f, t) in enumerate(zip(from_shapes, to_shapes)):
+      element, shaped = self.fresh(base), self.fresh(base)
+      lines += [f"{indent}{element} = {f.text()} get-tuple-element({source}), index={i}",
+                f"{indent}{shaped} = {t.text()} {opcode}({element})"]
+      parts.append(shaped)
+    return lines + [f"{indent}{target} = {target_shape} tuple({', '.join(parts)})"]
 
   def transpose(self, indent, name, operand, shape: ArrayShape, src_dims, perm, root=False) -> str:
     dims = tuple(src_dims[p] for p in perm)
