@@ -16,6 +16,11 @@ the training loops, so this cannot deadlock).
 
 The SIGTERM handler is installed by the first `reached_sync_point` call on
 the main thread: a program that never asks keeps SIGTERM's default action.
+In front of it goes a C++ one (`_myplugin.install_sigterm_notice`) that
+records the notice at once from a thread of its own: Python runs its
+handler only when the main thread next runs Python, which a long XLA
+compile holds off (the other processes would run on meanwhile, and the
+compiling one then catch up on all their steps).
 A second SIGTERM, or one that comes after the job has failed, gets the
 action of the handler that was there before (by default, the end of the
 process).
@@ -111,6 +116,7 @@ class PreemptionSyncManager:
       return
     if threading.current_thread() is threading.main_thread():
       self._previous_handler = signal.signal(signal.SIGTERM, self._on_sigterm)
+      _myplugin.install_sigterm_notice(_NOTICE, str(self._process_id).encode())
     self._watcher = threading.Thread(target=self._watch, name="myplugin-preemption", daemon=True)
     self._watcher.start()
 

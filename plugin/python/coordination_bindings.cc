@@ -13,10 +13,12 @@
 #include <vector>
 
 #include "collectives/flight_recorder.h"
+#include "coordination/sigterm_notice.h"
 #include "collectives/process_runtime.h"
 #include "common/exit_guard.h"
 #include "common/fault_delays.h"
 #include "common/printable.h"
+#include "coordination/sigterm_notice.h"
 #include "coordination/runtime.h"
 #include "python/bindings.h"
 #include "python/status_exception.h"
@@ -111,6 +113,15 @@ void BindMembership(nb::module_& m) {
     auto f = client->failure();
     if (!f) return std::nullopt;
     return PrintableUtf8(f->message());
+  });
+  // jax_plugin/preemption.py's SIGTERM, heard at once (coordination/sigterm_notice.h):
+  // `key` set to `value` in the service, unless the job has failed, with no GIL.
+  m.def("install_sigterm_notice", [](nb::bytes key, nb::bytes value) {
+    ThrowIfError(coord::InstallSigtermNotice([k = Str(key), v = Str(value)] {
+      auto client = collectives::ProcessRuntime::Get().distributed().client();
+      if (!client || client->failure()) return;
+      (void)client->KeyValueInsert(k, v);  // ALREADY_EXISTS: another process noticed first
+    }));
   });
   m.def("report_error", [](const std::string& reason) {
     auto client = collectives::ProcessRuntime::Get().distributed().client();
