@@ -35,6 +35,7 @@ int main(int argc, char** argv) {
   RunCombinedOperandsTests();
   RunLocalRendezvousTests();
   RunAgreementGateTests();
+  RunSigtermNoticeTests();
   RunDeviceAssignmentTests();
   RunStreamingCopyTests();
   RunFfiApiVersionTests();

@@ -26,6 +26,7 @@ void RunAbortableGlooContextTests();
 void RunCombinedOperandsTests();
 void RunLocalRendezvousTests();
 void RunAgreementGateTests();
+void RunSigtermNoticeTests();
 void RunDeviceAssignmentTests();
 void RunStreamingCopyTests();
 void RunFfiApiVersionTests();
