@@ -1007,6 +1007,47 @@ def test_on_gpus_a_shard_map_body_is_inlined_before_its_collectives_become_pairs
   assert "to_apply=%body" in host
 
 
+def test_on_gpus_an_all_reduce_pair_is_grouped_with_the_next_independent_matmul():
+  """On GPUs each all-reduce pair shares XLA's scheduling group with the
+  first matmul after it that does not need its result
+  (scheduling_groups.py): here the matmul of another input, not the one of
+  the all-reduce's result before it; an all-reduce with no such matmul
+  after it, and an all-gather, stay ungrouped; without streams, none."""
+  text = module("  %p = f32[4,4]{1,0} parameter(0)\n  %q = f32[4,4]{1,0} parameter(1)\n"
+                + _AR.format(name="a", shape="f32[4,4]{1,0}", x="%p", ch=1, op="add") + "\n"
+                "  %uses = f32[4,4]{1,0} dot(%a, %q), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n"
+                "  %free = f32[4,4]{1,0} dot(%q, %q), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n"
+                + _AR.format(name="b", shape="f32[4,4]{1,0}", x="%free", ch=2, op="add") + "\n"
+                "  %g = f32[32,4]{1,0} all-gather(%q), channel_id=3, replica_groups=[1,8]<=[8], dimensions={0}, "
+                "use_global_device_ids=true\n"
+                "  %after = f32[4,4]{1,0} dot(%p, %p), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n"
+                "  ROOT %t = (f32[4,4]{1,0}, f32[4,4]{1,0}, f32[32,4]{1,0}, f32[4,4]{1,0}) tuple(%uses, %b, %g, %after)",
+                comps=ADD)
+  parses(text)
+  out = rewrite_module(text, [list(range(8))], 8, fences=False, runtime_device_ids=True, streams=True)
+  parses(out)
+  lines = entry_lines(out)
+  grouped = {}
+  for l in lines:
+    m = re.search(r'_scheduling_group_id="(\d+)"', l)
+    if m:
+      grouped.setdefault(m.group(1), []).append(l.split(" = ")[0].replace("ROOT ", ""))
+  starts = [start.split(" = ")[0] for start, _ in stream_pairs(out)]
+  a_start = next(s for s in starts if s.startswith("%a"))
+  b_start = next(s for s in starts if s.startswith("%b"))
+  g_start = next(s for s in starts if s.startswith("%g"))
+  assert len(grouped) == 2, grouped
+  a_group = next(v for v in grouped.values() if a_start in v)
+  b_group = next(v for v in grouped.values() if b_start in v)
+  def done_of(start):
+    return next(l for l in lines if f" async-done({start})" in l).split(" = ")[0]
+  assert sorted(a_group) == sorted([a_start, done_of(a_start), "%free"]), a_group
+  assert sorted(b_group) == sorted([b_start, done_of(b_start), "%after"]), b_group
+  assert not any(g_start in v for v in grouped.values())
+  host = rewrite_module(text, [list(range(8))], 8, runtime_device_ids=True)
+  assert "_scheduling_group_id" not in host
+
+
 def test_on_gpus_a_matmul_closes_the_buckets():
   """Two independent all-reduces with a matmul between them: one call on
   the CPU engine (a bucket), two with streams, where the first would

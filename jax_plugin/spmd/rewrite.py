@@ -26,6 +26,7 @@ from jax_plugin.spmd import carried_types
 from jax_plugin.spmd import inline_calls
 from jax_plugin.spmd import collective_table as table
 from jax_plugin.spmd import reduce_scatter
+from jax_plugin.spmd import scheduling_groups
 from jax_plugin.spmd import replica_groups as rg
 from jax_plugin.spmd.collective_modes import device_groups
 from jax_plugin.spmd.hlo_text import (ArrayShape, HloTextError, Instruction, UnsupportedProgram, callees,
@@ -132,6 +133,11 @@ class _Rewriter:
           inst.attr("frontend_attributes") or ""):
         self.inlined.update(callees(inst))
     self.current: str | None = None  # the computation being rewritten
+    # The current computation's all-reduce pairs (start, done), grouped with
+    # a matmul each once it is written (scheduling_groups.py), and the next
+    # group id of the module.
+    self.pairs: list[tuple[str, str]] = []
+    self.next_group = 1
     self.last: str | None = None  # the latest collective of the current computation
     self.shapes: dict[str, ArrayShape | list[ArrayShape]] = {}  # of the instructions read so far
 
@@ -190,7 +196,8 @@ class _Rewriter:
       return f"{indent}{'ROOT ' if root else ''}{name} = {result} {call(operands)}"
     if self.current in self.inlined:
       return self.annotated_call(indent, name, result, operands, shapes, call, root)
-    return self.on_stream(indent, name, result, operands, shapes, call, root)
+    return self.on_stream(indent, name, result, operands, shapes, call, root,
+                          grouped=target == table.ALL_REDUCE.name)
 
   def annotated_call(self, indent, name, result: str, operands: list[str], shapes: list[str], call, root) -> str:
     """The call alone in a computation that a `call` annotated with the
@@ -207,7 +214,8 @@ class _Rewriter:
     return (f"{indent}{'ROOT ' if root else ''}{name} = {result} call({', '.join(operands)}), to_apply={wrapper}, "
             f"frontend_attributes={{_xla_stream_annotation=\"{_COLLECTIVE_STREAM}\",inlineable=\"false\"}}")
 
-  def on_stream(self, indent, name, result: str, operands: list[str], shapes: list[str], call, root) -> str:
+  def on_stream(self, indent, name, result: str, operands: list[str], shapes: list[str], call, root,
+                grouped: bool = False) -> str:
     """The call as an async pair of our own (async-start/async-done) on the
     "parallel" execution thread, annotated with the collective stream: the
     thunk emitter runs the computation it starts on that stream, and both
@@ -265,6 +273,8 @@ class _Rewriter:
                  f"async-start({', '.join(flat_operands)}), async_execution_thread=\"parallel\", calls={started}, "
                  f"{attributes}")
     lines.append(f"{indent}{done} = {flat_result} async-done({start}), {attributes}")
+    if grouped:
+      self.pairs.append((start, done))
     lines += self.reshaped(indent, ("ROOT " if root else "") + name, result, done, flat_results, results,
                            isinstance(res, list), "reshape", name)
     return "\n".join(lines)
@@ -704,7 +714,11 @@ class _Rewriter:
     for line in self.lines:
       if body is not None:
         if line.strip() == "}":
-          out.extend(self.body(body))
+          written = [l for entry in self.body(body) for l in entry.split("\n")]
+          if self.pairs:
+            written, self.next_group = scheduling_groups.group(written, self.pairs, self.next_group)
+            self.pairs = []
+          out.extend(written)
           out.append(line)
           body = None
           out[header_at:header_at] = [l for w in self.wrappers for l in w.split("\n")]
