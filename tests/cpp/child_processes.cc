@@ -29,7 +29,14 @@ std::vector<ChildResult> RunChildren(const std::vector<std::vector<std::string>>
     std::vector<char*> argv = {const_cast<char*>("myplugin_unit_tests")};
     for (const std::string& a : args[p]) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
-    if (posix_spawn(&pids[p], "/proc/self/exe", &actions, nullptr, argv.data(), environ) != 0) pids[p] = -1;
+    // Each child leads a process group of its own: what is left at the
+    // deadline is killed whole.
+    posix_spawnattr_t attr;
+    posix_spawnattr_init(&attr);
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
+    posix_spawnattr_setpgroup(&attr, 0);
+    if (posix_spawn(&pids[p], "/proc/self/exe", &actions, &attr, argv.data(), environ) != 0) pids[p] = -1;
+    posix_spawnattr_destroy(&attr);
     posix_spawn_file_actions_destroy(&actions);
     ::close(fds[1]);
     if (pids[p] < 0) {
@@ -63,14 +70,22 @@ std::vector<ChildResult> RunChildren(const std::vector<std::vector<std::string>>
       }
     }
   }
+  // The exits, within the same deadline: a child that closed its output but
+  // goes on, or one still writing, is killed with its group.
   for (size_t p = 0; p < n; ++p) {
     if (pids[p] < 0) continue;
-    if (out[p] >= 0) {
-      ::kill(pids[p], SIGKILL);
-      ::close(out[p]);
-      results[p].killed = true;
+    if (out[p] >= 0) ::close(out[p]);
+    for (;;) {
+      if (::waitpid(pids[p], &results[p].status, WNOHANG) == pids[p]) break;
+      if (std::chrono::steady_clock::now() >= deadline) {
+        ::kill(-pids[p], SIGKILL);
+        results[p].killed = true;
+        ::waitpid(pids[p], &results[p].status, 0);  // SIGKILL: it ends now
+        break;
+      }
+      ::poll(nullptr, 0, 20);
     }
-    ::waitpid(pids[p], &results[p].status, 0);
+    ::kill(-pids[p], SIGKILL);  // anything its group left behind
   }
   return results;
 }

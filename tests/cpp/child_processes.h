@@ -1,7 +1,8 @@
 // Children of the unit-test binary, for the tests of what several processes
 // do together: each runs this binary with its own arguments (main.cc routes
 // them), and the test reads what each printed (stdout and stderr) and how
-// it ended, within a hard deadline past which every child is killed.
+// it ended, within a hard deadline past which every child's process group
+// (each child leads one) is killed.
 #pragma once
 
 #include <string>
@@ -12,7 +13,7 @@ namespace unit {
 struct ChildResult {
   int status = -1;          // waitpid's
   std::string output;       // stdout (and stderr, when asked), interleaved as written
-  bool killed = false;      // still running at the deadline (killed then)
+  bool killed = false;      // still running at the deadline (killed then, with its group)
 };
 
 // Starts one child per entry of `args` (the arguments after the program
