@@ -180,6 +180,7 @@ class _Rewriter:
     until the one before it is done, and the compute beside it with it.
     `in_place`: the result is the first operand's buffer (the engine copies
     the operand first where it is still needed elsewhere)."""
+    arrays = list(shapes)  # the operands' (no chain with streams, where on_stream takes them)
     operands, shapes = list(operands), [s.text() for s in shapes]
     if self.last is not None and operands and not self.streams:
       operands.append(self.last)
@@ -196,7 +197,7 @@ class _Rewriter:
       return f"{indent}{'ROOT ' if root else ''}{name} = {result} {call(operands)}"
     if self.current in self.inlined:
       return self.annotated_call(indent, name, result, operands, shapes, call, root)
-    return self.on_stream(indent, name, result, operands, shapes, call, root,
+    return self.on_stream(indent, name, result, operands, arrays, call, root,
                           grouped=target == table.ALL_REDUCE.name)
 
   def annotated_call(self, indent, name, result: str, operands: list[str], shapes: list[str], call, root) -> str:
@@ -214,7 +215,7 @@ class _Rewriter:
     return (f"{indent}{'ROOT ' if root else ''}{name} = {result} call({', '.join(operands)}), to_apply={wrapper}, "
             f"frontend_attributes={{_xla_stream_annotation=\"{_COLLECTIVE_STREAM}\",inlineable=\"false\"}}")
 
-  def on_stream(self, indent, name, result: str, operands: list[str], shapes: list[str], call, root,
+  def on_stream(self, indent, name, result: str, operands: list[str], ins: list[ArrayShape], call, root,
                 grouped: bool = False) -> str:
     """The call as an async pair of our own (async-start/async-done) on the
     "parallel" execution thread, annotated with the collective stream: the
@@ -227,7 +228,6 @@ class _Rewriter:
     call inside: a rank-1 array has one layout, so the main thread's layout
     assignment cannot give the pair another than the computation it runs
     has (XLA's verifier refuses that)."""
-    ins = [parse_shape(t) for t in shapes]
     res = parse_shape(result)
     results = res if isinstance(res, list) else [res]
 

@@ -28,19 +28,16 @@ def group(lines: list[str], pairs: list[tuple[str, str]], first_id: int) -> tupl
   (start, done names) grouped with its matmul; the ids from `first_id` on,
   and the next id free."""
   out = list(lines)
-  at = {}
-  for i, line in enumerate(lines):
-    inst = parse_instruction(line)
-    if inst is not None:
-      at[inst.name] = (i, inst)
+  insts = [parse_instruction(line) for line in lines]  # once: each pair scans the lines after it
+  at = {inst.name: i for i, inst in enumerate(insts) if inst is not None}
   next_id = first_id
   for start, done in pairs:
     if start not in at or done not in at:
       continue
     tainted = {done}
     matmul = None
-    for i in range(at[done][0] + 1, len(lines)):
-      inst = parse_instruction(lines[i])
+    for i in range(at[done] + 1, len(lines)):
+      inst = insts[i]
       if inst is None:
         continue
       if any(o.split("#")[0] in tainted for o in inst.operands):
@@ -50,7 +47,7 @@ def group(lines: list[str], pairs: list[tuple[str, str]], first_id: int) -> tupl
         break
     if matmul is None:
       continue
-    for i in (at[start][0], at[done][0], matmul):
+    for i in (at[start], at[done], matmul):
       out[i] = _with_group(out[i], next_id)
     next_id += 1
   return out, next_id

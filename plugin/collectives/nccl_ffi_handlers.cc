@@ -49,6 +49,18 @@ int RankIn(const std::vector<int>& device_group, int device) {
   return -1;
 }
 
+Status CheckedCuda(CUresult result, const std::string& what) {
+  if (result == CUDA_SUCCESS) return OkStatus();
+  return Internal(what + " failed (CUDA error " + std::to_string(static_cast<int>(result)) + ")");
+}
+
+// A driver call of the agreement gate's: its error says how to do without.
+Status CheckedGateCuda(CUresult result, const std::string& what) {
+  Status st = CheckedCuda(result, what);
+  if (st.ok()) return st;
+  return Status(st.code(), st.message() + "; MYPLUGIN_NCCL_AGREEMENT=before agrees without it");
+}
+
 // Where the epoch's first NCCL mismatch report goes: beside the epoch's unique
 // ids, whose keys are lists of device ids.
 std::string MismatchKey(uint64_t epoch) { return "myplugin/nccl/" + std::to_string(epoch) + "/mismatch"; }
@@ -130,20 +142,15 @@ StatusOr<AgreementGate*> NcclDeviceGroups::Gate(int ordinal) {
   if (g.gate) return g.gate.get();
   // Page-locked, mapped into every context's address space (portable):
   // the device reads it while the host writes it.
+  const std::string whose = " of device " + std::to_string(ordinal) + "'s agreement gate";
   void* host = nullptr;
-  CUresult r = api_.MemHostAlloc(&host, sizeof(uint32_t), CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP);
-  if (r != CUDA_SUCCESS) {
-    return Internal("cuMemHostAlloc of device " + std::to_string(ordinal) + "'s agreement gate failed (CUDA error " +
-                    std::to_string(static_cast<int>(r)) + "); MYPLUGIN_NCCL_AGREEMENT=before agrees without it");
-  }
+  MYPLUGIN_RETURN_IF_ERROR(CheckedGateCuda(
+      api_.MemHostAlloc(&host, sizeof(uint32_t), CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP),
+      "cuMemHostAlloc" + whose));
   *static_cast<uint32_t*>(host) = 0;
   CUdeviceptr word = 0;
-  r = api_.MemHostGetDevicePointer(&word, host, 0);
-  if (r != CUDA_SUCCESS) {
-    return Internal("cuMemHostGetDevicePointer of device " + std::to_string(ordinal) +
-                    "'s agreement gate failed (CUDA error " + std::to_string(static_cast<int>(r)) +
-                    "); MYPLUGIN_NCCL_AGREEMENT=before agrees without it");
-  }
+  MYPLUGIN_RETURN_IF_ERROR(
+      CheckedGateCuda(api_.MemHostGetDevicePointer(&word, host, 0), "cuMemHostGetDevicePointer" + whose));
   g.word = word;
   g.gate = std::make_unique<AgreementGate>(static_cast<uint32_t*>(host),
                                            [this](const Status& why) { OnGateFailure(why); });
@@ -156,11 +163,9 @@ Status NcclDeviceGroups::CloseGate(int ordinal, cudaStream_t stream, uint32_t nu
     std::lock_guard<std::mutex> lock(gates_mu_);
     word = gates_[ordinal].word;
   }
-  const CUresult r =
-      api_.StreamWaitValue32(reinterpret_cast<CUstream>(stream), word, number, CU_STREAM_WAIT_VALUE_GEQ);
-  if (r == CUDA_SUCCESS) return OkStatus();
-  return Internal("cuStreamWaitValue32 after an NCCL call failed (CUDA error " + std::to_string(static_cast<int>(r)) +
-                  "); MYPLUGIN_NCCL_AGREEMENT=before agrees without it");
+  return CheckedGateCuda(
+      api_.StreamWaitValue32(reinterpret_cast<CUstream>(stream), word, number, CU_STREAM_WAIT_VALUE_GEQ),
+      "cuStreamWaitValue32 after an NCCL call");
 }
 
 void NcclDeviceGroups::OnGateFailure(const Status& why) {
@@ -315,15 +320,6 @@ Status EnqueueCombined(NcclCommunicator& comm, CollectiveOp op, const std::vecto
     return OkStatus();
   });
 }
-
-namespace {
-
-Status CheckedCuda(CUresult result, const std::string& what) {
-  if (result == CUDA_SUCCESS) return OkStatus();
-  return Internal(what + " failed (CUDA error " + std::to_string(static_cast<int>(result)) + ")");
-}
-
-}  // namespace
 
 Status RunRaggedAllToAll(const RaggedCall& c, cudaStream_t stream, NcclDeviceGroups* device_groups) {
   if (device_groups == nullptr) {
